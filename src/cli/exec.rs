@@ -1,0 +1,180 @@
+//! Runs SQL text statement by statement and prints the results.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow::util::pretty::pretty_format_batches_with_schema;
+use datafusion::physical_plan::collect;
+use datafusion::prelude::SessionContext;
+
+use super::OutputFormat;
+use super::progress::{LiveProgress, SinkCounters};
+use crate::error::{Error, Result};
+
+/// How statements print their results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrintOptions {
+    /// The format of result rows on stdout.
+    pub format: OutputFormat,
+    /// No timing line, no sink summary and no live progress.
+    pub quiet: bool,
+}
+
+/// Splits `sql` into statements and runs them in order, printing each result; stops at the
+/// first statement that fails and returns its error.
+pub async fn run_sql(ctx: &SessionContext, sql: &str, options: PrintOptions) -> Result<()> {
+    for statement in crate::sql::split_statements(sql)? {
+        run_statement(ctx, &statement, options).await?;
+    }
+    Ok(())
+}
+
+/// Runs one statement: plans it (DDL takes effect here), executes it while showing live sink
+/// progress on a terminal, then prints its rows on stdout and, unless quiet, the sink summary
+/// and a `N row(s) fetched. Elapsed ...` line on stderr.
+pub async fn run_statement(
+    ctx: &SessionContext,
+    statement: &str,
+    options: PrintOptions,
+) -> Result<()> {
+    let started = Instant::now();
+    let frame = crate::sql::statement_to_dataframe(ctx, statement).await?;
+    let plan = frame.create_physical_plan().await?;
+    let schema = plan.schema();
+    let progress = LiveProgress::start(&plan, !options.quiet);
+    let outcome = collect(Arc::clone(&plan), ctx.task_ctx()).await;
+    if let Some(progress) = progress {
+        progress.finish().await;
+    }
+    let batches = outcome?;
+    let elapsed = started.elapsed();
+    print_batches(&schema, &batches, options.format)?;
+    if !options.quiet {
+        if let Some(counters) = SinkCounters::read(&plan) {
+            eprintln!("{}", counters.summary(elapsed));
+        }
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        eprintln!(
+            "{rows} row(s) fetched. Elapsed {:.3} seconds.\n",
+            elapsed.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// Writes `batches` to stdout in `format`. A statement without columns (DDL) prints nothing.
+fn print_batches(schema: &SchemaRef, batches: &[RecordBatch], format: OutputFormat) -> Result<()> {
+    if schema.fields().is_empty() {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    write_batches(&mut out, schema, batches, format)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Writes `batches` in `format` to `out`.
+pub(crate) fn write_batches(
+    out: &mut dyn Write,
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    format: OutputFormat,
+) -> Result<()> {
+    let arrow_error = |e: arrow::error::ArrowError| Error::DataFusion(e.into());
+    match format {
+        OutputFormat::Table => {
+            writeln!(
+                out,
+                "{}",
+                pretty_format_batches_with_schema(Arc::clone(schema), batches)
+                    .map_err(arrow_error)?
+            )?;
+        }
+        OutputFormat::Csv => {
+            let mut writer = arrow::csv::WriterBuilder::new()
+                .with_header(true)
+                .build(&mut *out);
+            if batches.is_empty() {
+                writer
+                    .write(&RecordBatch::new_empty(Arc::clone(schema)))
+                    .map_err(arrow_error)?;
+            }
+            for batch in batches {
+                writer.write(batch).map_err(arrow_error)?;
+            }
+        }
+        OutputFormat::Json => {
+            let mut writer = arrow::json::ArrayWriter::new(&mut *out);
+            for batch in batches {
+                writer.write(batch).map_err(arrow_error)?;
+            }
+            // For no rows at all the writer still prints `[]`.
+            writer.finish().map_err(arrow_error)?;
+            writeln!(out)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn sample() -> (SchemaRef, Vec<RecordBatch>) {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("url", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec![Some("/a"), None])),
+            ],
+        )
+        .unwrap();
+        (schema, vec![batch])
+    }
+
+    fn render(format: OutputFormat, empty: bool) -> String {
+        let (schema, batches) = sample();
+        let batches = if empty { Vec::new() } else { batches };
+        let mut out = Vec::new();
+        write_batches(&mut out, &schema, &batches, format).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn table_format_draws_a_grid() {
+        let text = render(OutputFormat::Table, false);
+        assert!(text.contains("| id | url |"), "{text}");
+        assert!(text.contains("| 2  |     |"), "{text}");
+    }
+
+    #[test]
+    fn table_format_of_no_rows_keeps_the_header() {
+        let text = render(OutputFormat::Table, true);
+        assert!(text.contains("| id | url |"), "{text}");
+    }
+
+    #[test]
+    fn csv_format_has_a_header_and_one_line_per_row() {
+        assert_eq!(render(OutputFormat::Csv, false), "id,url\n1,/a\n2,\n");
+        assert_eq!(render(OutputFormat::Csv, true), "id,url\n");
+    }
+
+    #[test]
+    fn json_format_is_one_array() {
+        assert_eq!(
+            render(OutputFormat::Json, false),
+            "[{\"id\":1,\"url\":\"/a\"},{\"id\":2}]\n"
+        );
+        assert_eq!(render(OutputFormat::Json, true), "[]\n");
+    }
+}

@@ -1,0 +1,270 @@
+//! Live progress of a running statement and the summary printed after an `INSERT` into a sink.
+//!
+//! Both read the sink counters by their registered names ([`crate::core::metrics::names`]) from
+//! the metrics of every node of the physical plan, so they work for every connector alike (a
+//! `DataSinkExec` reports its sink's metrics).
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::physical_plan::ExecutionPlan;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::core::metrics::names;
+
+/// How often the live progress line is redrawn.
+const TICK: Duration = Duration::from_millis(200);
+
+/// The sink counters of one statement, summed over every node of its plan.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SinkCounters {
+    /// Records handed to a client (each record once, at its first hand-off).
+    pub sent: usize,
+    /// Records the service acknowledged.
+    pub acked: usize,
+    /// Records admitted and not yet resolved.
+    pub in_flight: usize,
+    /// Retried sends.
+    pub retries: usize,
+    /// Records dropped under a dropping failure policy.
+    pub dropped: usize,
+}
+
+impl SinkCounters {
+    /// Reads the counters from `plan` and its descendants; `None` when no node reports any of
+    /// them (the statement writes to no sink).
+    pub fn read(plan: &Arc<dyn ExecutionPlan>) -> Option<SinkCounters> {
+        let mut counters = SinkCounters::default();
+        let mut found = false;
+        let mut pending: Vec<&Arc<dyn ExecutionPlan>> = vec![plan];
+        while let Some(node) = pending.pop() {
+            if let Some(metrics) = node.metrics() {
+                for (name, slot) in [
+                    (names::RECORDS_SENT, &mut counters.sent),
+                    (names::RECORDS_ACKED, &mut counters.acked),
+                    (names::IN_FLIGHT_RECORDS, &mut counters.in_flight),
+                    (names::RETRIES, &mut counters.retries),
+                    (names::RECORDS_DROPPED, &mut counters.dropped),
+                ] {
+                    if let Some(value) = metrics.sum_by_name(name) {
+                        *slot += value.as_usize();
+                        found = true;
+                    }
+                }
+            }
+            pending.extend(node.children());
+        }
+        found.then_some(counters)
+    }
+
+    /// The one-line summary printed after a statement that wrote to a sink.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gcp_sql::cli::SinkCounters;
+    ///
+    /// let counters = SinkCounters { sent: 20, acked: 20, in_flight: 0, retries: 1, dropped: 0 };
+    /// assert_eq!(
+    ///     counters.summary(Duration::from_secs(2)),
+    ///     "Sink: 20 row(s) acknowledged of 20 sent in 2.000 s (10 rows/s); 0 dropped, 1 retries"
+    /// );
+    /// ```
+    pub fn summary(&self, elapsed: Duration) -> String {
+        format!(
+            "Sink: {} row(s) acknowledged of {} sent in {:.3} s ({} rows/s); {} dropped, {} retries",
+            self.acked,
+            self.sent,
+            elapsed.as_secs_f64(),
+            rate(self.acked, elapsed),
+            self.dropped,
+            self.retries
+        )
+    }
+
+    fn live_line(&self, elapsed: Duration) -> String {
+        format!(
+            "sent {} · acknowledged {} · in flight {} · retries {} · dropped {} · {} rows/s",
+            self.sent,
+            self.acked,
+            self.in_flight,
+            self.retries,
+            self.dropped,
+            rate(self.acked, elapsed)
+        )
+    }
+}
+
+fn rate(records: usize, elapsed: Duration) -> u64 {
+    let seconds = elapsed.as_secs_f64();
+    if seconds > 0.0 {
+        (records as f64 / seconds).round() as u64
+    } else {
+        0
+    }
+}
+
+/// A live progress line on stderr while a statement runs; drawn only once the plan reports sink
+/// counters.
+pub(crate) struct LiveProgress {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl LiveProgress {
+    /// Starts drawing when `enabled` and stderr is a terminal; otherwise does nothing.
+    pub(crate) fn start(plan: &Arc<dyn ExecutionPlan>, enabled: bool) -> Option<LiveProgress> {
+        if !enabled || !std::io::stderr().is_terminal() {
+            return None;
+        }
+        let plan = Arc::clone(plan);
+        let (stop, mut stopped) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            let started = Instant::now();
+            let mut bar: Option<ProgressBar> = None;
+            let mut ticker = tokio::time::interval(TICK);
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    _ = ticker.tick() => {}
+                }
+                let Some(counters) = SinkCounters::read(&plan) else {
+                    continue;
+                };
+                let bar = bar.get_or_insert_with(|| {
+                    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+                    if let Ok(style) =
+                        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+                    {
+                        bar.set_style(style);
+                    }
+                    bar
+                });
+                bar.set_message(counters.live_line(started.elapsed()));
+                bar.tick();
+            }
+            if let Some(bar) = bar {
+                bar.finish_and_clear();
+            }
+        });
+        Some(LiveProgress { stop, task })
+    }
+
+    /// Stops drawing and clears the line.
+    pub(crate) async fn finish(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+    use datafusion::datasource::sink::{DataSink, DataSinkExec};
+    use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::empty::EmptyExec;
+    use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+    use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
+
+    use super::*;
+
+    #[test]
+    fn rate_of_an_instant_statement_is_zero() {
+        assert_eq!(rate(100, Duration::ZERO), 0);
+        assert_eq!(rate(100, Duration::from_millis(500)), 200);
+    }
+
+    /// A sink that only reports the counters it was given.
+    #[derive(Debug)]
+    struct CountingSink {
+        metrics: ExecutionPlanMetricsSet,
+        schema: SchemaRef,
+    }
+
+    impl DisplayAs for CountingSink {
+        fn fmt_as(
+            &self,
+            _: DisplayFormatType,
+            f: &mut std::fmt::Formatter<'_>,
+        ) -> std::fmt::Result {
+            f.write_str("CountingSink")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl DataSink for CountingSink {
+        fn metrics(&self) -> Option<MetricsSet> {
+            Some(self.metrics.clone_inner())
+        }
+
+        fn schema(&self) -> &SchemaRef {
+            &self.schema
+        }
+
+        async fn write_all(
+            &self,
+            _data: SendableRecordBatchStream,
+            _context: &Arc<TaskContext>,
+        ) -> datafusion::error::Result<u64> {
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn counters_are_read_by_name_from_a_sink_below_the_root() {
+        let metrics = ExecutionPlanMetricsSet::new();
+        MetricBuilder::new(&metrics)
+            .global_counter(names::RECORDS_SENT)
+            .add(7);
+        MetricBuilder::new(&metrics)
+            .global_counter(names::RECORDS_ACKED)
+            .add(5);
+        MetricBuilder::new(&metrics)
+            .global_gauge(names::IN_FLIGHT_RECORDS)
+            .set(2);
+        MetricBuilder::new(&metrics)
+            .global_counter(names::RETRIES)
+            .add(3);
+        MetricBuilder::new(&metrics)
+            .global_counter(names::RECORDS_DROPPED)
+            .add(1);
+        // Another counter must not leak into the five.
+        MetricBuilder::new(&metrics)
+            .global_counter(names::BYTES_SENT)
+            .add(1000);
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
+        let sink = Arc::new(CountingSink {
+            metrics,
+            schema: Arc::clone(&schema),
+        });
+        let input = Arc::new(EmptyExec::new(schema));
+        let sink_exec: Arc<dyn ExecutionPlan> = Arc::new(DataSinkExec::new(input, sink, None));
+        let root: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(sink_exec));
+        assert_eq!(
+            SinkCounters::read(&root),
+            Some(SinkCounters {
+                sent: 7,
+                acked: 5,
+                in_flight: 2,
+                retries: 3,
+                dropped: 1
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn plan_without_sink_has_no_counters() {
+        let ctx = datafusion::prelude::SessionContext::new();
+        let plan = ctx
+            .sql("SELECT 1")
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        assert_eq!(SinkCounters::read(&plan), None);
+    }
+}

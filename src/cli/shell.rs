@@ -1,0 +1,172 @@
+//! The interactive shell: reads statements (ended by `;`) with line editing and history, runs
+//! each, prints errors and goes on.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use datafusion::prelude::SessionContext;
+use rustyline::DefaultEditor;
+use rustyline::error::ReadlineError;
+
+use super::Interrupts;
+use super::exec::{PrintOptions, run_sql};
+
+/// The history file name, in `$HOME`.
+pub const HISTORY_FILE: &str = ".gcp_sql_history";
+
+const PROMPT: &str = "gcp-sql> ";
+const CONTINUATION_PROMPT: &str = "      -> ";
+
+const HELP: &str = "\
+Enter SQL statements ended by ';' (they may span lines).
+  \\q, quit, exit   leave the shell (Ctrl-D too)
+  \\?, help         this text
+Ctrl-C cancels the running statement or clears the line being typed.";
+
+/// Where the history is kept: `$HOME/.gcp_sql_history`, or nowhere without `HOME`.
+pub fn history_path() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|home| PathBuf::from(home).join(HISTORY_FILE))
+}
+
+enum Line {
+    Text(String),
+    /// Ctrl-C typed at the prompt of a terminal.
+    Cleared,
+    End,
+}
+
+/// Runs the shell until end of input, `\q` or a Ctrl-C that arrives while waiting for input
+/// without a terminal (then the exit code is 130). A failed statement prints its error and the
+/// shell goes on; the exit code is then 1 at the end, so a script piped into the shell can tell.
+pub async fn run_shell(
+    ctx: &SessionContext,
+    options: PrintOptions,
+    interrupts: &mut Interrupts,
+) -> ExitCode {
+    let mut editor = match DefaultEditor::new() {
+        Ok(editor) => editor,
+        Err(e) => {
+            eprintln!("Error: cannot start the line editor: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let history = history_path();
+    if let Some(path) = &history {
+        // A missing or unreadable history file is not a reason to refuse a shell.
+        let _ = editor.load_history(path);
+    }
+    if !options.quiet {
+        eprintln!(
+            "gcp-sql {}: type \\? for help, \\q to quit.",
+            env!("CARGO_PKG_VERSION")
+        );
+    }
+    let mut buffer = String::new();
+    let mut code = ExitCode::SUCCESS;
+    loop {
+        let prompt = if buffer.is_empty() {
+            PROMPT
+        } else {
+            CONTINUATION_PROMPT
+        };
+        // rustyline blocks its thread; read on a blocking thread so a Ctrl-C can still end us.
+        let reading = tokio::task::spawn_blocking(move || {
+            let line = match editor.readline(prompt) {
+                Ok(line) => Line::Text(line),
+                Err(ReadlineError::Interrupted) => Line::Cleared,
+                Err(ReadlineError::Eof) => Line::End,
+                Err(e) => {
+                    eprintln!("Error: cannot read input: {e}");
+                    Line::End
+                }
+            };
+            (editor, line)
+        });
+        let (returned, line) = tokio::select! {
+            read = reading => match read {
+                Ok(read) => read,
+                Err(e) => {
+                    eprintln!("Error: the input reader failed: {e}");
+                    return ExitCode::FAILURE;
+                }
+            },
+            _ = interrupts.next() => {
+                // The blocked reader cannot be cancelled; the caller shuts the runtime down
+                // without waiting for it.
+                eprintln!("Interrupted.");
+                return ExitCode::from(130);
+            }
+        };
+        editor = returned;
+        let line = match line {
+            Line::Text(line) => line,
+            Line::Cleared => {
+                buffer.clear();
+                eprintln!("^C");
+                continue;
+            }
+            Line::End => break,
+        };
+        if buffer.is_empty() {
+            match line.trim() {
+                "" => continue,
+                "\\q" | "quit" | "exit" => break,
+                "\\?" | "help" => {
+                    println!("{HELP}");
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        buffer.push_str(&line);
+        buffer.push('\n');
+        if buffer.trim_end().ends_with(';') {
+            let statement = std::mem::take(&mut buffer);
+            let _ = editor.add_history_entry(statement.trim());
+            if !run_one(ctx, &statement, options, interrupts).await {
+                code = ExitCode::FAILURE;
+            }
+        }
+    }
+    if !buffer.trim().is_empty() {
+        // Input ended in the middle of a statement without ';': run what was typed.
+        let _ = editor.add_history_entry(buffer.trim());
+        if !run_one(ctx, &buffer, options, interrupts).await {
+            code = ExitCode::FAILURE;
+        }
+    }
+    if let Some(path) = &history
+        && let Err(e) = editor.save_history(path)
+    {
+        eprintln!(
+            "warning: cannot save the history to {}: {e}",
+            path.display()
+        );
+    }
+    code
+}
+
+/// Runs the statements of `sql`, printing an error if one fails. A Ctrl-C cancels them.
+/// Returns whether they all succeeded.
+async fn run_one(
+    ctx: &SessionContext,
+    sql: &str,
+    options: PrintOptions,
+    interrupts: &mut Interrupts,
+) -> bool {
+    tokio::select! {
+        outcome = run_sql(ctx, sql, options) => match outcome {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!("Error: {e}");
+                false
+            }
+        },
+        _ = interrupts.next() => {
+            eprintln!("Error: cancelled by Ctrl-C");
+            false
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! Transport tests against the real Pub/Sub emulator (started once per test binary).
+
+use std::sync::Arc;
+
+use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
+use gcloud_sdk::google::pubsub::v1::{PubsubMessage, PullRequest, Subscription};
+
+use super::*;
+use crate::emulators::{self, EmulatorKind};
+
+const PROJECT: &str = "client-tests";
+
+async fn emulator_transport(auto_create_topic: bool) -> PubSubTransport {
+    let emulator = emulators::shared(EmulatorKind::PubSub).await;
+    let settings = ClientSettings {
+        emulator_host: Some(emulator.host().to_string()),
+        auto_create_topic,
+        ..Default::default()
+    };
+    PubSubTransport::connect(&settings).await.unwrap()
+}
+
+fn topic(id: &str) -> Destination {
+    Arc::from(format!("projects/{PROJECT}/topics/{id}"))
+}
+
+#[test]
+fn classifies_statuses_like_the_official_publish_retry_settings() {
+    for code in [
+        Code::Aborted,
+        Code::Cancelled,
+        Code::DeadlineExceeded,
+        Code::Internal,
+        Code::ResourceExhausted,
+        Code::Unknown,
+        Code::Unavailable,
+    ] {
+        assert_eq!(classify_publish_status(code), Class::Retryable, "{code:?}");
+    }
+    assert_eq!(classify_publish_status(Code::NotFound), Class::NotFound);
+    assert_eq!(
+        classify_publish_status(Code::InvalidArgument),
+        Class::Rejected
+    );
+    for code in [
+        Code::PermissionDenied,
+        Code::Unauthenticated,
+        Code::FailedPrecondition,
+        Code::AlreadyExists,
+        Code::OutOfRange,
+        Code::Unimplemented,
+        Code::DataLoss,
+    ] {
+        assert_eq!(classify_publish_status(code), Class::Fatal, "{code:?}");
+    }
+}
+
+#[test]
+fn routing_header_percent_encodes_the_topic() {
+    let value = routing_value("projects/p/topics/a+b%c").unwrap();
+    assert_eq!(
+        value.to_str().unwrap(),
+        "topic=projects%2Fp%2Ftopics%2Fa%2Bb%25c"
+    );
+}
+
+#[test]
+fn settings_prefer_the_explicit_emulator_host() {
+    let settings = ClientSettings {
+        emulator_host: Some("127.0.0.1:1".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        settings.effective_emulator_host().as_deref(),
+        Some("127.0.0.1:1")
+    );
+}
+
+#[test]
+fn refuses_a_credentials_file_of_an_unknown_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("creds.json");
+    std::fs::write(&path, r#"{"type": "mystery"}"#).unwrap();
+    let err = credentials_from_file(&path).unwrap_err();
+    assert!(
+        err.contains("mystery") && err.contains("service_account"),
+        "{err}"
+    );
+    let missing = credentials_from_file(&dir.path().join("absent.json")).unwrap_err();
+    assert!(missing.contains("cannot read"), "{missing}");
+    std::fs::write(&path, "not json").unwrap();
+    assert!(
+        credentials_from_file(&path)
+            .unwrap_err()
+            .contains("not JSON")
+    );
+}
+
+#[tokio::test]
+async fn publishes_a_batch_that_a_subscription_pulls_back_intact() {
+    let transport = emulator_transport(true).await;
+    let destination = topic("publish-round-trip");
+    let client = transport.open(&destination).await.unwrap();
+    assert!(
+        transport
+            .create_destination(&client, &destination)
+            .await
+            .unwrap()
+    );
+
+    let emulator = emulators::shared(EmulatorKind::PubSub).await;
+    let channel = emulators::plaintext_channel(emulator.host()).await.unwrap();
+    let mut subscriber = SubscriberClient::new(channel);
+    let subscription = format!("projects/{PROJECT}/subscriptions/round-trip-sub");
+    subscriber
+        .create_subscription(Subscription {
+            name: subscription.clone(),
+            topic: destination.to_string(),
+            enable_message_ordering: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    let sent: Vec<PubsubMessage> = (0..5)
+        .map(|i| PubsubMessage {
+            data: format!("payload-{i}").into_bytes(),
+            attributes: [
+                ("n".to_string(), i.to_string()),
+                ("kind".to_string(), "test".to_string()),
+            ]
+            .into(),
+            ordering_key: if i % 2 == 0 {
+                "even".into()
+            } else {
+                String::new()
+            },
+            ..Default::default()
+        })
+        .collect();
+    let records: Vec<PubsubRecord> = sent.iter().map(PubsubRecord::from_message).collect();
+    let refs: Vec<&PubsubRecord> = records.iter().collect();
+    match transport
+        .send(&client, &destination, &refs, Some(Duration::from_secs(30)))
+        .await
+    {
+        SendOutcome::Whole(Ok(())) => {}
+        other => panic!("publish failed: {other:?}"),
+    }
+
+    let mut received: Vec<PubsubMessage> = Vec::new();
+    for _ in 0..50 {
+        if received.len() >= sent.len() {
+            break;
+        }
+        let response = subscriber
+            .pull(PullRequest {
+                subscription: subscription.clone(),
+                max_messages: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        received.extend(
+            response
+                .received_messages
+                .into_iter()
+                .filter_map(|m| m.message),
+        );
+    }
+    received.sort_by(|a, b| a.data.cmp(&b.data));
+    assert_eq!(received.len(), sent.len());
+    for (got, want) in received.iter().zip(&sent) {
+        assert_eq!(got.data, want.data);
+        assert_eq!(got.attributes, want.attributes);
+        assert_eq!(got.ordering_key, want.ordering_key);
+        assert!(!got.message_id.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_missing_topic_is_classified_not_found() {
+    let transport = emulator_transport(false).await;
+    let destination = topic("never-created");
+    let client = transport.open(&destination).await.unwrap();
+    let record = PubsubRecord::from_message(&PubsubMessage {
+        data: b"x".to_vec(),
+        ..Default::default()
+    });
+    let SendOutcome::Whole(Err(status)) = transport
+        .send(&client, &destination, &[&record], None)
+        .await
+    else {
+        panic!("publishing to a missing topic succeeded");
+    };
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    assert_eq!(transport.classify(&status, true), Class::NotFound);
+}
+
+#[tokio::test]
+async fn create_destination_creates_then_reports_that_the_topic_exists() {
+    let transport = emulator_transport(true).await;
+    let destination = topic("created-once");
+    let client = transport.open(&destination).await.unwrap();
+    assert!(
+        transport
+            .create_destination(&client, &destination)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !transport
+            .create_destination(&client, &destination)
+            .await
+            .unwrap()
+    );
+    let record = PubsubRecord::from_message(&PubsubMessage {
+        data: b"x".to_vec(),
+        ..Default::default()
+    });
+    assert!(matches!(
+        transport
+            .send(&client, &destination, &[&record], None)
+            .await,
+        SendOutcome::Whole(Ok(()))
+    ));
+}
+
+#[tokio::test]
+async fn create_destination_refuses_when_auto_creation_is_off() {
+    let transport = emulator_transport(false).await;
+    let destination = topic("not-created");
+    let client = transport.open(&destination).await.unwrap();
+    let err = transport
+        .create_destination(&client, &destination)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("auto_create_topic"), "{err}");
+}
+
+#[tokio::test]
+async fn an_invalid_topic_name_is_rejected_by_the_service() {
+    let transport = emulator_transport(true).await;
+    let destination: Destination = Arc::from("projects/client-tests/topics/x");
+    let client = transport.open(&destination).await.unwrap();
+    let err = transport
+        .create_destination(&client, &destination)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Rpc {
+                code: Code::InvalidArgument,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

@@ -1,0 +1,6 @@
+//! The Pub/Sub connector: messages published to topics.
+
+pub mod client;
+pub mod mapping;
+pub mod options;
+pub mod writer;

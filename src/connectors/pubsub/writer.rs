@@ -1,0 +1,205 @@
+//! The Pub/Sub sink: rows in, acknowledged messages out, through the shared core.
+//!
+//! This file is glue: the options become a [`FlowConfig`], the mapping encodes each batch, and
+//! the core admits, batches, sends, retries and resolves.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::execution::SendableRecordBatchStream;
+use futures::StreamExt;
+
+use super::client::{ClientSettings, PubSubTransport};
+use super::mapping::{self, MappingSpec, PubSubMapping};
+use super::options::PubSubSinkOptions;
+use crate::connectors::SinkConnector;
+use crate::core::{
+    Backoff, BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
+};
+use crate::error::{Error, Result};
+use crate::options::{ColumnRef, ConnectorKind, PayloadFormat, RawOptions};
+
+/// A declared Pub/Sub sink: its options, checked against the table schema.
+#[derive(Debug)]
+pub struct PubSubSink {
+    schema: SchemaRef,
+    options: PubSubSinkOptions,
+    mapping: PubSubMapping,
+    flow: FlowConfig,
+}
+
+impl PubSubSink {
+    /// Checks the options and the schema; contacts no service.
+    pub fn try_new(schema: SchemaRef, location: Option<&str>, raw: &RawOptions) -> Result<Self> {
+        Self::from_options(schema, PubSubSinkOptions::from_raw(location, raw)?)
+    }
+
+    /// Builds the sink from typed options (the Rust API, without SQL).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    /// use gcp_sql::connectors::pubsub::options::PubSubSinkOptions;
+    /// use gcp_sql::connectors::pubsub::writer::PubSubSink;
+    /// use gcp_sql::options::RawOptions;
+    ///
+    /// let raw = RawOptions::from_pairs([("topic".to_string(), "projects/demo/topics/clicks".to_string())]).unwrap();
+    /// let options = PubSubSinkOptions::from_raw(None, &raw).unwrap();
+    /// let schema = Arc::new(Schema::new(vec![Field::new("data", DataType::Utf8, false)]));
+    /// let sink = PubSubSink::from_options(schema, options).unwrap();
+    /// assert_eq!(sink.flow_config().max_in_flight_records, 1000);
+    /// ```
+    pub fn from_options(schema: SchemaRef, options: PubSubSinkOptions) -> Result<Self> {
+        let mapping = PubSubMapping::new(
+            &mapping_spec(&options),
+            &schema,
+            options.topic.as_deref(),
+            options.connection.project.as_deref(),
+        )?;
+        let flow = flow_config(&options);
+        Ok(Self { schema, options, mapping, flow })
+    }
+
+    /// The parsed options.
+    pub fn options(&self) -> &PubSubSinkOptions {
+        &self.options
+    }
+
+    /// The flow-control settings the options translate to.
+    pub fn flow_config(&self) -> &FlowConfig {
+        &self.flow
+    }
+
+    fn client_settings(&self) -> ClientSettings {
+        let connection = &self.options.connection;
+        ClientSettings {
+            endpoint: connection.endpoint.clone(),
+            emulator_host: connection.emulator.as_ref().map(|e| e.host.clone()),
+            credentials_file: connection.credentials_file.clone(),
+            auto_create_topic: self.options.auto_create_topic,
+        }
+    }
+}
+
+#[async_trait]
+impl SinkConnector for PubSubSink {
+    fn kind(&self) -> ConnectorKind {
+        ConnectorKind::PubSub
+    }
+
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    async fn write_all(&self, mut input: SendableRecordBatchStream, metrics: SinkMetrics) -> Result<u64> {
+        let transport = Arc::new(PubSubTransport::connect(&self.client_settings()).await?);
+        let mut writer = FlowWriter::new(transport, self.flow.clone(), metrics);
+        let ordering = self.options.publisher.enable_message_ordering();
+        let mut first_row = 0u64;
+        let mut encoded = Vec::new();
+        let result: Result<()> = async {
+            while let Some(batch) = input.next().await {
+                let batch = batch?;
+                self.mapping.encode_batch(&batch, first_row, &mut encoded)?;
+                for (i, record) in encoded.drain(..).enumerate() {
+                    match record {
+                        Ok(envelope) if !ordering && envelope.sequence_key.is_some() => {
+                            writer.reject_encoded(Error::Encode {
+                                row: first_row + i as u64,
+                                reason: "the row has an ordering key but 'enable_message_ordering' is false".into(),
+                            })?;
+                        }
+                        Ok(envelope) => writer.write(envelope).await?,
+                        Err(rejected) => writer.reject_encoded(rejected)?,
+                    }
+                }
+                first_row += batch.num_rows() as u64;
+            }
+            writer.flush().await
+        }
+        .await;
+        let delivered = writer.delivered();
+        let closed = writer.close().await;
+        result?;
+        closed?;
+        Ok(delivered)
+    }
+}
+
+fn column(c: &ColumnRef) -> Option<String> {
+    c.explicit.then(|| c.name.clone())
+}
+
+fn mapping_spec(options: &PubSubSinkOptions) -> MappingSpec {
+    let m = &options.mapping;
+    MappingSpec {
+        topic_column: m.topic_column.clone(),
+        data_column: column(&m.data_column),
+        format: match m.format {
+            PayloadFormat::Json => mapping::PayloadFormat::Json,
+            PayloadFormat::Raw => mapping::PayloadFormat::Raw,
+        },
+        attributes_column: column(&m.attributes_column),
+        attribute_columns: m.attribute_columns.clone(),
+        ordering_key_column: column(&m.ordering_key_column),
+    }
+}
+
+/// Translates the publisher options into the core's settings.
+fn flow_config(options: &PubSubSinkOptions) -> FlowConfig {
+    let p = &options.publisher;
+    let retry = RetrySettings {
+        total_timeout: p.retry_total_timeout(),
+        max_attempts: u32::try_from(p.retry_max_attempts()).unwrap_or(0),
+        initial_retry_delay: p.retry_initial_delay(),
+        retry_delay_multiplier: p.retry_delay_multiplier(),
+        max_retry_delay: p.retry_max_delay(),
+        initial_rpc_timeout: p.retry_initial_rpc_timeout(),
+        rpc_timeout_multiplier: p.retry_rpc_timeout_multiplier(),
+        max_rpc_timeout: p.retry_max_rpc_timeout(),
+        jitter: true,
+    };
+    // With ordering, the SDK publisher never gives up on a publish: giving up would break the
+    // order of the key. The progress timeout is then what ends an outage.
+    let retry = if p.enable_message_ordering() { RetrySettings::unlimited(&retry) } else { retry };
+    let max_records = usize::try_from(p.max_in_flight_messages()).unwrap_or(1).max(1);
+    FlowConfig {
+        max_in_flight_records: max_records,
+        max_in_flight_bytes: p.in_flight_byte_cap(),
+        in_flight_option: "max_in_flight_bytes",
+        progress_timeout: Some(p.publish_progress_timeout()),
+        progress_option: "publish_progress_timeout",
+        shutdown_timeout: p.shutdown_timeout(),
+        shutdown_option: "shutdown_timeout",
+        max_active_destinations: usize::try_from(p.max_active_publishers()).unwrap_or(1).max(1),
+        destination_idle_timeout: p.destination_idle_timeout(),
+        per_destination_metrics: p.per_destination_metrics(),
+        max_consecutive_rejections: p.rejection_limit(),
+        breaker_option: "max_consecutive_rejections",
+        batch: BatchThresholds {
+            // A request holds at most 1000 messages and 10 MB, whatever the thresholds say.
+            max_records: usize::try_from(p.batch_element_count_threshold())
+                .unwrap_or(usize::MAX)
+                .min(mapping::MAX_MESSAGES_PER_REQUEST),
+            max_bytes: u64::try_from(p.batch_request_byte_threshold())
+                .unwrap_or(u64::MAX)
+                .min(mapping::MAX_REQUEST_BYTES),
+            max_delay: p.batch_delay_threshold(),
+        },
+        retry,
+        not_found: options.auto_create_topic.then(|| RecoverySettings {
+            backoff: Backoff {
+                initial: p.recovery_initial_backoff(),
+                max: p.recovery_max_backoff(),
+                multiplier: 2.0,
+            },
+            max_attempts: u32::try_from(p.recovery_max_attempts()).unwrap_or(1).max(1),
+            attempts_option: "recovery_max_attempts",
+            create: true,
+        }),
+        failure_policy: options.failure_policy,
+        // Every send carries at least one record, so the record cap already bounds this.
+        max_concurrent_sends: max_records,
+    }
+}

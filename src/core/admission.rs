@@ -1,0 +1,246 @@
+//! The admission gate: caps the records and bytes a writer keeps unresolved.
+//!
+//! A [`Permit`] is taken before a record goes anywhere and released when the record resolves
+//! (acknowledged, dropped, or abandoned with a failed writer), in the style of tower's
+//! concurrency limit. Records parked for a retry keep their permits, so they stay counted.
+//!
+//! A record larger than the byte cap is admitted when nothing else is in flight: it is never
+//! refused, and exceeds the cap until it completes.
+
+use std::sync::{Arc, Mutex};
+
+use super::metrics::SinkMetrics;
+use super::progress::Progress;
+use crate::error::Result;
+
+#[derive(Debug, Default)]
+struct Counts {
+    records: u64,
+    bytes: u64,
+}
+
+/// The in-flight count and byte gate of one writer.
+#[derive(Debug)]
+pub struct Gate {
+    max_records: u64,
+    max_bytes: u64,
+    counts: Mutex<Counts>,
+    progress: Arc<Progress>,
+    metrics: SinkMetrics,
+}
+
+impl Gate {
+    /// A gate admitting at most `max_records` records and `max_bytes` bytes (`u64::MAX`:
+    /// count only). Each release counts as a completion on `progress`.
+    pub fn new(
+        max_records: usize,
+        max_bytes: u64,
+        progress: Arc<Progress>,
+        metrics: SinkMetrics,
+    ) -> Arc<Self> {
+        Arc::new(Gate {
+            max_records: (max_records as u64).max(1),
+            max_bytes,
+            counts: Mutex::default(),
+            progress,
+            metrics,
+        })
+    }
+
+    /// Takes a permit for a record of `bytes` if it fits now.
+    pub fn try_admit(self: &Arc<Self>, bytes: u64) -> Option<Permit> {
+        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let fits_count = c.records < self.max_records;
+        // Alone: a record larger than the cap goes when nothing else is in flight.
+        let fits_bytes = c.records == 0 || c.bytes.saturating_add(bytes) <= self.max_bytes;
+        if !(fits_count && fits_bytes) {
+            return None;
+        }
+        c.records += 1;
+        c.bytes = c.bytes.saturating_add(bytes);
+        self.metrics.set_in_flight(c.records, c.bytes);
+        Some(Permit {
+            gate: self.clone(),
+            bytes,
+        })
+    }
+
+    /// Takes a permit, awaiting completions while the gate is full (never blocking a runtime
+    /// thread), under the progress watchdog. `check` is consulted at every wake-up (it reports
+    /// a failed writer). `on_block` runs once if the record has to wait.
+    pub async fn admit(
+        self: &Arc<Self>,
+        bytes: u64,
+        mut check: impl FnMut() -> Result<()>,
+        on_block: impl FnOnce(),
+    ) -> Result<Permit> {
+        check()?;
+        if let Some(p) = self.try_admit(bytes) {
+            return Ok(p);
+        }
+        on_block();
+        let mut permit = None;
+        self.progress
+            .wait_until("waiting for in-flight room (admission)", || {
+                check()?;
+                permit = self.try_admit(bytes);
+                Ok(permit.is_some())
+            })
+            .await?;
+        permit.ok_or_else(|| crate::error::Error::Failed("admission ended without a permit".into()))
+    }
+
+    /// Records and bytes in flight now.
+    pub fn in_flight(&self) -> (u64, u64) {
+        let c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        (c.records, c.bytes)
+    }
+
+    fn release(&self, bytes: u64) {
+        {
+            let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+            c.records = c.records.saturating_sub(1);
+            c.bytes = c.bytes.saturating_sub(bytes);
+            self.metrics.set_in_flight(c.records, c.bytes);
+        }
+        self.progress.completed();
+    }
+}
+
+/// One admitted record's share of the gate; released (a completion) when dropped.
+#[derive(Debug)]
+pub struct Permit {
+    gate: Arc<Gate>,
+    bytes: u64,
+}
+
+impl Permit {
+    /// The bytes this permit holds.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.gate.release(self.bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::core::metrics::names;
+    use crate::error::Error;
+
+    fn gate(records: usize, bytes: u64) -> (Arc<Gate>, ExecutionPlanMetricsSet) {
+        let set = ExecutionPlanMetricsSet::new();
+        let progress = Arc::new(Progress::new(
+            Some(Duration::from_secs(60)),
+            "progress_timeout",
+        ));
+        (
+            Gate::new(records, bytes, progress, SinkMetrics::new(&set)),
+            set,
+        )
+    }
+
+    fn metric(set: &ExecutionPlanMetricsSet, name: &str) -> usize {
+        set.clone_inner()
+            .sum_by_name(name)
+            .map(|v| v.as_usize())
+            .unwrap_or(usize::MAX)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn oversize_record_is_admitted_alone() {
+        let (g, set) = gate(10, 100);
+        let big = g
+            .admit(1_000, || Ok(()), || {})
+            .await
+            .expect("admitted alone");
+        assert_eq!(metric(&set, names::IN_FLIGHT_BYTES), 1_000);
+        // Nothing else fits beside it, not even a small record.
+        assert!(g.try_admit(1).is_none());
+        drop(big);
+        let small = g.try_admit(60).expect("room again");
+        // An oversize record waits while something else is in flight.
+        assert!(g.try_admit(1_000).is_none());
+        drop(small);
+        assert!(g.try_admit(1_000).is_some());
+        assert_eq!(metric(&set, names::IN_FLIGHT_BYTES_HIGH_WATER), 1_000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn write_at_count_cap_waits_until_a_completion() {
+        let (g, set) = gate(2, u64::MAX);
+        let a = g.try_admit(1).expect("first");
+        let _b = g.try_admit(1).expect("second");
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            drop(a);
+        });
+        let start = Instant::now();
+        let mut blocked = false;
+        let _c = g
+            .admit(1, || Ok(()), || blocked = true)
+            .await
+            .expect("admitted after completion");
+        assert!(blocked);
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        assert_eq!(metric(&set, names::IN_FLIGHT_RECORDS), 2);
+        assert_eq!(metric(&set, names::IN_FLIGHT_RECORDS_HIGH_WATER), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn write_at_byte_cap_waits_until_a_completion() {
+        let (g, _set) = gate(100, 100);
+        let a = g.try_admit(70).expect("first");
+        assert!(
+            g.try_admit(40).is_none(),
+            "70 + 40 exceeds the 100-byte cap"
+        );
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            drop(a);
+        });
+        let start = Instant::now();
+        let _b = g.admit(40, || Ok(()), || {}).await.expect("admitted");
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+        assert_eq!(g.in_flight(), (1, 40));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn blocked_admission_trips_the_watchdog_naming_admission() {
+        let (g, _set) = gate(1, u64::MAX);
+        let _a = g.try_admit(1).expect("first");
+        let err = g.admit(1, || Ok(()), || {}).await.unwrap_err();
+        match err {
+            Error::ProgressTimeout {
+                waiting_for,
+                option,
+                ..
+            } => {
+                assert!(waiting_for.contains("admission"));
+                assert_eq!(option, "progress_timeout");
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    #[test]
+    fn count_only_cap_ignores_bytes() {
+        let set = ExecutionPlanMetricsSet::new();
+        let progress = Arc::new(Progress::new(None, "p"));
+        let g = Gate::new(3, u64::MAX, progress, SinkMetrics::new(&set));
+        let _a = g.try_admit(u64::MAX / 2).expect("a");
+        let _b = g.try_admit(u64::MAX / 2).expect("b");
+        let _c = g.try_admit(u64::MAX / 2).expect("c");
+        assert!(g.try_admit(1).is_none());
+    }
+}

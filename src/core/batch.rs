@@ -1,0 +1,399 @@
+//! Per-destination batching: thresholds and sequence keys.
+//!
+//! [`DestBatches`] is the pure state of one destination's open batches; the writer drives it
+//! and owns the timers. A batch goes out on whichever threshold arrives first: `max_records`,
+//! `max_bytes` (a record that would push an open batch past it closes that batch first), or
+//! `max_delay` after its first record (the writer arms a timer task per opened batch, so the
+//! batch goes out even while nothing calls the writer; a stale timer finds a newer generation
+//! and does nothing).
+//!
+//! Records without a sequence key share one open batch. Records with a key queue per key, in
+//! admission order, and at most one batch of a key is in flight: the next batch of that key
+//! leaves only when the previous one is fully resolved (acknowledged, or repaired by retries,
+//! recovery or isolation), and then leaves at once, since its records have already waited.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use super::admission::Permit;
+use super::{BatchThresholds, Envelope};
+
+/// One admitted record on its way: the envelope and its gate permit.
+#[derive(Debug)]
+pub struct Item<R> {
+    /// The record.
+    pub envelope: Envelope<R>,
+    /// Its share of the admission gate; dropping it resolves the record.
+    pub permit: Permit,
+    /// Whether it was already counted in `records_sent`.
+    pub counted: bool,
+}
+
+impl<R> Item<R> {
+    /// A record not yet sent.
+    pub fn new(envelope: Envelope<R>, permit: Permit) -> Self {
+        Item {
+            envelope,
+            permit,
+            counted: false,
+        }
+    }
+}
+
+/// A batch ready to send.
+#[derive(Debug)]
+pub struct Batch<R> {
+    /// Its records, in admission order.
+    pub items: Vec<Item<R>>,
+    /// The sequence key all of them share, if any.
+    pub key: Option<Arc<str>>,
+}
+
+/// Which open batch a timer belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimerTag {
+    /// The sequence key (`None`: the unkeyed batch).
+    pub key: Option<Arc<str>>,
+    /// The generation of the open batch when the timer was armed.
+    pub generation: u64,
+}
+
+#[derive(Debug)]
+struct Open<R> {
+    items: Vec<Item<R>>,
+    bytes: u64,
+    generation: u64,
+}
+
+#[derive(Debug)]
+struct KeyQueue<R> {
+    pending: VecDeque<Item<R>>,
+    generation: u64,
+    in_flight: bool,
+}
+
+/// What a push produced.
+#[derive(Debug)]
+pub struct Pushed<R> {
+    /// Batches that reached a threshold and must be sent now.
+    pub ready: Vec<Batch<R>>,
+    /// A timer to arm for a batch this push opened.
+    pub timer: Option<TimerTag>,
+}
+
+/// The open batches of one destination.
+#[derive(Debug)]
+pub struct DestBatches<R> {
+    thresholds: BatchThresholds,
+    free: Open<R>,
+    keys: HashMap<Arc<str>, KeyQueue<R>>,
+    next_generation: u64,
+}
+
+impl<R> DestBatches<R> {
+    /// Empty batches under `thresholds`.
+    pub fn new(thresholds: BatchThresholds) -> Self {
+        let thresholds = BatchThresholds {
+            max_records: thresholds.max_records.max(1),
+            ..thresholds
+        };
+        DestBatches {
+            thresholds,
+            free: Open {
+                items: Vec::new(),
+                bytes: 0,
+                generation: 0,
+            },
+            keys: HashMap::new(),
+            next_generation: 1,
+        }
+    }
+
+    fn generation(&mut self) -> u64 {
+        self.next_generation += 1;
+        self.next_generation
+    }
+
+    /// Whether nothing is open, queued or in flight under a key.
+    pub fn is_empty(&self) -> bool {
+        self.free.items.is_empty() && self.keys.is_empty()
+    }
+
+    /// Adds a record. Returns the batches that must go now and the timer to arm, if any.
+    pub fn push(&mut self, item: Item<R>) -> Pushed<R> {
+        let mut ready = Vec::new();
+        let t = self.thresholds;
+        match item.envelope.sequence_key.clone() {
+            None => {
+                if !self.free.items.is_empty()
+                    && self.free.bytes.saturating_add(item.envelope.bytes) > t.max_bytes
+                {
+                    ready.extend(self.take_free());
+                }
+                let opened = self.free.items.is_empty();
+                if opened {
+                    self.free.generation = self.generation();
+                }
+                self.free.bytes = self.free.bytes.saturating_add(item.envelope.bytes);
+                self.free.items.push(item);
+                if self.free.items.len() >= t.max_records || self.free.bytes >= t.max_bytes {
+                    ready.extend(self.take_free());
+                    return Pushed { ready, timer: None };
+                }
+                let timer = opened.then_some(TimerTag {
+                    key: None,
+                    generation: self.free.generation,
+                });
+                Pushed { ready, timer }
+            }
+            Some(key) => {
+                let generation = self.next_generation + 1;
+                let q = self.keys.entry(key.clone()).or_insert_with(|| KeyQueue {
+                    pending: VecDeque::new(),
+                    generation: 0,
+                    in_flight: false,
+                });
+                let opened = q.pending.is_empty();
+                q.pending.push_back(item);
+                if q.in_flight {
+                    return Pushed { ready, timer: None };
+                }
+                let bytes: u64 = q
+                    .pending
+                    .iter()
+                    .map(|i| i.envelope.bytes)
+                    .fold(0, u64::saturating_add);
+                if q.pending.len() >= t.max_records || bytes >= t.max_bytes {
+                    ready.extend(self.take_key(&key));
+                    return Pushed { ready, timer: None };
+                }
+                if opened {
+                    q.generation = generation;
+                    self.next_generation = generation;
+                    return Pushed {
+                        ready,
+                        timer: Some(TimerTag {
+                            key: Some(key),
+                            generation,
+                        }),
+                    };
+                }
+                Pushed { ready, timer: None }
+            }
+        }
+    }
+
+    fn take_free(&mut self) -> Option<Batch<R>> {
+        if self.free.items.is_empty() {
+            return None;
+        }
+        self.free.bytes = 0;
+        Some(Batch {
+            items: std::mem::take(&mut self.free.items),
+            key: None,
+        })
+    }
+
+    /// Takes the next batch of `key` (if it has records and none in flight) and marks it in
+    /// flight.
+    fn take_key(&mut self, key: &Arc<str>) -> Option<Batch<R>> {
+        let t = self.thresholds;
+        let q = self.keys.get_mut(key)?;
+        if q.in_flight || q.pending.is_empty() {
+            return None;
+        }
+        let mut items = Vec::new();
+        let mut bytes = 0u64;
+        while let Some(next) = q.pending.front() {
+            let b = next.envelope.bytes;
+            if !items.is_empty()
+                && (items.len() >= t.max_records || bytes.saturating_add(b) > t.max_bytes)
+            {
+                break;
+            }
+            bytes = bytes.saturating_add(b);
+            if let Some(item) = q.pending.pop_front() {
+                items.push(item);
+            }
+        }
+        q.in_flight = true;
+        Some(Batch {
+            items,
+            key: Some(key.clone()),
+        })
+    }
+
+    /// The delay of the batch tagged `tag` elapsed: returns it if it is still open.
+    pub fn on_timer(&mut self, tag: &TimerTag) -> Option<Batch<R>> {
+        match &tag.key {
+            None => (self.free.generation == tag.generation)
+                .then(|| self.take_free())
+                .flatten(),
+            Some(key) => {
+                let q = self.keys.get(key)?;
+                if q.generation != tag.generation {
+                    return None;
+                }
+                self.take_key(key)
+            }
+        }
+    }
+
+    /// Everything that may go now (a flush, a drain, a blocked admission): the unkeyed batch
+    /// and the next batch of every key with none in flight.
+    pub fn take_ready(&mut self) -> Vec<Batch<R>> {
+        let mut out: Vec<Batch<R>> = self.take_free().into_iter().collect();
+        let keys: Vec<Arc<str>> = self
+            .keys
+            .iter()
+            .filter(|(_, q)| !q.in_flight)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            out.extend(self.take_key(&key));
+        }
+        out
+    }
+
+    /// The in-flight batch of `key` is fully resolved: returns the key's next batch, if any.
+    pub fn key_done(&mut self, key: &Arc<str>) -> Option<Batch<R>> {
+        let q = self.keys.get_mut(key)?;
+        q.in_flight = false;
+        if q.pending.is_empty() {
+            self.keys.remove(key);
+            return None;
+        }
+        self.take_key(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+
+    use super::*;
+    use crate::core::admission::Gate;
+    use crate::core::metrics::SinkMetrics;
+    use crate::core::progress::Progress;
+
+    fn gate() -> Arc<Gate> {
+        let set = ExecutionPlanMetricsSet::new();
+        Gate::new(
+            10_000,
+            u64::MAX,
+            Arc::new(Progress::new(None, "p")),
+            SinkMetrics::new(&set),
+        )
+    }
+
+    fn item(g: &Arc<Gate>, n: u32, bytes: u64, key: Option<&str>) -> Item<u32> {
+        let envelope = Envelope {
+            record: n,
+            bytes,
+            destination: "d".into(),
+            sequence_key: key.map(Arc::from),
+        };
+        Item::new(envelope, g.try_admit(bytes).expect("room"))
+    }
+
+    fn records(b: &Batch<u32>) -> Vec<u32> {
+        b.items.iter().map(|i| i.envelope.record).collect()
+    }
+
+    fn thresholds(records: usize, bytes: u64) -> BatchThresholds {
+        BatchThresholds {
+            max_records: records,
+            max_bytes: bytes,
+            max_delay: Duration::from_millis(10),
+        }
+    }
+
+    #[test]
+    fn sends_on_record_count_threshold() {
+        let g = gate();
+        let mut b = DestBatches::new(thresholds(3, 1000));
+        let first = b.push(item(&g, 1, 1, None));
+        assert!(first.ready.is_empty());
+        assert!(
+            first.timer.is_some(),
+            "the first record arms the delay timer"
+        );
+        assert!(b.push(item(&g, 2, 1, None)).timer.is_none());
+        let third = b.push(item(&g, 3, 1, None));
+        assert_eq!(third.ready.len(), 1);
+        assert_eq!(records(&third.ready[0]), vec![1, 2, 3]);
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn a_record_that_would_overflow_the_byte_threshold_closes_the_batch_first() {
+        let g = gate();
+        let mut b = DestBatches::new(thresholds(100, 100));
+        b.push(item(&g, 1, 60, None));
+        let p = b.push(item(&g, 2, 60, None));
+        assert_eq!(p.ready.len(), 1);
+        assert_eq!(records(&p.ready[0]), vec![1]);
+        assert!(p.timer.is_some(), "record 2 opens a new batch");
+        // An oversize record goes alone.
+        let p = b.push(item(&g, 3, 500, None));
+        assert_eq!(
+            p.ready.iter().map(records).collect::<Vec<_>>(),
+            vec![vec![2], vec![3]]
+        );
+    }
+
+    #[test]
+    fn stale_timer_does_nothing() {
+        let g = gate();
+        let mut b = DestBatches::new(thresholds(2, 1000));
+        let tag = b.push(item(&g, 1, 1, None)).timer.expect("timer");
+        assert_eq!(b.push(item(&g, 2, 1, None)).ready.len(), 1);
+        let tag2 = b.push(item(&g, 3, 1, None)).timer.expect("timer");
+        assert!(
+            b.on_timer(&tag).is_none(),
+            "the batch of the first timer already left"
+        );
+        assert_eq!(b.on_timer(&tag2).map(|b| records(&b)), Some(vec![3]));
+    }
+
+    #[test]
+    fn one_batch_per_key_in_flight_and_later_records_wait() {
+        let g = gate();
+        let mut b = DestBatches::new(thresholds(2, 1000));
+        let key = Arc::<str>::from("k");
+        b.push(item(&g, 1, 1, Some("k")));
+        let first = b.push(item(&g, 2, 1, Some("k"))).ready;
+        assert_eq!(
+            first.iter().map(records).collect::<Vec<_>>(),
+            vec![vec![1, 2]]
+        );
+        // While the key's batch is in flight, its later records wait, even past the threshold.
+        for n in 3..=6 {
+            let p = b.push(item(&g, n, 1, Some("k")));
+            assert!(p.ready.is_empty() && p.timer.is_none());
+        }
+        assert!(b.take_ready().is_empty());
+        // Unkeyed records are not held back by the key.
+        b.push(item(&g, 100, 1, None));
+        assert_eq!(
+            b.take_ready().iter().map(records).collect::<Vec<_>>(),
+            vec![vec![100]]
+        );
+        let next = b.key_done(&key).expect("next batch of the key");
+        assert_eq!(records(&next), vec![3, 4]);
+        assert_eq!(records(&b.key_done(&key).expect("then")), vec![5, 6]);
+        assert!(b.key_done(&key).is_none());
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn key_timer_sends_a_partial_batch() {
+        let g = gate();
+        let mut b = DestBatches::new(thresholds(10, 1000));
+        let tag = b.push(item(&g, 1, 1, Some("k"))).timer.expect("timer");
+        assert_eq!(b.on_timer(&tag).map(|b| records(&b)), Some(vec![1]));
+        assert!(b.on_timer(&tag).is_none());
+    }
+}

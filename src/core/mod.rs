@@ -1,0 +1,197 @@
+//! The shared flow-control core.
+//!
+//! Every connector writes through this one engine. A connector supplies a [`Transport`]: how to
+//! open a client for a destination, send a batch, classify what came back, recover a missing
+//! destination and close a client. The core supplies everything else, and never names a
+//! connector:
+//!
+//! ```text
+//! records -> admit (count + byte gate, progress watchdog)
+//!         -> route (destination pool: LRU cap, idle eviction, bounded shutdown)
+//!         -> batch + send (thresholds; retry/backoff with the SDK's semantics)
+//!         -> resolve (ack | retry | NOT_FOUND recovery | rejection -> isolation pass
+//!                     -> failure policy -> consecutive-rejection breaker) -> metrics
+//! flush: wait until nothing admitted is unresolved
+//! ```
+//!
+//! See `docs/architecture.md` for the whole picture.
+
+pub mod admission;
+pub mod batch;
+pub mod breaker;
+pub mod metrics;
+pub mod pool;
+pub mod progress;
+pub mod retry;
+pub mod writer;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+
+pub use metrics::SinkMetrics;
+pub use retry::{Backoff, RetrySettings};
+pub use writer::FlowWriter;
+
+/// A destination: the full resource name of a topic, queue or table.
+pub type Destination = Arc<str>;
+
+/// One encoded record handed to the core.
+#[derive(Debug, Clone)]
+pub struct Envelope<R> {
+    /// The connector's record (a message, a task, a row mutation).
+    pub record: R,
+    /// The bytes this record counts against the in-flight byte cap and the batch byte threshold
+    /// (the serialized protobuf size of what is sent for it).
+    pub bytes: u64,
+    /// Where it goes.
+    pub destination: Destination,
+    /// Records sharing a sequence key (a Pub/Sub ordering key) are sent in admission order,
+    /// with at most one batch of that key in flight, and a key's failure is repaired before
+    /// later records of that key are sent.
+    pub sequence_key: Option<Arc<str>>,
+}
+
+/// What a send returned.
+#[derive(Debug)]
+pub enum SendOutcome {
+    /// One status for the whole batch.
+    Whole(std::result::Result<(), tonic::Status>),
+    /// One status per record, in the order of the batch (Bigtable `MutateRows`).
+    PerRecord(Vec<std::result::Result<(), tonic::Status>>),
+}
+
+/// How the core treats a status. Classification is kept apart from timing: the core decides
+/// when to retry from the class and the connector's [`RetrySettings`]/[`RecoverySettings`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Delivered.
+    Ok,
+    /// Delivered earlier (a named Cloud Tasks task that already exists); counted as delivered
+    /// and as de-duplicated.
+    Duplicate,
+    /// Transient: retried under the retry settings.
+    Retryable,
+    /// The destination is missing: handled by the recovery path (creation when asked, then a
+    /// re-send under the recovery backoff), else fatal.
+    NotFound,
+    /// The service refused the records themselves: isolation pass, then the failure policy.
+    Rejected,
+    /// A configuration or permission problem: fails the statement.
+    Fatal,
+}
+
+/// What to do with records the service confirmed it refuses (and rows the encoder rejects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailurePolicy {
+    /// Fail the statement at the first confirmed rejection (the default).
+    #[default]
+    Fail,
+    /// Drop the record, count it, and go on (bounded by the consecutive-rejection breaker).
+    Drop,
+}
+
+/// Batch thresholds: a batch is sent on whichever arrives first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchThresholds {
+    /// Records per batch.
+    pub max_records: usize,
+    /// Bytes per batch (sum of [`Envelope::bytes`]).
+    pub max_bytes: u64,
+    /// How long the first record of a batch waits for the batch to fill.
+    pub max_delay: Duration,
+}
+
+/// The recovery path for a missing destination.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecoverySettings {
+    /// Backoff between re-sends.
+    pub backoff: Backoff,
+    /// Attempts of the re-send, the first included.
+    pub max_attempts: u32,
+    /// The option that sets `max_attempts`, named in the error when the budget runs out.
+    pub attempts_option: &'static str,
+    /// Whether to ask the transport to create the destination before re-sending.
+    pub create: bool,
+}
+
+/// Everything the core needs to know, filled from a connector's options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlowConfig {
+    /// In-flight record cap (admitted, not yet resolved, including those parked for retry).
+    pub max_in_flight_records: usize,
+    /// In-flight byte cap; `u64::MAX` bounds by count only. A record larger than the cap is
+    /// admitted alone.
+    pub max_in_flight_bytes: u64,
+    /// The option names reported when a cap is involved (for messages and metrics docs).
+    pub in_flight_option: &'static str,
+    /// No-progress budget while waiting; `None` never times out.
+    pub progress_timeout: Option<Duration>,
+    /// The option that sets `progress_timeout`.
+    pub progress_option: &'static str,
+    /// Budget of one release (eviction or close), shared by every client it covers.
+    pub shutdown_timeout: Duration,
+    /// The option that sets `shutdown_timeout`.
+    pub shutdown_option: &'static str,
+    /// Open destinations cap (LRU eviction beyond it).
+    pub max_active_destinations: usize,
+    /// Idle destinations are released after a successful non-terminal flush.
+    pub destination_idle_timeout: Duration,
+    /// Register per-destination counters.
+    pub per_destination_metrics: bool,
+    /// Consecutive confirmed rejections that fail the statement; `None` is unbounded.
+    pub max_consecutive_rejections: Option<u64>,
+    /// The option that sets `max_consecutive_rejections`.
+    pub breaker_option: &'static str,
+    /// Batch thresholds.
+    pub batch: BatchThresholds,
+    /// Retry of [`Class::Retryable`] outcomes.
+    pub retry: RetrySettings,
+    /// Recovery of [`Class::NotFound`] outcomes; `None` makes NOT_FOUND fatal.
+    pub not_found: Option<RecoverySettings>,
+    /// Failure policy for rejected records.
+    pub failure_policy: FailurePolicy,
+    /// Concurrent send RPCs the writer may have outstanding (across destinations).
+    pub max_concurrent_sends: usize,
+}
+
+/// What a connector supplies to the core: the RPC side of one sink.
+///
+/// Implementations hold no per-statement state beyond their clients; the core calls them from
+/// several tasks at once.
+#[async_trait]
+pub trait Transport: Send + Sync + 'static {
+    /// The encoded record (a `PubsubMessage`, a `Task`, a `MutateRowsRequest` entry).
+    type Record: Send + Sync + 'static;
+    /// The per-destination client (a publisher, a queue client, a table client).
+    type Client: Send + Sync + 'static;
+
+    /// The RPC's name, for errors and tracing (`"Publish"`).
+    fn operation(&self) -> &'static str;
+
+    /// Opens a client for `destination`. Called lazily, when the first record for it arrives.
+    async fn open(&self, destination: &Destination) -> Result<Self::Client>;
+
+    /// Sends one batch. `timeout` is the per-attempt RPC deadline (`None`: no deadline); the
+    /// core also enforces it around the returned future.
+    async fn send(
+        &self,
+        client: &Self::Client,
+        destination: &Destination,
+        batch: &[&Self::Record],
+        timeout: Option<Duration>,
+    ) -> SendOutcome;
+
+    /// Classifies a non-OK status. `solo` says whether the batch held one record.
+    fn classify(&self, status: &tonic::Status, solo: bool) -> Class;
+
+    /// Creates a missing destination (the auto-create recovery). Returns `Ok(true)` when it
+    /// created it, `Ok(false)` when it already existed.
+    async fn create_destination(&self, client: &Self::Client, destination: &Destination) -> Result<bool>;
+
+    /// Releases a client. The core bounds the wait by the shutdown budget.
+    async fn close(&self, client: Self::Client);
+}

@@ -1,0 +1,12 @@
+//! Shared row encodings (JSON, raw) used by the connectors that send a payload.
+//!
+//! - [`json`]: one JSON object per row, over a chosen set of columns, with a documented text
+//!   form for every Arrow type a table can hold.
+//! - [`raw`]: one string or binary column as the payload, byte for byte, and [`BytesColumn`],
+//!   the layout-independent reader of string and binary columns.
+
+pub mod json;
+pub mod raw;
+
+pub use json::{ColumnEncoder, JsonRowEncoder, JsonRows, check_json_type, write_json_str};
+pub use raw::{BytesColumn, RawEncoder, is_bytes_type, is_string_type};

@@ -1,0 +1,190 @@
+//! The crate's one error type.
+//!
+//! Every failure a user can see names what it is about: the option, the column, the limit or
+//! the gRPC status. The error is boxed into a [`DataFusionError`] only at the DataFusion boundary
+//! (see [`From<Error> for DataFusionError`](#impl-From<Error>-for-DataFusionError)).
+
+use std::time::Duration;
+
+use datafusion::error::DataFusionError;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while declaring or writing to a sink.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An option name no connector knows.
+    #[error("unknown option '{option}' for connector '{connector}'{}", suggestion_text(.suggestion))]
+    UnknownOption {
+        /// The connector the table declares.
+        connector: String,
+        /// The option as written.
+        option: String,
+        /// The nearest valid option name, when one is close enough.
+        suggestion: Option<String>,
+    },
+    /// The same option given twice (including `k` and `format.k`).
+    #[error("option '{option}' is given more than once")]
+    DuplicateOption {
+        /// The option name.
+        option: String,
+    },
+    /// An option the connector needs is missing.
+    #[error("missing option '{option}': {rule}")]
+    MissingOption {
+        /// The option name.
+        option: String,
+        /// Why it is needed.
+        rule: String,
+    },
+    /// An option value that breaks its rule (type, bound or cross-option rule).
+    #[error("invalid value '{value}' for option '{option}': {rule}")]
+    InvalidOption {
+        /// The option name.
+        option: String,
+        /// The value as given.
+        value: String,
+        /// The rule it breaks.
+        rule: String,
+    },
+    /// The table schema cannot be mapped by the connector.
+    #[error("column '{column}': {rule}")]
+    Schema {
+        /// The column (or the option naming it).
+        column: String,
+        /// The rule it breaks.
+        rule: String,
+    },
+    /// A statement the sink does not support (overwrite, replace, reading a sink).
+    #[error("{0}")]
+    Unsupported(String),
+    /// A row the connector cannot turn into a record (a serializer rejection).
+    #[error("row {row}: {reason}")]
+    Encode {
+        /// Index of the row within its statement input, counted from 0.
+        row: u64,
+        /// What is wrong with it, naming the column or limit.
+        reason: String,
+    },
+    /// An RPC that failed in a way the writer does not recover from.
+    #[error("{operation} to '{destination}' failed with {code:?} after {attempts} attempt(s): {message}")]
+    Rpc {
+        /// The RPC (`Publish`, `CreateTask`, `MutateRows`, ...).
+        operation: &'static str,
+        /// The destination resource name.
+        destination: String,
+        /// The gRPC status code.
+        code: tonic::Code,
+        /// The status message.
+        message: String,
+        /// How many attempts were made.
+        attempts: u32,
+    },
+    /// A record the service refused, confirmed by sending it alone, under the `fail` policy.
+    #[error("record rejected by '{destination}' with {code:?} (confirmed when sent alone): {message}")]
+    Rejected {
+        /// The destination resource name.
+        destination: String,
+        /// The gRPC status code.
+        code: tonic::Code,
+        /// The status message.
+        message: String,
+    },
+    /// Too many consecutive confirmed rejections under a dropping failure policy.
+    #[error("{count} consecutive records were rejected with no success between them (limit set by '{option}')")]
+    RejectionBreaker {
+        /// The option that sets the bound.
+        option: &'static str,
+        /// The number of consecutive rejections.
+        count: u64,
+    },
+    /// No completion arrived within the progress budget while the writer waited.
+    #[error("no send completed within {budget:?} while {waiting_for} (limit set by '{option}')")]
+    ProgressTimeout {
+        /// The option that sets the budget.
+        option: &'static str,
+        /// The budget.
+        budget: Duration,
+        /// What the writer was waiting for.
+        waiting_for: &'static str,
+    },
+    /// A client release did not finish within its shutdown budget.
+    #[error("releasing {clients} client(s) did not finish within {budget:?} (limit set by '{option}')")]
+    ShutdownTimeout {
+        /// The option that sets the budget.
+        option: &'static str,
+        /// The budget.
+        budget: Duration,
+        /// How many clients the release covered.
+        clients: usize,
+    },
+    /// A missing destination that recovery did not bring back within its budget.
+    #[error("'{destination}' is still missing after {attempts} attempt(s) (budget set by '{option}'): {message}")]
+    RecoveryExhausted {
+        /// The destination resource name.
+        destination: String,
+        /// The option that sets the attempt budget.
+        option: &'static str,
+        /// Attempts made.
+        attempts: u32,
+        /// The last status message.
+        message: String,
+    },
+    /// Connecting or authenticating failed.
+    #[error("cannot connect to {endpoint}: {message}")]
+    Connect {
+        /// The endpoint or emulator address.
+        endpoint: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The writer already failed; later calls report the first failure's summary.
+    #[error("the writer failed earlier: {0}")]
+    Failed(String),
+    /// An error from DataFusion or Arrow.
+    #[error(transparent)]
+    DataFusion(#[from] DataFusionError),
+    /// An I/O error (files, processes).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+fn suggestion_text(s: &Option<String>) -> String {
+    match s {
+        Some(s) => format!(" (did you mean '{s}'?)"),
+        None => String::new(),
+    }
+}
+
+impl Error {
+    /// Whether the same operation may succeed if tried again later (outages, throttling),
+    /// as opposed to a mistake in the statement, the options or the data.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Rpc { code, .. } => crate::core::retry::is_transient_code(*code),
+            Error::ProgressTimeout { .. } | Error::ShutdownTimeout { .. } | Error::Connect { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Shorthand for an [`Error::InvalidOption`].
+    pub fn invalid(option: impl Into<String>, value: impl Into<String>, rule: impl Into<String>) -> Self {
+        Error::InvalidOption { option: option.into(), value: value.into(), rule: rule.into() }
+    }
+
+    /// Shorthand for an [`Error::Schema`].
+    pub fn schema(column: impl Into<String>, rule: impl Into<String>) -> Self {
+        Error::Schema { column: column.into(), rule: rule.into() }
+    }
+}
+
+impl From<Error> for DataFusionError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::DataFusion(e) => e,
+            other => DataFusionError::External(Box::new(other)),
+        }
+    }
+}

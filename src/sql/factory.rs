@@ -1,0 +1,76 @@
+//! `STORED AS PUBSUB | CLOUD_TASKS | BIGTABLE`: the [`TableProviderFactory`] of each connector.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider, TableProviderFactory};
+use datafusion::error::Result as DFResult;
+use datafusion::logical_expr::CreateExternalTable;
+use datafusion::sql::sqlparser::ast::Value;
+
+use crate::connectors;
+use crate::error::Result;
+use crate::options::{ConnectorKind, RawOptions};
+
+use super::table::SinkTable;
+
+/// Creates sink tables of one connector from `CREATE EXTERNAL TABLE` statements.
+///
+/// Constructing the table checks every option and the schema, and contacts no service.
+#[derive(Debug, Clone, Copy)]
+pub struct SinkTableFactory {
+    kind: ConnectorKind,
+}
+
+impl SinkTableFactory {
+    /// A factory for `kind`.
+    pub fn new(kind: ConnectorKind) -> Self {
+        Self { kind }
+    }
+
+    /// The connector this factory creates tables for.
+    pub fn kind(&self) -> ConnectorKind {
+        self.kind
+    }
+
+    fn create_table(&self, cmd: &CreateExternalTable) -> Result<SinkTable> {
+        // DataFusion hands the options over as a map, in which `k` and `format.k` may already
+        // have collapsed into one entry (the last one wins). Statements that go through
+        // `crate::sql` are checked for that before planning (`check_raw_option_names`); the
+        // statement text in `cmd.definition` does not carry the options, so it cannot help here.
+        let pairs: Vec<(String, String)> = cmd.options.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let raw = RawOptions::from_pairs(pairs)?;
+        let location = cmd.locations.first().map(String::as_str).filter(|l| !l.is_empty());
+        let schema = Arc::new(cmd.schema.as_arrow().clone());
+        let sink = connectors::build_sink(self.kind, schema, location, &raw)?;
+        Ok(SinkTable::new(cmd.name.to_string(), sink))
+    }
+}
+
+#[async_trait]
+impl TableProviderFactory for SinkTableFactory {
+    async fn create(
+        &self,
+        _state: &dyn Session,
+        cmd: &CreateExternalTable,
+    ) -> DFResult<Arc<dyn TableProvider>> {
+        Ok(Arc::new(self.create_table(cmd)?))
+    }
+}
+
+fn value_text(v: &Value) -> String {
+    match v {
+        Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Checks option names of a parsed `CREATE EXTERNAL TABLE` before DataFusion plans it, so
+/// that a duplicate written as `k` and `format.k` is caught whichever comes first.
+pub(crate) fn check_raw_option_names(file_type: &str, options: &[(String, Value)]) -> Result<()> {
+    let Ok(kind) = ConnectorKind::parse(file_type) else {
+        return Ok(()); // not one of ours
+    };
+    let raw = RawOptions::from_pairs(options.iter().map(|(k, v)| (k.clone(), value_text(v))))?;
+    crate::options::validate_names(kind, &raw)
+}

@@ -1,0 +1,159 @@
+//! The SQL surface.
+//!
+//! Two ways to declare a sink reach one option parser:
+//!
+//! * the Arroyo-style `CREATE TABLE t (...) WITH (connector = 'pubsub', ...)`, which DataFusion
+//!   rejects natively, so [`statement_to_dataframe`] rewrites it into the native form; and
+//! * DataFusion's own `CREATE EXTERNAL TABLE t (...) STORED AS PUBSUB LOCATION '...'
+//!   OPTIONS (...)`, served by the [`SinkTableFactory`] that [`register`] installs.
+//!
+//! ```no_run
+//! # async fn demo() -> gcp_sql::Result<()> {
+//! let ctx = gcp_sql::sql::new_context();
+//! gcp_sql::sql::run(
+//!     &ctx,
+//!     "CREATE TABLE clicks (user_id BIGINT, url VARCHAR)
+//!        WITH (connector = 'pubsub', topic = 'projects/demo/topics/clicks');
+//!      INSERT INTO clicks VALUES (1, 'https://example.com');",
+//! )
+//! .await?;
+//! # Ok(()) }
+//! ```
+
+mod factory;
+mod table;
+mod with;
+
+use std::sync::Arc;
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::dataframe::DataFrame;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::SessionContext;
+use datafusion::error::DataFusionError;
+use datafusion::sql::parser::{DFParser, Statement as DFStatement};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+
+use crate::error::{Error, Result};
+use crate::options::ConnectorKind;
+
+pub use factory::SinkTableFactory;
+pub use table::{SinkTable, TableSink};
+
+/// Every connector this crate registers.
+pub const CONNECTORS: [ConnectorKind; 3] =
+    [ConnectorKind::PubSub, ConnectorKind::CloudTasks, ConnectorKind::Bigtable];
+
+/// Installs the three sink factories (`STORED AS PUBSUB | CLOUD_TASKS | BIGTABLE`) into an
+/// existing context.
+///
+/// ```
+/// let ctx = datafusion::prelude::SessionContext::new();
+/// gcp_sql::sql::register(&ctx);
+/// ```
+pub fn register(ctx: &SessionContext) {
+    let state = ctx.state_ref();
+    let mut state = state.write();
+    for kind in CONNECTORS {
+        state
+            .table_factories_mut()
+            .insert(kind.stored_as().to_string(), Arc::new(SinkTableFactory::new(kind)));
+    }
+}
+
+/// Adds the three sink factories to a [`SessionStateBuilder`].
+///
+/// ```
+/// use datafusion::execution::SessionStateBuilder;
+/// let state = gcp_sql::sql::with_gcp_sinks(SessionStateBuilder::new().with_default_features()).build();
+/// assert!(state.table_factories().contains_key("PUBSUB"));
+/// ```
+pub fn with_gcp_sinks(mut builder: SessionStateBuilder) -> SessionStateBuilder {
+    for kind in CONNECTORS {
+        builder = builder
+            .with_table_factory(kind.stored_as().to_string(), Arc::new(SinkTableFactory::new(kind)));
+    }
+    builder
+}
+
+/// A state builder with DataFusion's defaults and the three sinks.
+pub fn new_state_builder() -> SessionStateBuilder {
+    with_gcp_sinks(SessionStateBuilder::new().with_default_features())
+}
+
+/// A context with DataFusion's defaults and the three sinks registered.
+pub fn new_context() -> SessionContext {
+    SessionContext::new_with_state(new_state_builder().build())
+}
+
+/// Splits SQL text into its statements, each as the text the user wrote (comments and
+/// quoting kept), without the separating semicolons. Empty statements are skipped.
+///
+/// ```
+/// let parts = gcp_sql::sql::split_statements("SELECT 1; SELECT ';' -- a comment;\n;").unwrap();
+/// assert_eq!(parts, vec!["SELECT 1".to_string(), "SELECT ';' -- a comment;\n".to_string()]);
+/// ```
+pub fn split_statements(sql: &str) -> Result<Vec<String>> {
+    let dialect = GenericDialect {};
+    let tokens = Tokenizer::new(&dialect, sql)
+        .with_unescape(false)
+        .tokenize()
+        .map_err(|e| Error::DataFusion(DataFusionError::SQL(Box::new(e.into()), None)))?;
+    let mut statements = Vec::new();
+    let mut current = String::new();
+    let mut has_code = false;
+    for token in tokens {
+        match token {
+            Token::SemiColon => {
+                if has_code {
+                    statements.push(current.trim().to_string());
+                }
+                current.clear();
+                has_code = false;
+            }
+            Token::Whitespace(_) => current.push_str(&token.to_string()),
+            Token::EOF => {}
+            other => {
+                has_code = true;
+                current.push_str(&other.to_string());
+            }
+        }
+    }
+    if has_code {
+        statements.push(current.trim().to_string());
+    }
+    Ok(statements)
+}
+
+/// Plans one statement (either SQL surface, or any DataFusion SQL) and returns its
+/// [`DataFrame`]. DDL runs right away, as with [`SessionContext::sql`].
+pub async fn statement_to_dataframe(ctx: &SessionContext, statement: &str) -> Result<DataFrame> {
+    let mut statements = DFParser::parse_sql(statement)?;
+    let stmt = match (statements.pop_front(), statements.is_empty()) {
+        (Some(stmt), true) => stmt,
+        (None, _) => return Err(Error::Unsupported("no SQL statement given".into())),
+        (Some(_), false) => {
+            return Err(Error::Unsupported(
+                "statement_to_dataframe takes one statement; use run() for several".into(),
+            ));
+        }
+    };
+    let stmt = with::rewrite_with_form(stmt)?;
+    if let DFStatement::CreateExternalTable(create) = &stmt {
+        factory::check_raw_option_names(&create.file_type, &create.options)?;
+    }
+    let state = ctx.state();
+    let plan = state.statement_to_plan(stmt).await?;
+    Ok(ctx.execute_logical_plan(plan).await?)
+}
+
+/// Runs every statement of `sql` in order and returns the batches of the last one.
+pub async fn run(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>> {
+    let mut last = Vec::new();
+    for statement in split_statements(sql)? {
+        let df = statement_to_dataframe(ctx, &statement).await?;
+        last = df.collect().await?;
+    }
+    Ok(last)
+}

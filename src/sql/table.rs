@@ -1,0 +1,129 @@
+//! The sink table and its [`DataSink`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::datasource::TableType;
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
+use datafusion::error::Result as DFResult;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
+
+use crate::connectors::SinkConnector;
+use crate::core::SinkMetrics;
+use crate::error::Error;
+
+/// A write-only table backed by a connector.
+#[derive(Debug, Clone)]
+pub struct SinkTable {
+    name: String,
+    sink: Arc<dyn SinkConnector>,
+}
+
+impl SinkTable {
+    /// Wraps a connector under a table name (used in messages).
+    pub fn new(name: impl Into<String>, sink: Arc<dyn SinkConnector>) -> Self {
+        Self { name: name.into(), sink }
+    }
+
+    /// The connector behind the table.
+    pub fn sink(&self) -> &Arc<dyn SinkConnector> {
+        &self.sink
+    }
+}
+
+#[async_trait]
+impl TableProvider for SinkTable {
+    fn schema(&self) -> SchemaRef {
+        self.sink.schema().clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        Err(Error::Unsupported(format!(
+            "table '{}' is a write-only {} sink: it can be the target of INSERT INTO, not read",
+            self.name,
+            self.sink.kind().name()
+        ))
+        .into())
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let refused = match insert_op {
+            InsertOp::Append => None,
+            InsertOp::Overwrite => Some("INSERT OVERWRITE"),
+            InsertOp::Replace => Some("REPLACE INTO"),
+        };
+        if let Some(what) = refused {
+            return Err(Error::Unsupported(format!(
+                "{what} is not supported on '{}': a {} sink only appends; use INSERT INTO",
+                self.name,
+                self.sink.kind().name()
+            ))
+            .into());
+        }
+        let sink = TableSink::new(self.name.clone(), self.sink.clone());
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+}
+
+/// The [`DataSink`] of one `INSERT`: it owns that statement's metrics.
+#[derive(Debug)]
+pub struct TableSink {
+    table: String,
+    sink: Arc<dyn SinkConnector>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl TableSink {
+    /// A sink writing to `sink`, reporting as table `table`.
+    pub fn new(table: String, sink: Arc<dyn SinkConnector>) -> Self {
+        Self { table, sink, metrics: ExecutionPlanMetricsSet::new() }
+    }
+}
+
+impl DisplayAs for TableSink {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "GcpSink: connector={} table={}", self.sink.kind().name(), self.table)
+    }
+}
+
+#[async_trait]
+impl DataSink for TableSink {
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn schema(&self) -> &SchemaRef {
+        self.sink.schema()
+    }
+
+    async fn write_all(
+        &self,
+        data: SendableRecordBatchStream,
+        _context: &Arc<TaskContext>,
+    ) -> DFResult<u64> {
+        let metrics = SinkMetrics::new(&self.metrics);
+        Ok(self.sink.write_all(data, metrics).await?)
+    }
+}

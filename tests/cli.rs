@@ -1,0 +1,487 @@
+//! The `gcp-sql` binary driven as a process: sources, output, errors and exit codes, the
+//! interactive shell on piped input, and the emulators it starts and must stop.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::parquet::arrow::ArrowWriter;
+
+const BIN: &str = env!("CARGO_BIN_EXE_gcp-sql");
+
+/// Bound on waiting for the tool to report its emulators (a JVM start on a loaded machine);
+/// only reached when something is broken.
+const EMULATOR_START_BOUND: Duration = Duration::from_secs(180);
+
+/// Bound on waiting for the tool to exit after it was told to.
+const EXIT_BOUND: Duration = Duration::from_secs(30);
+
+/// A command for the tool, run from the repository root with a private `HOME` (the shell's
+/// history goes there) and no emulator variables inherited from the caller.
+fn gcp_sql(home: &Path) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("HOME", home)
+        .env_remove("PUBSUB_EMULATOR_HOST")
+        .env_remove("BIGTABLE_EMULATOR_HOST")
+        .env_remove("CLOUD_TASKS_EMULATOR_HOST")
+        .stdin(Stdio::null());
+    command
+}
+
+fn run(command: &mut Command) -> Output {
+    command.output().expect("the gcp-sql binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn test_data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+#[test]
+fn commands_and_files_run_in_the_order_given() {
+    let home = tempfile::tempdir().unwrap();
+    let script = home.path().join("middle.sql");
+    std::fs::write(&script, "SELECT 'two' AS step;\nSELECT 'three' AS step;\n").unwrap();
+    let output = run(gcp_sql(home.path()).args([
+        "--format",
+        "csv",
+        "-c",
+        "SELECT 'one' AS step",
+        "-f",
+        script.to_str().unwrap(),
+        "-c",
+        "SELECT 'four' AS step",
+    ]));
+    assert!(output.status.success(), "stderr: {}", text(&output.stderr));
+    assert_eq!(
+        text(&output.stdout),
+        "step\none\nstep\ntwo\nstep\nthree\nstep\nfour\n"
+    );
+    assert_eq!(
+        text(&output.stderr).matches("1 row(s) fetched.").count(),
+        4,
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn csv_source_declared_as_external_table_is_queried() {
+    let home = tempfile::tempdir().unwrap();
+    let create = format!(
+        "CREATE EXTERNAL TABLE events STORED AS CSV LOCATION '{}' OPTIONS ('format.has_header' 'true');",
+        test_data("events.csv").display()
+    );
+    let output = run(gcp_sql(home.path()).args([
+        "-c",
+        &create,
+        "-c",
+        "SELECT kind, count(*) AS n, sum(amount) AS total FROM events GROUP BY kind ORDER BY kind",
+    ]));
+    assert!(output.status.success(), "stderr: {}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("| kind     | n | total |"), "{stdout}");
+    assert!(stdout.contains("| click    | 2 | 3.25  |"), "{stdout}");
+    assert!(stdout.contains("| purchase | 1 | 19.99 |"), "{stdout}");
+    assert!(stdout.contains("| view     | 2 | 1.25  |"), "{stdout}");
+    assert!(
+        text(&output.stderr).contains("3 row(s) fetched."),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+fn write_parquet(path: &Path) {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("user_id", DataType::Int64, false),
+        Field::new("url", DataType::Utf8, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        vec![
+            Arc::new(Int64Array::from(vec![7, 8, 9])),
+            Arc::new(StringArray::from(vec!["/a", "/b", "/c"])),
+        ],
+    )
+    .unwrap();
+    let mut writer =
+        ArrowWriter::try_new(std::fs::File::create(path).unwrap(), schema, None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+}
+
+#[test]
+fn parquet_file_is_queried_directly_by_path_and_glob() {
+    let home = tempfile::tempdir().unwrap();
+    let data = home.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    write_parquet(&data.join("part-0.parquet"));
+    write_parquet(&data.join("part-1.parquet"));
+    let one = format!(
+        "SELECT url FROM '{}' WHERE user_id = 8",
+        data.join("part-0.parquet").display()
+    );
+    let all = format!(
+        "SELECT count(*) AS n, sum(user_id) AS s FROM '{}/*.parquet'",
+        data.display()
+    );
+    let output = run(gcp_sql(home.path()).args(["--format", "json", "-c", &one, "-c", &all]));
+    assert!(output.status.success(), "stderr: {}", text(&output.stderr));
+    assert_eq!(
+        text(&output.stdout),
+        "[{\"url\":\"/b\"}]\n[{\"n\":6,\"s\":48}]\n"
+    );
+}
+
+#[test]
+fn failing_statement_stops_the_run_with_its_error_and_exit_code_1() {
+    let home = tempfile::tempdir().unwrap();
+    let output = run(gcp_sql(home.path()).args([
+        "-c",
+        "SELECT 'before' AS step",
+        "-c",
+        "SELECT * FROM no_such_table",
+        "-c",
+        "SELECT 'after' AS step",
+    ]));
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = text(&output.stdout);
+    let stderr = text(&output.stderr);
+    assert!(stdout.contains("before"), "{stdout}");
+    assert!(
+        !stdout.contains("after"),
+        "the run went on after a failure: {stdout}"
+    );
+    let error_line = stderr
+        .lines()
+        .find(|l| l.starts_with("Error: "))
+        .unwrap_or_default();
+    assert!(error_line.contains("no_such_table"), "{stderr}");
+}
+
+#[test]
+fn unreadable_file_is_an_error() {
+    let home = tempfile::tempdir().unwrap();
+    let missing = home.path().join("missing.sql");
+    let output = run(gcp_sql(home.path()).args(["-f", missing.to_str().unwrap()]));
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("Error: cannot read") && stderr.contains("missing.sql"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn quiet_prints_only_results() {
+    let home = tempfile::tempdir().unwrap();
+    let output = run(gcp_sql(home.path()).args(["-q", "--format", "csv", "-c", "SELECT 1 AS x"]));
+    assert!(output.status.success());
+    assert_eq!(text(&output.stdout), "x\n1\n");
+    assert_eq!(text(&output.stderr), "");
+}
+
+#[test]
+fn bad_arguments_exit_with_2() {
+    let home = tempfile::tempdir().unwrap();
+    let output = run(gcp_sql(home.path()).args(["--format", "yaml"]));
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("yaml"));
+}
+
+#[test]
+fn shell_reads_piped_statements_reports_errors_and_goes_on() {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = gcp_sql(home.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(
+            b"SELECT 40 +\n  2 AS answer;\nSELECT * FROM nowhere;\nSELECT 'still here' AS s;\n",
+        )
+        .unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    let stdout = text(&output.stdout);
+    let stderr = text(&output.stderr);
+    assert!(stdout.contains("| 42     |"), "{stdout}");
+    assert!(stdout.contains("| still here |"), "{stdout}");
+    assert!(
+        stderr.contains("Error: ") && stderr.contains("nowhere"),
+        "{stderr}"
+    );
+    // A statement failed: the shell went on, and says so in its exit code.
+    assert_eq!(output.status.code(), Some(1));
+    let history = std::fs::read_to_string(home.path().join(".gcp_sql_history")).unwrap();
+    assert!(history.contains("SELECT 'still here' AS s;"), "{history}");
+}
+
+#[test]
+fn shell_quits_on_backslash_q() {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = gcp_sql(home.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"SELECT 1 AS one;\n\\q\nSELECT 'unreached' AS u;\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("| one |"));
+    assert!(!text(&output.stdout).contains("unreached"));
+}
+
+/// A running `gcp-sql --emulators` whose stderr is read line by line on a thread.
+struct Running {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn spawn(mut command: Command) -> Running {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads stderr until `count` emulator reports ("Started ..." or "Could not start ...").
+    fn wait_for_emulator_reports(&mut self, count: usize) -> Vec<SocketAddr> {
+        let deadline = Instant::now() + EMULATOR_START_BOUND;
+        let reports = |seen: &[String]| {
+            seen.iter()
+                .filter(|l| l.starts_with("Started the ") || l.starts_with("Could not start the "))
+                .count()
+        };
+        while reports(&self.seen) < count {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!(
+                    "only {} emulator report(s) arrived:\n{}",
+                    reports(&self.seen),
+                    self.seen.join("\n")
+                ),
+            }
+        }
+        started_addresses(&self.seen)
+    }
+
+    fn wait(&mut self) -> (ExitStatus, String) {
+        let deadline = Instant::now() + EXIT_BOUND;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "gcp-sql did not exit:\n{}",
+                self.seen.join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        self.seen.extend(self.lines.iter());
+        (status, self.seen.join("\n"))
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
+        // SAFETY: sends a signal to our own child, which has not been reaped yet.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The addresses in "Started the X emulator at 127.0.0.1:P (...)" lines.
+fn started_addresses(lines: &[String]) -> Vec<SocketAddr> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("Started the "))
+        .filter_map(|l| l.split(" emulator at ").nth(1))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(|a| a.parse().unwrap())
+        .collect()
+}
+
+fn accepts(address: &SocketAddr) -> bool {
+    TcpStream::connect_timeout(address, Duration::from_secs(1)).is_ok()
+}
+
+/// Waits (bounded) until nothing listens on any of `addresses`: after a SIGKILL the kernel
+/// kills the emulators asynchronously.
+fn assert_all_closed(addresses: &[SocketAddr], context: &str) {
+    let deadline = Instant::now() + EXIT_BOUND;
+    while addresses.iter().any(accepts) {
+        assert!(
+            Instant::now() < deadline,
+            "an emulator still listens after {context}: {addresses:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn emulators_start_for_the_run_and_stop_at_exit() {
+    let home = tempfile::tempdir().unwrap();
+    let mut command = gcp_sql(home.path());
+    command.args(["--emulators", "-c", "SELECT 1 AS x"]);
+    let mut running = Running::spawn(command);
+    let addresses = running.wait_for_emulator_reports(3);
+    let (status, stderr) = running.wait();
+    assert!(status.success(), "{stderr}");
+    for name in ["Pub/Sub", "Bigtable", "Cloud Tasks"] {
+        assert!(
+            stderr.contains(&format!("Started the {name} emulator at 127.0.0.1:")),
+            "{stderr}"
+        );
+    }
+    for variable in [
+        "PUBSUB_EMULATOR_HOST=",
+        "BIGTABLE_EMULATOR_HOST=",
+        "CLOUD_TASKS_EMULATOR_HOST=",
+    ] {
+        assert!(stderr.contains(variable), "{stderr}");
+    }
+    assert_eq!(addresses.len(), 3, "{stderr}");
+    // Drop ran before exit: nothing listens any more, at once.
+    for address in &addresses {
+        assert!(
+            !accepts(address),
+            "{address} still accepts connections after exit"
+        );
+    }
+    assert!(
+        stderr.contains("Stopped the Pub/Sub, Bigtable, Cloud Tasks emulator(s)."),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn missing_emulator_is_reported_with_its_install_step_and_the_others_start() {
+    let home = tempfile::tempdir().unwrap();
+    let mut command = gcp_sql(home.path());
+    command
+        .env(
+            "GCP_SQL_CLOUD_TASKS_EMULATOR_BIN",
+            "/nonexistent/gcloud-tasks-emulator",
+        )
+        .args(["--emulators", "-c", "SELECT 1 AS x"]);
+    let mut running = Running::spawn(command);
+    let addresses = running.wait_for_emulator_reports(3);
+    let (status, stderr) = running.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "Could not start the Cloud Tasks emulator: the Cloud Tasks emulator is not installed: pip install gcloud-tasks-emulator"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("/nonexistent/gcloud-tasks-emulator"),
+        "{stderr}"
+    );
+    assert_eq!(addresses.len(), 2, "{stderr}");
+    for address in &addresses {
+        assert!(
+            !accepts(address),
+            "{address} still accepts connections after exit"
+        );
+    }
+}
+
+#[test]
+fn ctrl_c_in_the_shell_stops_the_emulators() {
+    let home = tempfile::tempdir().unwrap();
+    let mut command = gcp_sql(home.path());
+    // A shell whose input stays open: it waits for a statement until the Ctrl-C.
+    command.arg("--emulators").stdin(Stdio::piped());
+    let mut running = Running::spawn(command);
+    let addresses = running.wait_for_emulator_reports(3);
+    assert_eq!(addresses.len(), 3, "{}", running.seen.join("\n"));
+    assert!(addresses.iter().all(accepts));
+    running.signal(libc::SIGINT);
+    let (status, stderr) = running.wait();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    for address in &addresses {
+        assert!(
+            !accepts(address),
+            "{address} still accepts connections after Ctrl-C"
+        );
+    }
+}
+
+#[test]
+fn killed_tool_takes_its_emulators_with_it() {
+    let home = tempfile::tempdir().unwrap();
+    let mut command = gcp_sql(home.path());
+    command.arg("--emulators").stdin(Stdio::piped());
+    let mut running = Running::spawn(command);
+    let addresses = running.wait_for_emulator_reports(3);
+    assert_eq!(addresses.len(), 3, "{}", running.seen.join("\n"));
+    // SIGKILL runs no code in the tool: only the kernel's parent-death signal stops them.
+    running.signal(libc::SIGKILL);
+    let (status, stderr) = running.wait();
+    assert!(!status.success(), "{stderr}");
+    assert_all_closed(&addresses, "the tool was killed");
+}
+
+#[test]
+fn quickstart_publishes_every_click_to_the_pubsub_emulator() {
+    let home = tempfile::tempdir().unwrap();
+    let mut command = gcp_sql(home.path());
+    command.args(["--emulators", "-f", "sql/quickstart.sql"]);
+    let mut running = Running::spawn(command);
+    running.wait_for_emulator_reports(3);
+    let (status, stderr) = running.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Sink: 20 row(s) acknowledged of 20 sent"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("20 row(s) fetched."), "{stderr}");
+}
