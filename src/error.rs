@@ -188,3 +188,9 @@ impl From<Error> for DataFusionError {
         }
     }
 }
+
+impl From<datafusion::arrow::error::ArrowError> for Error {
+    fn from(e: datafusion::arrow::error::ArrowError) -> Self {
+        Error::DataFusion(DataFusionError::ArrowError(Box::new(e), None))
+    }
+}

@@ -1,6 +1,7 @@
 //! Google Cloud Pub/Sub, Cloud Tasks and Bigtable as SQL table sinks for Apache DataFusion.
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod cli;
 pub mod connectors;
 pub mod core;

@@ -24,7 +24,10 @@ mod factory;
 mod table;
 mod with;
 
+use std::collections::HashMap;
 use std::sync::Arc;
+
+use datafusion::catalog::{TableFunction, TableFunctionImpl};
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::dataframe::DataFrame;
@@ -36,6 +39,7 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
 use crate::error::{Error, Result};
+use crate::connectors::pubsub::inspect::{PubSubPullFunction, PubSubSubscribeFunction};
 use crate::options::ConnectorKind;
 
 pub use factory::SinkTableFactory;
@@ -45,21 +49,35 @@ pub use table::{SinkTable, TableSink};
 pub const CONNECTORS: [ConnectorKind; 3] =
     [ConnectorKind::PubSub, ConnectorKind::CloudTasks, ConnectorKind::Bigtable];
 
-/// Installs the three sink factories (`STORED AS PUBSUB | CLOUD_TASKS | BIGTABLE`) into an
-/// existing context.
+/// Installs the three sink factories (`STORED AS PUBSUB | CLOUD_TASKS | BIGTABLE`) and the
+/// helper table functions into an existing context.
 ///
 /// ```
 /// let ctx = datafusion::prelude::SessionContext::new();
 /// gcp_sql::sql::register(&ctx);
 /// ```
 pub fn register(ctx: &SessionContext) {
-    let state = ctx.state_ref();
-    let mut state = state.write();
-    for kind in CONNECTORS {
-        state
-            .table_factories_mut()
-            .insert(kind.stored_as().to_string(), Arc::new(SinkTableFactory::new(kind)));
+    {
+        let state = ctx.state_ref();
+        let mut state = state.write();
+        for kind in CONNECTORS {
+            state
+                .table_factories_mut()
+                .insert(kind.stored_as().to_string(), Arc::new(SinkTableFactory::new(kind)));
+        }
     }
+    for (name, function) in table_functions() {
+        ctx.register_udtf(name, function);
+    }
+}
+
+/// The helper table functions (`pubsub_subscribe`, `pubsub_pull`), see
+/// [`crate::connectors::pubsub::inspect`].
+fn table_functions() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
+    vec![
+        ("pubsub_subscribe", Arc::new(PubSubSubscribeFunction)),
+        ("pubsub_pull", Arc::new(PubSubPullFunction)),
+    ]
 }
 
 /// Adds the three sink factories to a [`SessionStateBuilder`].
@@ -73,6 +91,10 @@ pub fn with_gcp_sinks(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     for kind in CONNECTORS {
         builder = builder
             .with_table_factory(kind.stored_as().to_string(), Arc::new(SinkTableFactory::new(kind)));
+    }
+    let functions = builder.table_functions().get_or_insert_with(HashMap::new);
+    for (name, function) in table_functions() {
+        functions.insert(name.to_string(), Arc::new(TableFunction::new(name.to_string(), function)));
     }
     builder
 }

@@ -1,6 +1,7 @@
 //! The Pub/Sub connector: messages published to topics.
 
 pub mod client;
+pub mod inspect;
 pub mod mapping;
 pub mod options;
 pub mod writer;

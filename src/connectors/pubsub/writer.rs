@@ -146,6 +146,13 @@ fn mapping_spec(options: &PubSubSinkOptions) -> MappingSpec {
     }
 }
 
+/// The most message bytes one batch may carry so that its `PublishRequest` stays within the
+/// request limit: each message adds a field tag and a length prefix (at most 1 + 5 bytes), and
+/// the request carries the topic name (under 512 bytes: a project id is at most 30 characters
+/// and a topic id at most 255).
+const BATCH_BYTE_CEILING: u64 =
+    mapping::MAX_REQUEST_BYTES - (mapping::MAX_MESSAGES_PER_REQUEST as u64) * 6 - 512;
+
 /// Translates the publisher options into the core's settings.
 fn flow_config(options: &PubSubSinkOptions) -> FlowConfig {
     let p = &options.publisher;
@@ -184,7 +191,7 @@ fn flow_config(options: &PubSubSinkOptions) -> FlowConfig {
                 .min(mapping::MAX_MESSAGES_PER_REQUEST),
             max_bytes: u64::try_from(p.batch_request_byte_threshold())
                 .unwrap_or(u64::MAX)
-                .min(mapping::MAX_REQUEST_BYTES),
+                .min(BATCH_BYTE_CEILING),
             max_delay: p.batch_delay_threshold(),
         },
         retry,
