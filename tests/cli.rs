@@ -468,6 +468,14 @@ fn killed_tool_takes_its_emulators_with_it() {
     let (status, stderr) = running.wait();
     assert!(!status.success(), "{stderr}");
     assert_all_closed(&addresses, "the tool was killed");
+    // The killed tool could not remove its emulators' logs (named after its pid).
+    let marker = format!("-emulator-{}-", running.child.id());
+    for entry in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("gcp-sql-") && name.contains(&marker) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 #[test]

@@ -12,13 +12,17 @@ use std::time::Duration;
 
 use arrow::datatypes::{DataType, Field, Fields, Schema, TimeUnit};
 use gcp_sql::Error;
-use gcp_sql::connectors::bigtable::options::{self as bt, BigtableSinkOptions, BigtableWriterOptions, NullHandling};
-use gcp_sql::connectors::cloud_tasks::options::{self as ct, CloudTasksSinkOptions, CloudTasksWriterOptions, HttpMethod, TaskAuth};
+use gcp_sql::connectors::bigtable::options::{
+    self as bt, BigtableSinkOptions, BigtableWriterOptions, NullHandling,
+};
+use gcp_sql::connectors::cloud_tasks::options::{
+    self as ct, CloudTasksSinkOptions, CloudTasksWriterOptions, HttpMethod, TaskAuth,
+};
 use gcp_sql::connectors::pubsub::options::{self as ps, PubSubPublisherOptions, PubSubSinkOptions};
 use gcp_sql::core::FailurePolicy;
 use gcp_sql::options::{
-    ConnectorKind, EmulatorSource, OptionGroup, PayloadFormat, RawOptions, options_for, reference_markdown, registry,
-    validate_names,
+    ConnectorKind, EmulatorSource, OptionGroup, PayloadFormat, RawOptions, options_for,
+    reference_markdown, registry, validate_names,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -31,7 +35,8 @@ const NANOS_MAX: Duration = Duration::from_nanos(i64::MAX as u64);
 const MIB: i64 = 1 << 20;
 
 fn raw(pairs: &[(&str, &str)]) -> RawOptions {
-    RawOptions::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()))).expect("no duplicate in test input")
+    RawOptions::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        .expect("no duplicate in test input")
 }
 
 /// An environment with no emulator variable, so a developer's shell cannot change a result.
@@ -63,7 +68,9 @@ fn bigtable(pairs: &[(&str, &str)]) -> gcp_sql::Result<BigtableSinkOptions> {
 #[track_caller]
 fn invalid<T: std::fmt::Debug>(result: gcp_sql::Result<T>, option: &str) -> String {
     match result {
-        Err(Error::InvalidOption { option: o, rule, .. }) if o == option => rule,
+        Err(Error::InvalidOption {
+            option: o, rule, ..
+        }) if o == option => rule,
         other => panic!("expected an invalid-option error naming '{option}', got {other:?}"),
     }
 }
@@ -105,7 +112,10 @@ fn pubsub_defaults_follow_the_seed_and_the_java_sdk() {
     assert_eq!(o.max_consecutive_rejections(), 100);
     assert!(!o.enable_message_ordering());
     assert!(!o.per_destination_metrics());
-    assert_eq!(o.destination_idle_timeout(), ps::DEFAULT_DESTINATION_IDLE_TIMEOUT);
+    assert_eq!(
+        o.destination_idle_timeout(),
+        ps::DEFAULT_DESTINATION_IDLE_TIMEOUT
+    );
     // Java publisher defaults (GCP_FACTS.md).
     assert_eq!(o.batch_element_count_threshold(), 100);
     assert_eq!(o.batch_request_byte_threshold(), 1000);
@@ -122,103 +132,214 @@ fn pubsub_defaults_follow_the_seed_and_the_java_sdk() {
 
 #[test]
 fn accepts_pubsub_batch_element_count_threshold_of_one() {
-    assert_eq!(PubSubPublisherOptions::builder().batch_element_count_threshold(1).build().unwrap().batch_element_count_threshold(), 1);
+    assert_eq!(
+        PubSubPublisherOptions::builder()
+            .batch_element_count_threshold(1)
+            .build()
+            .unwrap()
+            .batch_element_count_threshold(),
+        1
+    );
 }
 
 #[test]
 fn rejects_pubsub_batch_element_count_threshold_of_zero() {
-    invalid(PubSubPublisherOptions::builder().batch_element_count_threshold(0).build(), "batch_element_count_threshold");
-    invalid(PubSubPublisherOptions::builder().batch_element_count_threshold(-5).build(), "batch_element_count_threshold");
+    invalid(
+        PubSubPublisherOptions::builder()
+            .batch_element_count_threshold(0)
+            .build(),
+        "batch_element_count_threshold",
+    );
+    invalid(
+        PubSubPublisherOptions::builder()
+            .batch_element_count_threshold(-5)
+            .build(),
+        "batch_element_count_threshold",
+    );
 }
 
 #[test]
 fn accepts_pubsub_batch_request_byte_threshold_of_one() {
-    assert!(PubSubPublisherOptions::builder().batch_request_byte_threshold(1).build().is_ok());
+    assert!(
+        PubSubPublisherOptions::builder()
+            .batch_request_byte_threshold(1)
+            .build()
+            .is_ok()
+    );
 }
 
 #[test]
 fn rejects_pubsub_batch_request_byte_threshold_of_zero() {
-    invalid(PubSubPublisherOptions::builder().batch_request_byte_threshold(0).build(), "batch_request_byte_threshold");
+    invalid(
+        PubSubPublisherOptions::builder()
+            .batch_request_byte_threshold(0)
+            .build(),
+        "batch_request_byte_threshold",
+    );
 }
 
 #[test]
 fn accepts_positive_batch_delay_threshold() {
-    let o = PubSubPublisherOptions::builder().batch_delay_threshold(Duration::from_nanos(1)).build().unwrap();
+    let o = PubSubPublisherOptions::builder()
+        .batch_delay_threshold(Duration::from_nanos(1))
+        .build()
+        .unwrap();
     assert_eq!(o.batch_delay_threshold(), Duration::from_nanos(1));
 }
 
 #[test]
 fn rejects_zero_batch_delay_threshold() {
-    invalid(PubSubPublisherOptions::builder().batch_delay_threshold(Duration::ZERO).build(), "batch_delay_threshold");
+    invalid(
+        PubSubPublisherOptions::builder()
+            .batch_delay_threshold(Duration::ZERO)
+            .build(),
+        "batch_delay_threshold",
+    );
 }
 
 /// The five retry durations the seed forwards to gax share one rule: zero or at least 1 ms.
-type DurationSetter = fn(ps::PubSubPublisherOptionsBuilder, Duration) -> ps::PubSubPublisherOptionsBuilder;
+type DurationSetter =
+    fn(ps::PubSubPublisherOptionsBuilder, Duration) -> ps::PubSubPublisherOptionsBuilder;
 const MILLIS_OR_ZERO: [(&str, DurationSetter); 5] = [
     ("retry_total_timeout", |b, d| b.retry_total_timeout(d)),
     ("retry_initial_delay", |b, d| b.retry_initial_delay(d)),
     ("retry_max_delay", |b, d| b.retry_max_delay(d)),
-    ("retry_initial_rpc_timeout", |b, d| b.retry_initial_rpc_timeout(d)),
+    ("retry_initial_rpc_timeout", |b, d| {
+        b.retry_initial_rpc_timeout(d)
+    }),
     ("retry_max_rpc_timeout", |b, d| b.retry_max_rpc_timeout(d)),
 ];
 
 #[test]
 fn accepts_zero_retry_durations() {
     for (name, set) in MILLIS_OR_ZERO {
-        assert!(set(PubSubPublisherOptions::builder(), Duration::ZERO).build().is_ok(), "{name} = 0s");
+        assert!(
+            set(PubSubPublisherOptions::builder(), Duration::ZERO)
+                .build()
+                .is_ok(),
+            "{name} = 0s"
+        );
     }
-    assert_eq!(PubSubPublisherOptions::builder().retry_total_timeout(Duration::ZERO).build().unwrap().retry_total_timeout(), Duration::ZERO);
+    assert_eq!(
+        PubSubPublisherOptions::builder()
+            .retry_total_timeout(Duration::ZERO)
+            .build()
+            .unwrap()
+            .retry_total_timeout(),
+        Duration::ZERO
+    );
 }
 
 #[test]
 fn accepts_one_millisecond_retry_durations() {
     for (name, set) in MILLIS_OR_ZERO {
-        assert!(set(PubSubPublisherOptions::builder(), MS).build().is_ok(), "{name} = 1ms");
+        assert!(
+            set(PubSubPublisherOptions::builder(), MS).build().is_ok(),
+            "{name} = 1ms"
+        );
     }
 }
 
 #[test]
 fn rejects_sub_millisecond_retry_durations() {
     for (name, set) in MILLIS_OR_ZERO {
-        let rule = invalid(set(PubSubPublisherOptions::builder(), Duration::from_micros(999)).build(), name);
+        let rule = invalid(
+            set(
+                PubSubPublisherOptions::builder(),
+                Duration::from_micros(999),
+            )
+            .build(),
+            name,
+        );
         assert!(rule.contains("1ms"), "{name}: {rule}");
-        invalid(set(PubSubPublisherOptions::builder(), Duration::from_nanos(1)).build(), name);
+        invalid(
+            set(PubSubPublisherOptions::builder(), Duration::from_nanos(1)).build(),
+            name,
+        );
     }
 }
 
 #[test]
 fn rejects_sub_millisecond_retry_initial_delay_written_in_sql() {
-    let rule = invalid(pubsub(&[("retry_initial_delay", "500us")]), "retry_initial_delay");
+    let rule = invalid(
+        pubsub(&[("retry_initial_delay", "500us")]),
+        "retry_initial_delay",
+    );
     assert!(rule.contains("sub-millisecond"), "{rule}");
 }
 
 #[test]
 fn accepts_zero_retry_total_timeout_written_in_sql() {
-    assert_eq!(pubsub(&[("retry_total_timeout", "0s")]).unwrap().publisher.retry_total_timeout(), Duration::ZERO);
+    assert_eq!(
+        pubsub(&[("retry_total_timeout", "0s")])
+            .unwrap()
+            .publisher
+            .retry_total_timeout(),
+        Duration::ZERO
+    );
 }
 
 #[test]
 fn accepts_retry_multipliers_of_one() {
-    let o = PubSubPublisherOptions::builder().retry_delay_multiplier(1.0).retry_rpc_timeout_multiplier(1.0).build().unwrap();
-    assert_eq!((o.retry_delay_multiplier(), o.retry_rpc_timeout_multiplier()), (1.0, 1.0));
+    let o = PubSubPublisherOptions::builder()
+        .retry_delay_multiplier(1.0)
+        .retry_rpc_timeout_multiplier(1.0)
+        .build()
+        .unwrap();
+    assert_eq!(
+        (o.retry_delay_multiplier(), o.retry_rpc_timeout_multiplier()),
+        (1.0, 1.0)
+    );
 }
 
 #[test]
 fn rejects_retry_multipliers_below_one() {
-    invalid(PubSubPublisherOptions::builder().retry_delay_multiplier(0.999).build(), "retry_delay_multiplier");
-    invalid(PubSubPublisherOptions::builder().retry_rpc_timeout_multiplier(0.5).build(), "retry_rpc_timeout_multiplier");
-    invalid(PubSubPublisherOptions::builder().retry_delay_multiplier(f64::NAN).build(), "retry_delay_multiplier");
-    invalid(PubSubPublisherOptions::builder().retry_rpc_timeout_multiplier(f64::INFINITY).build(), "retry_rpc_timeout_multiplier");
+    invalid(
+        PubSubPublisherOptions::builder()
+            .retry_delay_multiplier(0.999)
+            .build(),
+        "retry_delay_multiplier",
+    );
+    invalid(
+        PubSubPublisherOptions::builder()
+            .retry_rpc_timeout_multiplier(0.5)
+            .build(),
+        "retry_rpc_timeout_multiplier",
+    );
+    invalid(
+        PubSubPublisherOptions::builder()
+            .retry_delay_multiplier(f64::NAN)
+            .build(),
+        "retry_delay_multiplier",
+    );
+    invalid(
+        PubSubPublisherOptions::builder()
+            .retry_rpc_timeout_multiplier(f64::INFINITY)
+            .build(),
+        "retry_rpc_timeout_multiplier",
+    );
 }
 
 #[test]
 fn accepts_zero_retry_max_attempts() {
-    assert_eq!(PubSubPublisherOptions::builder().retry_max_attempts(0).build().unwrap().retry_max_attempts(), 0);
+    assert_eq!(
+        PubSubPublisherOptions::builder()
+            .retry_max_attempts(0)
+            .build()
+            .unwrap()
+            .retry_max_attempts(),
+        0
+    );
 }
 
 #[test]
 fn rejects_negative_retry_max_attempts() {
-    invalid(PubSubPublisherOptions::builder().retry_max_attempts(-1).build(), "retry_max_attempts");
+    invalid(
+        PubSubPublisherOptions::builder()
+            .retry_max_attempts(-1)
+            .build(),
+        "retry_max_attempts",
+    );
 }
 
 #[test]
@@ -234,7 +355,10 @@ fn accepts_message_ordering_without_a_retry_budget() {
 #[test]
 fn rejects_message_ordering_with_retry_total_timeout() {
     let rule = invalid(
-        PubSubPublisherOptions::builder().enable_message_ordering(true).retry_total_timeout(Duration::from_secs(60)).build(),
+        PubSubPublisherOptions::builder()
+            .enable_message_ordering(true)
+            .retry_total_timeout(Duration::from_secs(60))
+            .build(),
         "enable_message_ordering",
     );
     assert!(rule.contains("retry_total_timeout"), "{rule}");
@@ -243,7 +367,10 @@ fn rejects_message_ordering_with_retry_total_timeout() {
 #[test]
 fn rejects_message_ordering_with_retry_max_attempts() {
     let rule = invalid(
-        pubsub(&[("enable_message_ordering", "true"), ("retry_max_attempts", "3")]),
+        pubsub(&[
+            ("enable_message_ordering", "true"),
+            ("retry_max_attempts", "3"),
+        ]),
         "enable_message_ordering",
     );
     assert!(rule.contains("retry_max_attempts"), "{rule}");
@@ -251,40 +378,91 @@ fn rejects_message_ordering_with_retry_max_attempts() {
 
 #[test]
 fn accepts_retry_budget_when_ordering_is_explicitly_off() {
-    assert!(pubsub(&[("enable_message_ordering", "false"), ("retry_max_attempts", "3"), ("retry_total_timeout", "1m")]).is_ok());
+    assert!(
+        pubsub(&[
+            ("enable_message_ordering", "false"),
+            ("retry_max_attempts", "3"),
+            ("retry_total_timeout", "1m")
+        ])
+        .is_ok()
+    );
 }
 
 #[test]
 fn accepts_max_in_flight_messages_of_one() {
-    assert_eq!(PubSubPublisherOptions::builder().max_in_flight_messages(1).build().unwrap().max_in_flight_messages(), 1);
+    assert_eq!(
+        PubSubPublisherOptions::builder()
+            .max_in_flight_messages(1)
+            .build()
+            .unwrap()
+            .max_in_flight_messages(),
+        1
+    );
 }
 
 #[test]
 fn rejects_max_in_flight_messages_of_zero() {
-    invalid(PubSubPublisherOptions::builder().max_in_flight_messages(0).build(), "max_in_flight_messages");
+    invalid(
+        PubSubPublisherOptions::builder()
+            .max_in_flight_messages(0)
+            .build(),
+        "max_in_flight_messages",
+    );
 }
 
 #[test]
 fn accepts_pubsub_max_in_flight_bytes_of_one_and_count_only() {
-    assert!(PubSubPublisherOptions::builder().max_in_flight_bytes(1).build().is_ok());
-    let o = PubSubPublisherOptions::builder().max_in_flight_bytes(i64::MAX).build().unwrap();
-    assert_eq!(o.in_flight_byte_cap(), u64::MAX, "Long.MAX_VALUE bounds by count only");
+    assert!(
+        PubSubPublisherOptions::builder()
+            .max_in_flight_bytes(1)
+            .build()
+            .is_ok()
+    );
+    let o = PubSubPublisherOptions::builder()
+        .max_in_flight_bytes(i64::MAX)
+        .build()
+        .unwrap();
+    assert_eq!(
+        o.in_flight_byte_cap(),
+        u64::MAX,
+        "Long.MAX_VALUE bounds by count only"
+    );
 }
 
 #[test]
 fn rejects_pubsub_max_in_flight_bytes_of_zero() {
-    invalid(PubSubPublisherOptions::builder().max_in_flight_bytes(0).build(), "max_in_flight_bytes");
+    invalid(
+        PubSubPublisherOptions::builder()
+            .max_in_flight_bytes(0)
+            .build(),
+        "max_in_flight_bytes",
+    );
 }
 
 #[test]
 fn accepts_pubsub_recovery_initial_backoff_of_one_millisecond() {
-    assert!(PubSubPublisherOptions::builder().recovery_initial_backoff(MS).build().is_ok());
+    assert!(
+        PubSubPublisherOptions::builder()
+            .recovery_initial_backoff(MS)
+            .build()
+            .is_ok()
+    );
 }
 
 #[test]
 fn rejects_pubsub_recovery_initial_backoff_below_one_millisecond() {
-    invalid(PubSubPublisherOptions::builder().recovery_initial_backoff(Duration::from_micros(999)).build(), "recovery_initial_backoff");
-    invalid(PubSubPublisherOptions::builder().recovery_initial_backoff(Duration::ZERO).build(), "recovery_initial_backoff");
+    invalid(
+        PubSubPublisherOptions::builder()
+            .recovery_initial_backoff(Duration::from_micros(999))
+            .build(),
+        "recovery_initial_backoff",
+    );
+    invalid(
+        PubSubPublisherOptions::builder()
+            .recovery_initial_backoff(Duration::ZERO)
+            .build(),
+        "recovery_initial_backoff",
+    );
 }
 
 #[test]
@@ -308,88 +486,181 @@ fn rejects_pubsub_recovery_max_backoff_below_initial() {
     );
     assert!(rule.contains("recovery_initial_backoff"), "{rule}");
     // Against the default initial backoff (500 ms) too.
-    invalid(pubsub(&[("recovery_max_backoff", "100ms")]), "recovery_max_backoff");
-    invalid(PubSubPublisherOptions::builder().recovery_max_backoff(Duration::from_micros(10)).build(), "recovery_max_backoff");
+    invalid(
+        pubsub(&[("recovery_max_backoff", "100ms")]),
+        "recovery_max_backoff",
+    );
+    invalid(
+        PubSubPublisherOptions::builder()
+            .recovery_max_backoff(Duration::from_micros(10))
+            .build(),
+        "recovery_max_backoff",
+    );
 }
 
 #[test]
 fn accepts_pubsub_recovery_max_attempts_of_one() {
-    assert!(PubSubPublisherOptions::builder().recovery_max_attempts(1).build().is_ok());
+    assert!(
+        PubSubPublisherOptions::builder()
+            .recovery_max_attempts(1)
+            .build()
+            .is_ok()
+    );
 }
 
 #[test]
 fn rejects_pubsub_recovery_max_attempts_of_zero() {
-    invalid(PubSubPublisherOptions::builder().recovery_max_attempts(0).build(), "recovery_max_attempts");
+    invalid(
+        PubSubPublisherOptions::builder()
+            .recovery_max_attempts(0)
+            .build(),
+        "recovery_max_attempts",
+    );
 }
 
-type PositiveSetter = fn(ps::PubSubPublisherOptionsBuilder, Duration) -> ps::PubSubPublisherOptionsBuilder;
+type PositiveSetter =
+    fn(ps::PubSubPublisherOptionsBuilder, Duration) -> ps::PubSubPublisherOptionsBuilder;
 const POSITIVE_NANOS: [(&str, PositiveSetter); 3] = [
-    ("publish_progress_timeout", |b, d| b.publish_progress_timeout(d)),
+    ("publish_progress_timeout", |b, d| {
+        b.publish_progress_timeout(d)
+    }),
     ("shutdown_timeout", |b, d| b.shutdown_timeout(d)),
-    ("destination_idle_timeout", |b, d| b.destination_idle_timeout(d)),
+    ("destination_idle_timeout", |b, d| {
+        b.destination_idle_timeout(d)
+    }),
 ];
 
 #[test]
 fn accepts_pubsub_timeouts_from_one_nanosecond_to_i64_max_nanoseconds() {
     for (name, set) in POSITIVE_NANOS {
-        assert!(set(PubSubPublisherOptions::builder(), Duration::from_nanos(1)).build().is_ok(), "{name} = 1ns");
-        assert!(set(PubSubPublisherOptions::builder(), NANOS_MAX).build().is_ok(), "{name} = i64::MAX ns");
+        assert!(
+            set(PubSubPublisherOptions::builder(), Duration::from_nanos(1))
+                .build()
+                .is_ok(),
+            "{name} = 1ns"
+        );
+        assert!(
+            set(PubSubPublisherOptions::builder(), NANOS_MAX)
+                .build()
+                .is_ok(),
+            "{name} = i64::MAX ns"
+        );
     }
 }
 
 #[test]
 fn rejects_zero_and_over_long_pubsub_timeouts() {
     for (name, set) in POSITIVE_NANOS {
-        invalid(set(PubSubPublisherOptions::builder(), Duration::ZERO).build(), name);
-        let rule = invalid(set(PubSubPublisherOptions::builder(), NANOS_MAX + Duration::from_nanos(1)).build(), name);
+        invalid(
+            set(PubSubPublisherOptions::builder(), Duration::ZERO).build(),
+            name,
+        );
+        let rule = invalid(
+            set(
+                PubSubPublisherOptions::builder(),
+                NANOS_MAX + Duration::from_nanos(1),
+            )
+            .build(),
+            name,
+        );
         assert!(rule.contains("292 years"), "{name}: {rule}");
     }
 }
 
 #[test]
 fn rejects_publish_progress_timeout_of_293_years_written_in_sql() {
-    invalid(pubsub(&[("publish_progress_timeout", "293y")]), "publish_progress_timeout");
+    invalid(
+        pubsub(&[("publish_progress_timeout", "293y")]),
+        "publish_progress_timeout",
+    );
     assert!(pubsub(&[("publish_progress_timeout", "292y")]).is_ok());
 }
 
 #[test]
 fn accepts_max_active_publishers_of_one() {
-    assert!(PubSubPublisherOptions::builder().max_active_publishers(1).build().is_ok());
+    assert!(
+        PubSubPublisherOptions::builder()
+            .max_active_publishers(1)
+            .build()
+            .is_ok()
+    );
 }
 
 #[test]
 fn rejects_max_active_publishers_of_zero() {
-    invalid(PubSubPublisherOptions::builder().max_active_publishers(0).build(), "max_active_publishers");
+    invalid(
+        PubSubPublisherOptions::builder()
+            .max_active_publishers(0)
+            .build(),
+        "max_active_publishers",
+    );
 }
 
 #[test]
 fn accepts_pubsub_per_destination_metrics() {
-    assert!(PubSubPublisherOptions::builder().per_destination_metrics(true).build().unwrap().per_destination_metrics());
-    assert!(pubsub(&[("per_destination_metrics", "TRUE")]).unwrap().publisher.per_destination_metrics());
+    assert!(
+        PubSubPublisherOptions::builder()
+            .per_destination_metrics(true)
+            .build()
+            .unwrap()
+            .per_destination_metrics()
+    );
+    assert!(
+        pubsub(&[("per_destination_metrics", "TRUE")])
+            .unwrap()
+            .publisher
+            .per_destination_metrics()
+    );
 }
 
 #[test]
 fn rejects_per_destination_metrics_that_is_not_a_boolean() {
-    let rule = invalid(pubsub(&[("per_destination_metrics", "yes")]), "per_destination_metrics");
+    let rule = invalid(
+        pubsub(&[("per_destination_metrics", "yes")]),
+        "per_destination_metrics",
+    );
     assert!(rule.contains("'true' or 'false'"), "{rule}");
 }
 
 #[test]
 fn accepts_unbounded_and_positive_pubsub_max_consecutive_rejections() {
-    let o = PubSubPublisherOptions::builder().max_consecutive_rejections(ps::UNBOUNDED).build().unwrap();
+    let o = PubSubPublisherOptions::builder()
+        .max_consecutive_rejections(ps::UNBOUNDED)
+        .build()
+        .unwrap();
     assert_eq!(o.rejection_limit(), None);
-    assert_eq!(PubSubPublisherOptions::builder().max_consecutive_rejections(1).build().unwrap().rejection_limit(), Some(1));
+    assert_eq!(
+        PubSubPublisherOptions::builder()
+            .max_consecutive_rejections(1)
+            .build()
+            .unwrap()
+            .rejection_limit(),
+        Some(1)
+    );
 }
 
 #[test]
 fn rejects_zero_and_minus_two_pubsub_max_consecutive_rejections() {
-    invalid(PubSubPublisherOptions::builder().max_consecutive_rejections(0).build(), "max_consecutive_rejections");
-    invalid(PubSubPublisherOptions::builder().max_consecutive_rejections(-2).build(), "max_consecutive_rejections");
+    invalid(
+        PubSubPublisherOptions::builder()
+            .max_consecutive_rejections(0)
+            .build(),
+        "max_consecutive_rejections",
+    );
+    invalid(
+        PubSubPublisherOptions::builder()
+            .max_consecutive_rejections(-2)
+            .build(),
+        "max_consecutive_rejections",
+    );
 }
 
 #[test]
 fn rejects_an_int_option_beyond_32_bits() {
-    let rule = invalid(pubsub(&[("max_in_flight_messages", "2147483648")]), "max_in_flight_messages");
+    let rule = invalid(
+        pubsub(&[("max_in_flight_messages", "2147483648")]),
+        "max_in_flight_messages",
+    );
     assert!(rule.contains("out of range"), "{rule}");
 }
 
@@ -411,7 +682,10 @@ fn cloud_tasks_defaults_follow_the_seed() {
     assert_eq!(o.recovery_initial_backoff(), Duration::from_millis(100));
     assert_eq!(o.recovery_max_backoff(), Duration::from_secs(10));
     assert_eq!(o.recovery_max_attempts(), 8);
-    assert_eq!(o.not_found_recovery_initial_backoff(), Duration::from_millis(500));
+    assert_eq!(
+        o.not_found_recovery_initial_backoff(),
+        Duration::from_millis(500)
+    );
     assert_eq!(o.not_found_recovery_max_backoff(), Duration::from_secs(2));
     assert_eq!(o.not_found_recovery_max_attempts(), 3);
     assert!(!o.per_destination_metrics());
@@ -419,34 +693,66 @@ fn cloud_tasks_defaults_follow_the_seed() {
 
 #[test]
 fn accepts_max_in_flight_tasks_of_one() {
-    assert_eq!(CloudTasksWriterOptions::builder().max_in_flight_tasks(1).build().unwrap().max_in_flight_tasks(), 1);
+    assert_eq!(
+        CloudTasksWriterOptions::builder()
+            .max_in_flight_tasks(1)
+            .build()
+            .unwrap()
+            .max_in_flight_tasks(),
+        1
+    );
 }
 
 #[test]
 fn rejects_max_in_flight_tasks_of_zero() {
-    invalid(CloudTasksWriterOptions::builder().max_in_flight_tasks(0).build(), "max_in_flight_tasks");
+    invalid(
+        CloudTasksWriterOptions::builder()
+            .max_in_flight_tasks(0)
+            .build(),
+        "max_in_flight_tasks",
+    );
 }
 
 #[test]
 fn accepts_channel_pool_size_of_one_without_emulator() {
-    assert_eq!(tasks(&[("channel_pool_size", "1")]).unwrap().writer.channel_pool_size(), Some(1));
+    assert_eq!(
+        tasks(&[("channel_pool_size", "1")])
+            .unwrap()
+            .writer
+            .channel_pool_size(),
+        Some(1)
+    );
 }
 
 #[test]
 fn rejects_channel_pool_size_of_zero() {
-    invalid(CloudTasksWriterOptions::builder().channel_pool_size(0).build(), "channel_pool_size");
+    invalid(
+        CloudTasksWriterOptions::builder()
+            .channel_pool_size(0)
+            .build(),
+        "channel_pool_size",
+    );
 }
 
 #[test]
 fn rejects_channel_pool_size_with_emulator_host_option() {
-    let rule = invalid(tasks(&[("channel_pool_size", "4"), ("emulator_host", "localhost:8123")]), "channel_pool_size");
+    let rule = invalid(
+        tasks(&[
+            ("channel_pool_size", "4"),
+            ("emulator_host", "localhost:8123"),
+        ]),
+        "channel_pool_size",
+    );
     assert!(rule.contains("emulator_host"), "{rule}");
 }
 
 #[test]
 fn rejects_channel_pool_size_with_emulator_environment_variable() {
     let env = |k: &str| (k == "CLOUD_TASKS_EMULATOR_HOST").then(|| "127.0.0.1:9090".to_string());
-    let mut pairs = vec![("url", "https://worker.example.com/run"), ("channel_pool_size", "4")];
+    let mut pairs = vec![
+        ("url", "https://worker.example.com/run"),
+        ("channel_pool_size", "4"),
+    ];
     let r = CloudTasksSinkOptions::from_raw_with_env(Some(QUEUE), &raw(&pairs), &env);
     let rule = invalid(r, "channel_pool_size");
     assert!(rule.contains("CLOUD_TASKS_EMULATOR_HOST"), "{rule}");
@@ -454,7 +760,10 @@ fn rejects_channel_pool_size_with_emulator_environment_variable() {
     pairs.pop();
     let o = CloudTasksSinkOptions::from_raw_with_env(Some(QUEUE), &raw(&pairs), &env).unwrap();
     let emulator = o.connection.emulator.unwrap();
-    assert_eq!(emulator.source, EmulatorSource::EnvVar("CLOUD_TASKS_EMULATOR_HOST"));
+    assert_eq!(
+        emulator.source,
+        EmulatorSource::EnvVar("CLOUD_TASKS_EMULATOR_HOST")
+    );
     assert_eq!(emulator.host, "127.0.0.1:9090");
 }
 
@@ -470,33 +779,62 @@ fn accepts_channel_pool_size_when_an_explicit_endpoint_overrides_the_emulator_va
     assert_eq!(o.connection.emulator, None);
 }
 
-type TasksSetter = fn(ct::CloudTasksWriterOptionsBuilder, Duration) -> ct::CloudTasksWriterOptionsBuilder;
+type TasksSetter =
+    fn(ct::CloudTasksWriterOptionsBuilder, Duration) -> ct::CloudTasksWriterOptionsBuilder;
 const TASKS_BACKOFFS: [(&str, TasksSetter); 4] = [
-    ("recovery_initial_backoff", |b, d| b.recovery_initial_backoff(d)),
-    ("recovery_max_backoff", |b, d| b.recovery_initial_backoff(MS).recovery_max_backoff(d)),
-    ("not_found_recovery_initial_backoff", |b, d| b.not_found_recovery_initial_backoff(d)),
-    ("not_found_recovery_max_backoff", |b, d| b.not_found_recovery_initial_backoff(MS).not_found_recovery_max_backoff(d)),
+    ("recovery_initial_backoff", |b, d| {
+        b.recovery_initial_backoff(d)
+    }),
+    ("recovery_max_backoff", |b, d| {
+        b.recovery_initial_backoff(MS).recovery_max_backoff(d)
+    }),
+    ("not_found_recovery_initial_backoff", |b, d| {
+        b.not_found_recovery_initial_backoff(d)
+    }),
+    ("not_found_recovery_max_backoff", |b, d| {
+        b.not_found_recovery_initial_backoff(MS)
+            .not_found_recovery_max_backoff(d)
+    }),
 ];
 
 #[test]
 fn accepts_cloud_tasks_backoffs_of_one_millisecond() {
     for (name, set) in TASKS_BACKOFFS {
-        assert!(set(CloudTasksWriterOptions::builder(), MS).build().is_ok(), "{name} = 1ms");
+        assert!(
+            set(CloudTasksWriterOptions::builder(), MS).build().is_ok(),
+            "{name} = 1ms"
+        );
     }
 }
 
 #[test]
 fn rejects_cloud_tasks_backoffs_below_one_millisecond() {
     for (name, set) in TASKS_BACKOFFS {
-        invalid(set(CloudTasksWriterOptions::builder(), Duration::from_micros(999)).build(), name);
-        invalid(set(CloudTasksWriterOptions::builder(), Duration::ZERO).build(), name);
+        invalid(
+            set(
+                CloudTasksWriterOptions::builder(),
+                Duration::from_micros(999),
+            )
+            .build(),
+            name,
+        );
+        invalid(
+            set(CloudTasksWriterOptions::builder(), Duration::ZERO).build(),
+            name,
+        );
     }
 }
 
 #[test]
 fn rejects_cloud_tasks_max_backoffs_below_their_initial() {
-    let rule = invalid(tasks(&[("recovery_max_backoff", "50ms")]), "recovery_max_backoff");
-    assert!(rule.contains("100ms"), "names the default initial backoff: {rule}");
+    let rule = invalid(
+        tasks(&[("recovery_max_backoff", "50ms")]),
+        "recovery_max_backoff",
+    );
+    assert!(
+        rule.contains("100ms"),
+        "names the default initial backoff: {rule}"
+    );
     invalid(
         CloudTasksWriterOptions::builder()
             .not_found_recovery_initial_backoff(Duration::from_secs(3))
@@ -514,20 +852,51 @@ fn rejects_cloud_tasks_max_backoffs_below_their_initial() {
 
 #[test]
 fn accepts_cloud_tasks_attempts_of_one() {
-    let o = CloudTasksWriterOptions::builder().recovery_max_attempts(1).not_found_recovery_max_attempts(1).build().unwrap();
-    assert_eq!((o.recovery_max_attempts(), o.not_found_recovery_max_attempts()), (1, 1));
+    let o = CloudTasksWriterOptions::builder()
+        .recovery_max_attempts(1)
+        .not_found_recovery_max_attempts(1)
+        .build()
+        .unwrap();
+    assert_eq!(
+        (
+            o.recovery_max_attempts(),
+            o.not_found_recovery_max_attempts()
+        ),
+        (1, 1)
+    );
 }
 
 #[test]
 fn rejects_cloud_tasks_attempts_of_zero() {
-    invalid(CloudTasksWriterOptions::builder().recovery_max_attempts(0).build(), "recovery_max_attempts");
-    invalid(CloudTasksWriterOptions::builder().not_found_recovery_max_attempts(0).build(), "not_found_recovery_max_attempts");
+    invalid(
+        CloudTasksWriterOptions::builder()
+            .recovery_max_attempts(0)
+            .build(),
+        "recovery_max_attempts",
+    );
+    invalid(
+        CloudTasksWriterOptions::builder()
+            .not_found_recovery_max_attempts(0)
+            .build(),
+        "not_found_recovery_max_attempts",
+    );
 }
 
 #[test]
 fn accepts_cloud_tasks_per_destination_metrics() {
-    assert!(CloudTasksWriterOptions::builder().per_destination_metrics(true).build().unwrap().per_destination_metrics());
-    assert!(tasks(&[("per_destination_metrics", "true")]).unwrap().writer.per_destination_metrics());
+    assert!(
+        CloudTasksWriterOptions::builder()
+            .per_destination_metrics(true)
+            .build()
+            .unwrap()
+            .per_destination_metrics()
+    );
+    assert!(
+        tasks(&[("per_destination_metrics", "true")])
+            .unwrap()
+            .writer
+            .per_destination_metrics()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -546,84 +915,184 @@ fn bigtable_defaults_follow_the_seed() {
     assert_eq!(o.recovery_max_backoff(), Duration::from_secs(10));
     assert_eq!(o.recovery_max_attempts(), 10);
     assert_eq!(o.max_active_instances(), 16);
-    assert_eq!(o.destination_idle_timeout(), bt::DEFAULT_DESTINATION_IDLE_TIMEOUT);
+    assert_eq!(
+        o.destination_idle_timeout(),
+        bt::DEFAULT_DESTINATION_IDLE_TIMEOUT
+    );
     assert!(!o.per_destination_metrics());
     assert!(o.warnings().is_empty());
 }
 
 #[test]
 fn accepts_bigtable_batch_element_count_of_19999() {
-    assert_eq!(BigtableWriterOptions::builder().batch_element_count_threshold(19_999).build().unwrap().batch_element_count_threshold(), 19_999);
-    assert!(BigtableWriterOptions::builder().batch_element_count_threshold(1).build().is_ok());
+    assert_eq!(
+        BigtableWriterOptions::builder()
+            .batch_element_count_threshold(19_999)
+            .build()
+            .unwrap()
+            .batch_element_count_threshold(),
+        19_999
+    );
+    assert!(
+        BigtableWriterOptions::builder()
+            .batch_element_count_threshold(1)
+            .build()
+            .is_ok()
+    );
 }
 
 #[test]
 fn rejects_bigtable_batch_element_count_of_20000() {
-    let rule = invalid(BigtableWriterOptions::builder().batch_element_count_threshold(20_000).build(), "batch_element_count_threshold");
+    let rule = invalid(
+        BigtableWriterOptions::builder()
+            .batch_element_count_threshold(20_000)
+            .build(),
+        "batch_element_count_threshold",
+    );
     assert!(rule.contains("19,999"), "{rule}");
-    invalid(BigtableWriterOptions::builder().batch_element_count_threshold(0).build(), "batch_element_count_threshold");
+    invalid(
+        BigtableWriterOptions::builder()
+            .batch_element_count_threshold(0)
+            .build(),
+        "batch_element_count_threshold",
+    );
 }
 
 #[test]
 fn accepts_bigtable_batch_bytes_one_under_100_mib() {
-    assert!(BigtableWriterOptions::builder().batch_request_byte_threshold(100 * MIB - 1).build().is_ok());
+    assert!(
+        BigtableWriterOptions::builder()
+            .batch_request_byte_threshold(100 * MIB - 1)
+            .build()
+            .is_ok()
+    );
     assert!(bigtable(&[("batch_request_byte_threshold", "104857599")]).is_ok());
 }
 
 #[test]
 fn rejects_bigtable_batch_bytes_of_100_mib() {
-    invalid(BigtableWriterOptions::builder().batch_request_byte_threshold(100 * MIB).build(), "batch_request_byte_threshold");
-    invalid(BigtableWriterOptions::builder().batch_request_byte_threshold(0).build(), "batch_request_byte_threshold");
+    invalid(
+        BigtableWriterOptions::builder()
+            .batch_request_byte_threshold(100 * MIB)
+            .build(),
+        "batch_request_byte_threshold",
+    );
+    invalid(
+        BigtableWriterOptions::builder()
+            .batch_request_byte_threshold(0)
+            .build(),
+        "batch_request_byte_threshold",
+    );
 }
 
 #[test]
 fn accepts_max_in_flight_entries_up_to_20000_without_warning() {
-    let o = BigtableWriterOptions::builder().max_in_flight_entries(20_000).build().unwrap();
+    let o = BigtableWriterOptions::builder()
+        .max_in_flight_entries(20_000)
+        .build()
+        .unwrap();
     assert!(o.warnings().is_empty(), "{:?}", o.warnings());
-    assert!(BigtableWriterOptions::builder().max_in_flight_entries(1).build().is_ok());
+    assert!(
+        BigtableWriterOptions::builder()
+            .max_in_flight_entries(1)
+            .build()
+            .is_ok()
+    );
 }
 
 #[test]
 fn warns_but_accepts_max_in_flight_entries_of_20001() {
-    let o = BigtableWriterOptions::builder().max_in_flight_entries(20_001).build().unwrap();
+    let o = BigtableWriterOptions::builder()
+        .max_in_flight_entries(20_001)
+        .build()
+        .unwrap();
     assert_eq!(o.max_in_flight_entries(), 20_001);
     assert_eq!(o.warnings().len(), 1);
-    assert!(o.warnings()[0].contains("max_in_flight_entries"), "{:?}", o.warnings());
+    assert!(
+        o.warnings()[0].contains("max_in_flight_entries"),
+        "{:?}",
+        o.warnings()
+    );
 }
 
 #[test]
 fn rejects_max_in_flight_entries_of_zero() {
-    invalid(BigtableWriterOptions::builder().max_in_flight_entries(0).build(), "max_in_flight_entries");
+    invalid(
+        BigtableWriterOptions::builder()
+            .max_in_flight_entries(0)
+            .build(),
+        "max_in_flight_entries",
+    );
 }
 
 #[test]
 fn accepts_bigtable_max_in_flight_bytes_up_to_100_mib_without_warning() {
-    let o = BigtableWriterOptions::builder().max_in_flight_bytes(100 * MIB).build().unwrap();
+    let o = BigtableWriterOptions::builder()
+        .max_in_flight_bytes(100 * MIB)
+        .build()
+        .unwrap();
     assert!(o.warnings().is_empty(), "{:?}", o.warnings());
 }
 
 #[test]
 fn warns_but_accepts_bigtable_max_in_flight_bytes_above_100_mib() {
-    let o = bigtable(&[("max_in_flight_bytes", "104857601"), ("max_in_flight_entries", "30000")]).unwrap();
+    let o = bigtable(&[
+        ("max_in_flight_bytes", "104857601"),
+        ("max_in_flight_entries", "30000"),
+    ])
+    .unwrap();
     assert_eq!(o.writer.warnings().len(), 2);
-    assert!(o.writer.warnings().iter().any(|w| w.contains("max_in_flight_bytes")), "{:?}", o.writer.warnings());
+    assert!(
+        o.writer
+            .warnings()
+            .iter()
+            .any(|w| w.contains("max_in_flight_bytes")),
+        "{:?}",
+        o.writer.warnings()
+    );
 }
 
 #[test]
 fn rejects_bigtable_max_in_flight_bytes_of_zero() {
-    invalid(BigtableWriterOptions::builder().max_in_flight_bytes(0).build(), "max_in_flight_bytes");
+    invalid(
+        BigtableWriterOptions::builder()
+            .max_in_flight_bytes(0)
+            .build(),
+        "max_in_flight_bytes",
+    );
 }
 
 #[test]
 fn accepts_unbounded_bigtable_max_consecutive_rejections() {
-    assert_eq!(BigtableWriterOptions::builder().max_consecutive_rejections(bt::UNBOUNDED).build().unwrap().rejection_limit(), None);
-    assert_eq!(bigtable(&[("max_consecutive_rejections", "1")]).unwrap().writer.rejection_limit(), Some(1));
+    assert_eq!(
+        BigtableWriterOptions::builder()
+            .max_consecutive_rejections(bt::UNBOUNDED)
+            .build()
+            .unwrap()
+            .rejection_limit(),
+        None
+    );
+    assert_eq!(
+        bigtable(&[("max_consecutive_rejections", "1")])
+            .unwrap()
+            .writer
+            .rejection_limit(),
+        Some(1)
+    );
 }
 
 #[test]
 fn rejects_zero_bigtable_max_consecutive_rejections() {
-    invalid(BigtableWriterOptions::builder().max_consecutive_rejections(0).build(), "max_consecutive_rejections");
-    invalid(bigtable(&[("max_consecutive_rejections", "-2")]), "max_consecutive_rejections");
+    invalid(
+        BigtableWriterOptions::builder()
+            .max_consecutive_rejections(0)
+            .build(),
+        "max_consecutive_rejections",
+    );
+    invalid(
+        bigtable(&[("max_consecutive_rejections", "-2")]),
+        "max_consecutive_rejections",
+    );
 }
 
 #[test]
@@ -634,43 +1103,96 @@ fn accepts_bigtable_recovery_at_its_bounds() {
         .recovery_max_attempts(1)
         .build()
         .unwrap();
-    assert_eq!((o.recovery_initial_backoff(), o.recovery_max_backoff(), o.recovery_max_attempts()), (MS, MS, 1));
+    assert_eq!(
+        (
+            o.recovery_initial_backoff(),
+            o.recovery_max_backoff(),
+            o.recovery_max_attempts()
+        ),
+        (MS, MS, 1)
+    );
 }
 
 #[test]
 fn rejects_bigtable_recovery_outside_its_bounds() {
-    invalid(BigtableWriterOptions::builder().recovery_initial_backoff(Duration::from_micros(999)).build(), "recovery_initial_backoff");
-    invalid(BigtableWriterOptions::builder().recovery_max_backoff(Duration::from_millis(499)).build(), "recovery_max_backoff");
-    invalid(BigtableWriterOptions::builder().recovery_max_attempts(0).build(), "recovery_max_attempts");
+    invalid(
+        BigtableWriterOptions::builder()
+            .recovery_initial_backoff(Duration::from_micros(999))
+            .build(),
+        "recovery_initial_backoff",
+    );
+    invalid(
+        BigtableWriterOptions::builder()
+            .recovery_max_backoff(Duration::from_millis(499))
+            .build(),
+        "recovery_max_backoff",
+    );
+    invalid(
+        BigtableWriterOptions::builder()
+            .recovery_max_attempts(0)
+            .build(),
+        "recovery_max_attempts",
+    );
 }
 
 #[test]
 fn accepts_bigtable_destination_idle_timeout_of_i64_max_nanoseconds() {
-    assert_eq!(BigtableWriterOptions::builder().destination_idle_timeout(NANOS_MAX).build().unwrap().destination_idle_timeout(), NANOS_MAX);
+    assert_eq!(
+        BigtableWriterOptions::builder()
+            .destination_idle_timeout(NANOS_MAX)
+            .build()
+            .unwrap()
+            .destination_idle_timeout(),
+        NANOS_MAX
+    );
 }
 
 #[test]
 fn rejects_bigtable_destination_idle_timeout_of_zero_or_beyond_i64_nanoseconds() {
-    invalid(BigtableWriterOptions::builder().destination_idle_timeout(Duration::ZERO).build(), "destination_idle_timeout");
     invalid(
-        BigtableWriterOptions::builder().destination_idle_timeout(NANOS_MAX + Duration::from_nanos(1)).build(),
+        BigtableWriterOptions::builder()
+            .destination_idle_timeout(Duration::ZERO)
+            .build(),
+        "destination_idle_timeout",
+    );
+    invalid(
+        BigtableWriterOptions::builder()
+            .destination_idle_timeout(NANOS_MAX + Duration::from_nanos(1))
+            .build(),
         "destination_idle_timeout",
     );
 }
 
 #[test]
 fn accepts_max_active_instances_of_one() {
-    assert_eq!(BigtableWriterOptions::builder().max_active_instances(1).build().unwrap().max_active_instances(), 1);
+    assert_eq!(
+        BigtableWriterOptions::builder()
+            .max_active_instances(1)
+            .build()
+            .unwrap()
+            .max_active_instances(),
+        1
+    );
 }
 
 #[test]
 fn rejects_max_active_instances_of_zero() {
-    invalid(BigtableWriterOptions::builder().max_active_instances(0).build(), "max_active_instances");
+    invalid(
+        BigtableWriterOptions::builder()
+            .max_active_instances(0)
+            .build(),
+        "max_active_instances",
+    );
 }
 
 #[test]
 fn accepts_bigtable_per_destination_metrics() {
-    assert!(bigtable(&[("per_destination_metrics", "true")]).unwrap().writer.per_destination_metrics());
+    assert!(
+        bigtable(&[("per_destination_metrics", "true")])
+            .unwrap()
+            .writer
+            .per_destination_metrics()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -681,21 +1203,33 @@ fn accepts_bigtable_per_destination_metrics() {
 fn rejects_unknown_option_with_the_nearest_name() {
     let err = pubsub(&[("batch_element_count_treshold", "5")]).unwrap_err();
     match &err {
-        Error::UnknownOption { connector, option, suggestion } => {
+        Error::UnknownOption {
+            connector,
+            option,
+            suggestion,
+        } => {
             assert_eq!(connector, "pubsub");
             assert_eq!(option, "batch_element_count_treshold");
             assert_eq!(suggestion.as_deref(), Some("batch_element_count_threshold"));
         }
         other => panic!("{other:?}"),
     }
-    assert!(err.to_string().contains("did you mean 'batch_element_count_threshold'"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("did you mean 'batch_element_count_threshold'"),
+        "{err}"
+    );
 }
 
 #[test]
 fn rejects_an_option_of_another_connector() {
     let err = validate_names(ConnectorKind::PubSub, &raw(&[("row_key", "id")])).unwrap_err();
-    assert!(matches!(err, Error::UnknownOption { ref option, .. } if option == "row_key"), "{err}");
-    let err = validate_names(ConnectorKind::Bigtable, &raw(&[("channel_pool_size", "2")])).unwrap_err();
+    assert!(
+        matches!(err, Error::UnknownOption { ref option, .. } if option == "row_key"),
+        "{err}"
+    );
+    let err =
+        validate_names(ConnectorKind::Bigtable, &raw(&[("channel_pool_size", "2")])).unwrap_err();
     assert!(matches!(err, Error::UnknownOption { .. }), "{err}");
 }
 
@@ -703,15 +1237,24 @@ fn rejects_an_option_of_another_connector() {
 fn rejects_topic_given_twice_as_topic_and_format_topic() {
     let err = RawOptions::from_pairs([
         ("topic".to_string(), "projects/a/topics/one".to_string()),
-        ("format.topic".to_string(), "projects/a/topics/two".to_string()),
+        (
+            "format.topic".to_string(),
+            "projects/a/topics/two".to_string(),
+        ),
     ])
     .unwrap_err();
-    assert!(matches!(err, Error::DuplicateOption { ref option } if option == "topic"), "{err}");
+    assert!(
+        matches!(err, Error::DuplicateOption { ref option } if option == "topic"),
+        "{err}"
+    );
 }
 
 #[test]
 fn accepts_format_prefixed_and_upper_case_names() {
-    let r = raw(&[("format.MAX_IN_FLIGHT_MESSAGES", "7"), ("Format.Format", "raw")]);
+    let r = raw(&[
+        ("format.MAX_IN_FLIGHT_MESSAGES", "7"),
+        ("Format.Format", "raw"),
+    ]);
     let o = PubSubSinkOptions::from_raw_with_env(Some(TOPIC), &r, &no_env).unwrap();
     assert_eq!(o.publisher.max_in_flight_messages(), 7);
     assert_eq!(o.mapping.format, PayloadFormat::Raw);
@@ -719,29 +1262,63 @@ fn accepts_format_prefixed_and_upper_case_names() {
 
 #[test]
 fn rejects_pubsub_sink_without_destination() {
-    missing(PubSubSinkOptions::from_raw_with_env(None, &raw(&[]), &no_env), "topic");
-    missing(PubSubSinkOptions::from_raw_with_env(Some(""), &raw(&[("project", "demo")]), &no_env), "topic");
+    missing(
+        PubSubSinkOptions::from_raw_with_env(None, &raw(&[]), &no_env),
+        "topic",
+    );
+    missing(
+        PubSubSinkOptions::from_raw_with_env(Some(""), &raw(&[("project", "demo")]), &no_env),
+        "topic",
+    );
 }
 
 #[test]
 fn rejects_cloud_tasks_sink_without_destination() {
-    missing(CloudTasksSinkOptions::from_raw_with_env(Some("  "), &raw(&[("url", "https://x.example.com")]), &no_env), "queue");
+    missing(
+        CloudTasksSinkOptions::from_raw_with_env(
+            Some("  "),
+            &raw(&[("url", "https://x.example.com")]),
+            &no_env,
+        ),
+        "queue",
+    );
 }
 
 #[test]
 fn rejects_bigtable_sink_without_destination() {
-    missing(BigtableSinkOptions::from_raw_with_env(None, &raw(&[("row_key", "id")]), &no_env), "table");
+    missing(
+        BigtableSinkOptions::from_raw_with_env(None, &raw(&[("row_key", "id")]), &no_env),
+        "table",
+    );
 }
 
 #[test]
 fn accepts_a_per_row_destination_column_instead_of_a_fixed_one() {
-    let o = PubSubSinkOptions::from_raw_with_env(Some(""), &raw(&[("topic_column", "t"), ("project", "demo")]), &no_env).unwrap();
+    let o = PubSubSinkOptions::from_raw_with_env(
+        Some(""),
+        &raw(&[("topic_column", "t"), ("project", "demo")]),
+        &no_env,
+    )
+    .unwrap();
     assert_eq!(o.topic, None);
-    assert_eq!(o.resolve_topic(Some("orders")).unwrap(), "projects/demo/topics/orders");
+    assert_eq!(
+        o.resolve_topic(Some("orders")).unwrap(),
+        "projects/demo/topics/orders"
+    );
     assert!(o.resolve_topic(None).is_err());
-    let o = CloudTasksSinkOptions::from_raw_with_env(None, &raw(&[("queue_column", "q"), ("url_column", "u")]), &no_env).unwrap();
+    let o = CloudTasksSinkOptions::from_raw_with_env(
+        None,
+        &raw(&[("queue_column", "q"), ("url_column", "u")]),
+        &no_env,
+    )
+    .unwrap();
     assert_eq!(o.resolve_queue(Some(QUEUE)).unwrap(), QUEUE);
-    let o = BigtableSinkOptions::from_raw_with_env(None, &raw(&[("table_column", "t"), ("row_key", "id")]), &no_env).unwrap();
+    let o = BigtableSinkOptions::from_raw_with_env(
+        None,
+        &raw(&[("table_column", "t"), ("row_key", "id")]),
+        &no_env,
+    )
+    .unwrap();
     assert_eq!(o.resolve_table(Some(TABLE), None).unwrap(), TABLE);
 }
 
@@ -760,8 +1337,14 @@ fn rejects_location_that_conflicts_with_topic_option() {
 
 #[test]
 fn rejects_location_that_conflicts_with_queue_or_table_option() {
-    invalid(tasks(&[("queue", "projects/demo/locations/us-central1/queues/other")]), "queue");
-    invalid(bigtable(&[("table", "projects/demo/instances/main/tables/other")]), "table");
+    invalid(
+        tasks(&[("queue", "projects/demo/locations/us-central1/queues/other")]),
+        "queue",
+    );
+    invalid(
+        bigtable(&[("table", "projects/demo/instances/main/tables/other")]),
+        "table",
+    );
 }
 
 #[test]
@@ -772,18 +1355,32 @@ fn accepts_location_and_option_that_name_the_same_topic() {
 
 #[test]
 fn resolves_short_ids_with_project_location_and_instance() {
-    let o = PubSubSinkOptions::from_raw_with_env(None, &raw(&[("topic", "clicks"), ("project", "demo")]), &no_env).unwrap();
+    let o = PubSubSinkOptions::from_raw_with_env(
+        None,
+        &raw(&[("topic", "clicks"), ("project", "demo")]),
+        &no_env,
+    )
+    .unwrap();
     assert_eq!(o.topic.as_deref(), Some(TOPIC));
     let o = CloudTasksSinkOptions::from_raw_with_env(
         Some("jobs"),
-        &raw(&[("project", "demo"), ("location", "us-central1"), ("url", "http://localhost:8080/")]),
+        &raw(&[
+            ("project", "demo"),
+            ("location", "us-central1"),
+            ("url", "http://localhost:8080/"),
+        ]),
         &no_env,
     )
     .unwrap();
     assert_eq!(o.queue.as_deref(), Some(QUEUE));
     let o = BigtableSinkOptions::from_raw_with_env(
         None,
-        &raw(&[("table", "events"), ("project", "demo"), ("instance", "main"), ("row_key", "id")]),
+        &raw(&[
+            ("table", "events"),
+            ("project", "demo"),
+            ("instance", "main"),
+            ("row_key", "id"),
+        ]),
         &no_env,
     )
     .unwrap();
@@ -792,20 +1389,48 @@ fn resolves_short_ids_with_project_location_and_instance() {
 
 #[test]
 fn rejects_short_ids_without_their_parent() {
-    let rule = invalid(PubSubSinkOptions::from_raw_with_env(None, &raw(&[("topic", "clicks")]), &no_env), "topic");
+    let rule = invalid(
+        PubSubSinkOptions::from_raw_with_env(None, &raw(&[("topic", "clicks")]), &no_env),
+        "topic",
+    );
     assert!(rule.contains("project"), "{rule}");
-    let rule = match CloudTasksSinkOptions::from_raw_with_env(Some("jobs"), &raw(&[("project", "demo"), ("url", "https://x.example.com")]), &no_env) {
+    let rule = match CloudTasksSinkOptions::from_raw_with_env(
+        Some("jobs"),
+        &raw(&[("project", "demo"), ("url", "https://x.example.com")]),
+        &no_env,
+    ) {
         Err(Error::InvalidOption { option, rule, .. }) if option == "LOCATION" => rule,
         other => panic!("{other:?}"),
     };
     assert!(rule.contains("location"), "{rule}");
-    invalid(BigtableSinkOptions::from_raw_with_env(None, &raw(&[("table", "events"), ("project", "demo"), ("row_key", "id")]), &no_env), "table");
+    invalid(
+        BigtableSinkOptions::from_raw_with_env(
+            None,
+            &raw(&[("table", "events"), ("project", "demo"), ("row_key", "id")]),
+            &no_env,
+        ),
+        "table",
+    );
 }
 
 #[test]
 fn rejects_topic_ids_the_service_refuses() {
-    invalid(PubSubSinkOptions::from_raw_with_env(None, &raw(&[("topic", "ab"), ("project", "demo")]), &no_env), "topic");
-    invalid(PubSubSinkOptions::from_raw_with_env(None, &raw(&[("topic", "projects/demo/subscriptions/abc")]), &no_env), "topic");
+    invalid(
+        PubSubSinkOptions::from_raw_with_env(
+            None,
+            &raw(&[("topic", "ab"), ("project", "demo")]),
+            &no_env,
+        ),
+        "topic",
+    );
+    invalid(
+        PubSubSinkOptions::from_raw_with_env(
+            None,
+            &raw(&[("topic", "projects/demo/subscriptions/abc")]),
+            &no_env,
+        ),
+        "topic",
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -825,9 +1450,17 @@ fn reads_emulator_host_from_the_environment_variable() {
 #[test]
 fn prefers_emulator_host_option_over_the_environment() {
     let env = |_: &str| Some("localhost:1111".to_string());
-    let o = PubSubSinkOptions::from_raw_with_env(Some(TOPIC), &raw(&[("emulator_host", "localhost:2222")]), &env).unwrap();
+    let o = PubSubSinkOptions::from_raw_with_env(
+        Some(TOPIC),
+        &raw(&[("emulator_host", "localhost:2222")]),
+        &env,
+    )
+    .unwrap();
     let e = o.connection.emulator.unwrap();
-    assert_eq!((e.host.as_str(), e.source), ("localhost:2222", EmulatorSource::Option));
+    assert_eq!(
+        (e.host.as_str(), e.source),
+        ("localhost:2222", EmulatorSource::Option)
+    );
 }
 
 #[test]
@@ -840,7 +1473,13 @@ fn reads_bigtable_emulator_host_from_the_real_process_environment() {
     // SAFETY: as above.
     unsafe { std::env::remove_var("BIGTABLE_EMULATOR_HOST") };
     let e = o.connection.emulator.unwrap();
-    assert_eq!((e.host.as_str(), e.source), ("127.0.0.1:8086", EmulatorSource::EnvVar("BIGTABLE_EMULATOR_HOST")));
+    assert_eq!(
+        (e.host.as_str(), e.source),
+        (
+            "127.0.0.1:8086",
+            EmulatorSource::EnvVar("BIGTABLE_EMULATOR_HOST")
+        )
+    );
 }
 
 #[test]
@@ -852,12 +1491,21 @@ fn rejects_malformed_emulator_host_from_the_environment_naming_the_variable() {
 
 #[test]
 fn rejects_emulator_host_together_with_endpoint() {
-    invalid(pubsub(&[("emulator_host", "localhost:8085"), ("endpoint", "https://pubsub.googleapis.com")]), "emulator_host");
+    invalid(
+        pubsub(&[
+            ("emulator_host", "localhost:8085"),
+            ("endpoint", "https://pubsub.googleapis.com"),
+        ]),
+        "emulator_host",
+    );
 }
 
 #[test]
 fn rejects_endpoint_without_scheme() {
-    invalid(pubsub(&[("endpoint", "pubsub.googleapis.com:443")]), "endpoint");
+    invalid(
+        pubsub(&[("endpoint", "pubsub.googleapis.com:443")]),
+        "endpoint",
+    );
 }
 
 #[test]
@@ -869,7 +1517,12 @@ fn rejects_connector_option_naming_another_connector() {
 #[test]
 fn reads_failure_policy() {
     assert_eq!(pubsub(&[]).unwrap().failure_policy, FailurePolicy::Fail);
-    assert_eq!(pubsub(&[("failure_policy", "drop")]).unwrap().failure_policy, FailurePolicy::Drop);
+    assert_eq!(
+        pubsub(&[("failure_policy", "drop")])
+            .unwrap()
+            .failure_policy,
+        FailurePolicy::Drop
+    );
     invalid(pubsub(&[("failure_policy", "skip")]), "failure_policy");
 }
 
@@ -880,24 +1533,42 @@ fn reads_failure_policy() {
 #[test]
 fn pubsub_mapping_defaults_are_by_name_not_explicit() {
     let m = pubsub(&[]).unwrap().mapping;
-    assert_eq!((m.data_column.name.as_str(), m.data_column.explicit), ("data", false));
+    assert_eq!(
+        (m.data_column.name.as_str(), m.data_column.explicit),
+        ("data", false)
+    );
     assert_eq!(m.attributes_column.name, "attributes");
     assert_eq!(m.ordering_key_column.name, "ordering_key");
     assert_eq!(m.format, PayloadFormat::Json);
-    let m = pubsub(&[("data_column", "payload"), ("attribute_columns", "a, b")]).unwrap().mapping;
+    let m = pubsub(&[("data_column", "payload"), ("attribute_columns", "a, b")])
+        .unwrap()
+        .mapping;
     assert!(m.data_column.explicit);
     assert_eq!(m.attribute_columns, ["a", "b"]);
 }
 
 #[test]
 fn rejects_repeated_attribute_column() {
-    invalid(pubsub(&[("attribute_columns", "a,b,a")]), "attribute_columns");
+    invalid(
+        pubsub(&[("attribute_columns", "a,b,a")]),
+        "attribute_columns",
+    );
 }
 
 #[test]
 fn parses_cloud_tasks_headers_and_method() {
-    let o = tasks(&[("headers", "Content-Type: application/json; X-A: b"), ("http_method", "patch")]).unwrap();
-    assert_eq!(o.mapping.headers, [("Content-Type".to_string(), "application/json".to_string()), ("X-A".to_string(), "b".to_string())]);
+    let o = tasks(&[
+        ("headers", "Content-Type: application/json; X-A: b"),
+        ("http_method", "patch"),
+    ])
+    .unwrap();
+    assert_eq!(
+        o.mapping.headers,
+        [
+            ("Content-Type".to_string(), "application/json".to_string()),
+            ("X-A".to_string(), "b".to_string())
+        ]
+    );
     assert_eq!(o.mapping.http_method, HttpMethod::Patch);
     invalid(tasks(&[("http_method", "FETCH")]), "http_method");
     invalid(tasks(&[("headers", "X-A: 1; x-a: 2")]), "headers");
@@ -905,70 +1576,144 @@ fn parses_cloud_tasks_headers_and_method() {
 
 #[test]
 fn rejects_cloud_tasks_sink_without_url() {
-    missing(CloudTasksSinkOptions::from_raw_with_env(Some(QUEUE), &raw(&[]), &no_env), "url");
+    missing(
+        CloudTasksSinkOptions::from_raw_with_env(Some(QUEUE), &raw(&[]), &no_env),
+        "url",
+    );
     invalid(tasks(&[("url_column", "u")]), "url_column");
-    invalid(CloudTasksSinkOptions::from_raw_with_env(Some(QUEUE), &raw(&[("url", "ftp://x")]), &no_env), "url");
+    invalid(
+        CloudTasksSinkOptions::from_raw_with_env(Some(QUEUE), &raw(&[("url", "ftp://x")]), &no_env),
+        "url",
+    );
 }
 
 #[test]
 fn accepts_dispatch_deadline_from_15_seconds_to_30_minutes() {
-    assert_eq!(tasks(&[("dispatch_deadline", "15s")]).unwrap().mapping.dispatch_deadline, Some(Duration::from_secs(15)));
-    assert_eq!(tasks(&[("dispatch_deadline", "30m")]).unwrap().mapping.dispatch_deadline, Some(Duration::from_secs(1800)));
+    assert_eq!(
+        tasks(&[("dispatch_deadline", "15s")])
+            .unwrap()
+            .mapping
+            .dispatch_deadline,
+        Some(Duration::from_secs(15))
+    );
+    assert_eq!(
+        tasks(&[("dispatch_deadline", "30m")])
+            .unwrap()
+            .mapping
+            .dispatch_deadline,
+        Some(Duration::from_secs(1800))
+    );
 }
 
 #[test]
 fn rejects_dispatch_deadline_outside_15_seconds_to_30_minutes() {
-    invalid(tasks(&[("dispatch_deadline", "14999ms")]), "dispatch_deadline");
-    invalid(tasks(&[("dispatch_deadline", "30m 1ms")]), "dispatch_deadline");
+    invalid(
+        tasks(&[("dispatch_deadline", "14999ms")]),
+        "dispatch_deadline",
+    );
+    invalid(
+        tasks(&[("dispatch_deadline", "30m 1ms")]),
+        "dispatch_deadline",
+    );
 }
 
 #[test]
 fn rejects_oidc_together_with_oauth() {
     let rule = invalid(
-        tasks(&[("oidc_service_account_email", "a@demo.iam.gserviceaccount.com"), ("oauth_service_account_email", "b@demo.iam.gserviceaccount.com")]),
+        tasks(&[
+            (
+                "oidc_service_account_email",
+                "a@demo.iam.gserviceaccount.com",
+            ),
+            (
+                "oauth_service_account_email",
+                "b@demo.iam.gserviceaccount.com",
+            ),
+        ]),
         "oauth_service_account_email",
     );
     assert!(rule.contains("oidc"), "{rule}");
-    invalid(tasks(&[("oidc_audience", "https://x"), ("oauth_scope", "s")]), "oauth_scope");
+    invalid(
+        tasks(&[("oidc_audience", "https://x"), ("oauth_scope", "s")]),
+        "oauth_scope",
+    );
 }
 
 #[test]
 fn rejects_token_details_without_their_service_account() {
     invalid(tasks(&[("oidc_audience", "https://x")]), "oidc_audience");
-    invalid(tasks(&[("oauth_scope", "https://www.googleapis.com/auth/cloud-platform")]), "oauth_scope");
-    invalid(tasks(&[("oidc_service_account_email", "not-an-email")]), "oidc_service_account_email");
+    invalid(
+        tasks(&[(
+            "oauth_scope",
+            "https://www.googleapis.com/auth/cloud-platform",
+        )]),
+        "oauth_scope",
+    );
+    invalid(
+        tasks(&[("oidc_service_account_email", "not-an-email")]),
+        "oidc_service_account_email",
+    );
 }
 
 #[test]
 fn accepts_oidc_with_audience() {
-    let o = tasks(&[("oidc_service_account_email", "a@demo.iam.gserviceaccount.com"), ("oidc_audience", "https://x")]).unwrap();
+    let o = tasks(&[
+        (
+            "oidc_service_account_email",
+            "a@demo.iam.gserviceaccount.com",
+        ),
+        ("oidc_audience", "https://x"),
+    ])
+    .unwrap();
     assert_eq!(
         o.mapping.auth,
-        Some(TaskAuth::Oidc { service_account_email: "a@demo.iam.gserviceaccount.com".into(), audience: Some("https://x".into()) })
+        Some(TaskAuth::Oidc {
+            service_account_email: "a@demo.iam.gserviceaccount.com".into(),
+            audience: Some("https://x".into())
+        })
     );
 }
 
 #[test]
 fn rejects_body_column_with_a_method_without_body() {
-    let rule = invalid(tasks(&[("body_column", "b"), ("http_method", "GET")]), "body_column");
+    let rule = invalid(
+        tasks(&[("body_column", "b"), ("http_method", "GET")]),
+        "body_column",
+    );
     assert!(rule.contains("GET"), "{rule}");
     assert!(tasks(&[("body_column", "b"), ("http_method", "PUT")]).is_ok());
 }
 
 #[test]
 fn rejects_bigtable_sink_without_row_key() {
-    missing(BigtableSinkOptions::from_raw_with_env(Some(TABLE), &raw(&[]), &no_env), "row_key");
+    missing(
+        BigtableSinkOptions::from_raw_with_env(Some(TABLE), &raw(&[]), &no_env),
+        "row_key",
+    );
 }
 
 #[test]
 fn reads_bigtable_mapping() {
-    let o = bigtable(&[("column_family", "d"), ("row_key_delimiter", "|"), ("null_handling", "DELETE"), ("auto_create_table", "true")]).unwrap();
+    let o = bigtable(&[
+        ("column_family", "d"),
+        ("row_key_delimiter", "|"),
+        ("null_handling", "DELETE"),
+        ("auto_create_table", "true"),
+    ])
+    .unwrap();
     assert_eq!(o.mapping.column_family, "d");
     assert_eq!(o.mapping.row_key_delimiter, "|");
     assert_eq!(o.mapping.null_handling, NullHandling::Delete);
     assert!(o.auto_create_table);
     let d = bigtable(&[]).unwrap().mapping;
-    assert_eq!((d.column_family.as_str(), d.row_key_delimiter.as_str(), d.null_handling), ("cf", "#", NullHandling::Ignore));
+    assert_eq!(
+        (
+            d.column_family.as_str(),
+            d.row_key_delimiter.as_str(),
+            d.null_handling
+        ),
+        ("cf", "#", NullHandling::Ignore)
+    );
 }
 
 #[test]
@@ -979,7 +1724,10 @@ fn rejects_invalid_column_family_name() {
 
 #[test]
 fn rejects_instance_that_disagrees_with_the_full_table_name() {
-    invalid(bigtable(&[("instance", "other"), ("project", "demo")]), "instance");
+    invalid(
+        bigtable(&[("instance", "other"), ("project", "demo")]),
+        "instance",
+    );
     assert!(bigtable(&[("instance", "main"), ("project", "demo")]).is_ok());
 }
 
@@ -993,7 +1741,12 @@ fn rejects_instance_column_beside_a_full_table_name() {
 // ---------------------------------------------------------------------------------------------
 
 fn schema(fields: &[(&str, DataType)]) -> Schema {
-    Schema::new(fields.iter().map(|(n, t)| Field::new(*n, t.clone(), true)).collect::<Vec<_>>())
+    Schema::new(
+        fields
+            .iter()
+            .map(|(n, t)| Field::new(*n, t.clone(), true))
+            .collect::<Vec<_>>(),
+    )
 }
 
 #[test]
@@ -1016,9 +1769,15 @@ fn accepts_bigtable_schema_with_key_timestamp_and_cells() {
 #[test]
 fn rejects_bigtable_schema_with_missing_or_mistyped_key() {
     let o = bigtable(&[]).unwrap();
-    let rule = schema_err(o.validate_schema(&schema(&[("other", DataType::Utf8)])), "id");
+    let rule = schema_err(
+        o.validate_schema(&schema(&[("other", DataType::Utf8)])),
+        "id",
+    );
     assert!(rule.contains("row_key"), "{rule}");
-    schema_err(o.validate_schema(&schema(&[("id", DataType::Float64), ("v", DataType::Utf8)])), "id");
+    schema_err(
+        o.validate_schema(&schema(&[("id", DataType::Float64), ("v", DataType::Utf8)])),
+        "id",
+    );
 }
 
 #[test]
@@ -1031,9 +1790,28 @@ fn rejects_bigtable_schema_with_no_cell_left() {
 #[test]
 fn rejects_bigtable_timestamp_and_destination_columns_of_the_wrong_type() {
     let o = bigtable(&[("timestamp_column", "ts")]).unwrap();
-    schema_err(o.validate_schema(&schema(&[("id", DataType::Utf8), ("ts", DataType::Utf8), ("v", DataType::Int32)])), "ts");
-    let o = BigtableSinkOptions::from_raw_with_env(None, &raw(&[("table_column", "t"), ("row_key", "id")]), &no_env).unwrap();
-    schema_err(o.validate_schema(&schema(&[("id", DataType::Utf8), ("t", DataType::Int32), ("v", DataType::Int32)])), "t");
+    schema_err(
+        o.validate_schema(&schema(&[
+            ("id", DataType::Utf8),
+            ("ts", DataType::Utf8),
+            ("v", DataType::Int32),
+        ])),
+        "ts",
+    );
+    let o = BigtableSinkOptions::from_raw_with_env(
+        None,
+        &raw(&[("table_column", "t"), ("row_key", "id")]),
+        &no_env,
+    )
+    .unwrap();
+    schema_err(
+        o.validate_schema(&schema(&[
+            ("id", DataType::Utf8),
+            ("t", DataType::Int32),
+            ("v", DataType::Int32),
+        ])),
+        "t",
+    );
 }
 
 #[test]
@@ -1041,21 +1819,33 @@ fn accepts_cloud_tasks_schema_with_typed_columns() {
     let map = DataType::Map(
         Arc::new(Field::new(
             "entries",
-            DataType::Struct(Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Utf8, true)])),
+            DataType::Struct(Fields::from(vec![
+                Field::new("key", DataType::Utf8, false),
+                Field::new("value", DataType::Utf8, true),
+            ])),
             false,
         )),
         false,
     );
     let o = CloudTasksSinkOptions::from_raw_with_env(
         Some(QUEUE),
-        &raw(&[("url_column", "u"), ("body_column", "b"), ("schedule_time_column", "at"), ("headers_column", "h"), ("task_name_column", "n")]),
+        &raw(&[
+            ("url_column", "u"),
+            ("body_column", "b"),
+            ("schedule_time_column", "at"),
+            ("headers_column", "h"),
+            ("task_name_column", "n"),
+        ]),
         &no_env,
     )
     .unwrap();
     let s = schema(&[
         ("u", DataType::Utf8View),
         ("b", DataType::Binary),
-        ("at", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()))),
+        (
+            "at",
+            DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+        ),
         ("h", map),
         ("n", DataType::LargeUtf8),
     ]);
@@ -1064,20 +1854,43 @@ fn accepts_cloud_tasks_schema_with_typed_columns() {
 
 #[test]
 fn rejects_cloud_tasks_schema_with_missing_url_column_or_wrong_types() {
-    let o = CloudTasksSinkOptions::from_raw_with_env(Some(QUEUE), &raw(&[("url_column", "u"), ("schedule_time_column", "at")]), &no_env)
-        .unwrap();
-    let rule = schema_err(o.validate_schema(&schema(&[("at", DataType::Timestamp(TimeUnit::Second, None))])), "u");
+    let o = CloudTasksSinkOptions::from_raw_with_env(
+        Some(QUEUE),
+        &raw(&[("url_column", "u"), ("schedule_time_column", "at")]),
+        &no_env,
+    )
+    .unwrap();
+    let rule = schema_err(
+        o.validate_schema(&schema(&[(
+            "at",
+            DataType::Timestamp(TimeUnit::Second, None),
+        )])),
+        "u",
+    );
     assert!(rule.contains("url_column"), "{rule}");
-    schema_err(o.validate_schema(&schema(&[("u", DataType::Int64), ("at", DataType::Timestamp(TimeUnit::Second, None))])), "u");
-    schema_err(o.validate_schema(&schema(&[("u", DataType::Utf8), ("at", DataType::Utf8)])), "at");
+    schema_err(
+        o.validate_schema(&schema(&[
+            ("u", DataType::Int64),
+            ("at", DataType::Timestamp(TimeUnit::Second, None)),
+        ])),
+        "u",
+    );
+    schema_err(
+        o.validate_schema(&schema(&[("u", DataType::Utf8), ("at", DataType::Utf8)])),
+        "at",
+    );
 }
 
 #[test]
 fn rejects_raw_format_with_several_payload_columns() {
     let o = tasks(&[("format", "raw")]).unwrap();
-    invalid(o.validate_schema(&schema(&[("a", DataType::Utf8), ("b", DataType::Utf8)])), "format");
+    invalid(
+        o.validate_schema(&schema(&[("a", DataType::Utf8), ("b", DataType::Utf8)])),
+        "format",
+    );
     schema_err(o.validate_schema(&schema(&[("a", DataType::Int32)])), "a");
-    o.validate_schema(&schema(&[("a", DataType::Binary)])).unwrap();
+    o.validate_schema(&schema(&[("a", DataType::Binary)]))
+        .unwrap();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1087,8 +1900,14 @@ fn rejects_raw_format_with_several_payload_columns() {
 /// Options that need a companion to be valid on their own.
 fn companions(name: &str) -> Vec<(&'static str, &'static str)> {
     match name {
-        "oidc_audience" => vec![("oidc_service_account_email", "a@demo.iam.gserviceaccount.com")],
-        "oauth_scope" => vec![("oauth_service_account_email", "a@demo.iam.gserviceaccount.com")],
+        "oidc_audience" => vec![(
+            "oidc_service_account_email",
+            "a@demo.iam.gserviceaccount.com",
+        )],
+        "oauth_scope" => vec![(
+            "oauth_service_account_email",
+            "a@demo.iam.gserviceaccount.com",
+        )],
         "emulator_host" | "channel_pool_size" | "endpoint" => vec![],
         "body_column" => vec![("http_method", "POST")],
         _ => vec![],
@@ -1117,8 +1936,16 @@ fn every_registered_option_is_accepted_by_its_connector_with_its_example() {
             if spec.name == "instance" {
                 pairs.push(("project", "demo"));
             }
-            let example = if kind == ConnectorKind::CloudTasks && spec.name == "connector" { "cloud_tasks" } else { spec.example };
-            let example = if kind == ConnectorKind::Bigtable && spec.name == "connector" { "bigtable" } else { example };
+            let example = if kind == ConnectorKind::CloudTasks && spec.name == "connector" {
+                "cloud_tasks"
+            } else {
+                spec.example
+            };
+            let example = if kind == ConnectorKind::Bigtable && spec.name == "connector" {
+                "bigtable"
+            } else {
+                example
+            };
             pairs.push((spec.name, example));
             if kind == ConnectorKind::CloudTasks && !matches!(spec.name, "url" | "url_column") {
                 pairs.push(("url", "https://worker.example.com/run"));
@@ -1128,11 +1955,23 @@ fn every_registered_option_is_accepted_by_its_connector_with_its_example() {
             }
             let r = raw(&pairs);
             let result = match kind {
-                ConnectorKind::PubSub => PubSubSinkOptions::from_raw_with_env(location, &r, &no_env).map(|_| ()),
-                ConnectorKind::CloudTasks => CloudTasksSinkOptions::from_raw_with_env(location, &r, &no_env).map(|_| ()),
-                ConnectorKind::Bigtable => BigtableSinkOptions::from_raw_with_env(location, &r, &no_env).map(|_| ()),
+                ConnectorKind::PubSub => {
+                    PubSubSinkOptions::from_raw_with_env(location, &r, &no_env).map(|_| ())
+                }
+                ConnectorKind::CloudTasks => {
+                    CloudTasksSinkOptions::from_raw_with_env(location, &r, &no_env).map(|_| ())
+                }
+                ConnectorKind::Bigtable => {
+                    BigtableSinkOptions::from_raw_with_env(location, &r, &no_env).map(|_| ())
+                }
             };
-            assert!(result.is_ok(), "{kind}: option {} = '{}' refused: {:?}", spec.name, example, result);
+            assert!(
+                result.is_ok(),
+                "{kind}: option {} = '{}' refused: {:?}",
+                spec.name,
+                example,
+                result
+            );
         }
     }
 }
@@ -1156,18 +1995,29 @@ fn every_seed_builder_method_is_a_writer_option_of_its_connector() {
     let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/seeds");
     let files = [
         ("PubSubPublisherOptions.Builder.txt", ConnectorKind::PubSub),
-        ("CloudTasksWriterOptions.Builder.txt", ConnectorKind::CloudTasks),
+        (
+            "CloudTasksWriterOptions.Builder.txt",
+            ConnectorKind::CloudTasks,
+        ),
         ("BigtableWriterOptions.Builder.txt", ConnectorKind::Bigtable),
     ];
     for (file, kind) in files {
         let path = seeds.join(file);
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("cannot read the seed {} ({e}); the shared/ directory sits beside the project", path.display()));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "cannot read the seed {} ({e}); the shared/ directory sits beside the project",
+                path.display()
+            )
+        });
         // A method heading is a line holding only a lowerCamelCase identifier after the bullet.
         let methods: Vec<String> = text
             .lines()
             .map(|l| l.trim().trim_start_matches('•').trim())
-            .filter(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric()) && l.starts_with(|c: char| c.is_ascii_lowercase()))
+            .filter(|l| {
+                !l.is_empty()
+                    && l.chars().all(|c| c.is_ascii_alphanumeric())
+                    && l.starts_with(|c: char| c.is_ascii_lowercase())
+            })
             .filter(|l| *l != "build")
             .map(snake_case)
             .collect();
@@ -1175,13 +2025,22 @@ fn every_seed_builder_method_is_a_writer_option_of_its_connector() {
         let mut seen: HashSet<String> = HashSet::new();
         for m in methods {
             seen.insert(m.clone());
-            let spec = gcp_sql::options::lookup(kind, &m).unwrap_or_else(|| panic!("{file}: method {m} has no option for {kind}"));
-            assert_eq!(spec.group, OptionGroup::Writer, "{m} should be a writer option");
+            let spec = gcp_sql::options::lookup(kind, &m)
+                .unwrap_or_else(|| panic!("{file}: method {m} has no option for {kind}"));
+            assert_eq!(
+                spec.group,
+                OptionGroup::Writer,
+                "{m} should be a writer option"
+            );
         }
         // And the other way round: every writer option of the connector comes from its seed,
         // except the failure policy, which the seeds express as a handler object.
         for spec in options_for(kind).filter(|s| s.group == OptionGroup::Writer) {
-            assert!(spec.name == "failure_policy" || seen.contains(spec.name), "{kind}: writer option {} is not in {file}", spec.name);
+            assert!(
+                spec.name == "failure_policy" || seen.contains(spec.name),
+                "{kind}: writer option {} is not in {file}",
+                spec.name
+            );
         }
     }
 }
@@ -1207,9 +2066,16 @@ fn docs_options_md_matches_the_registry() {
 fn reference_lists_every_option_with_its_default_and_bounds() {
     let md = reference_markdown();
     for spec in registry::REGISTRY {
-        assert!(md.contains(&format!("| `{}` |", spec.name)), "{} missing from the reference", spec.name);
+        assert!(
+            md.contains(&format!("| `{}` |", spec.name)),
+            "{} missing from the reference",
+            spec.name
+        );
     }
     assert!(md.contains("19,999"), "Bigtable batch ceiling");
-    assert!(md.contains("Java SDK default"), "SDK defaults are attributed");
+    assert!(
+        md.contains("Java SDK default"),
+        "SDK defaults are attributed"
+    );
     assert!(md.contains("64 MiB"));
 }

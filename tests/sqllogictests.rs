@@ -22,8 +22,14 @@ struct GcpSql {
 
 /// Whether a statement returns rows (as opposed to DDL and DML, which report a count).
 fn returns_rows(sql: &str) -> bool {
-    let first = sql.trim_start().split(|c: char| c.is_whitespace() || c == '(').next().unwrap_or("");
-    ["select", "with", "values", "describe", "show", "explain"].iter().any(|k| first.eq_ignore_ascii_case(k))
+    let first = sql
+        .trim_start()
+        .split(|c: char| c.is_whitespace() || c == '(')
+        .next()
+        .unwrap_or("");
+    ["select", "with", "values", "describe", "show", "explain"]
+        .iter()
+        .any(|k| first.eq_ignore_ascii_case(k))
 }
 
 fn rows_of(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, arrow::error::ArrowError> {
@@ -36,7 +42,12 @@ fn rows_of(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>, arrow::error::Ar
             .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
             .collect::<Result<Vec<_>, _>>()?;
         for row in 0..batch.num_rows() {
-            rows.push(formatters.iter().map(|f| f.value(row).to_string()).collect());
+            rows.push(
+                formatters
+                    .iter()
+                    .map(|f| f.value(row).to_string())
+                    .collect(),
+            );
         }
     }
     Ok(rows)
@@ -52,13 +63,21 @@ impl AsyncDB for GcpSql {
         if returns_rows(sql) {
             let rows = rows_of(&batches).map_err(|e| gcp_sql::Error::DataFusion(e.into()))?;
             let width = batches.first().map_or(0, RecordBatch::num_columns);
-            Ok(DBOutput::Rows { types: vec![DefaultColumnType::Any; width], rows })
+            Ok(DBOutput::Rows {
+                types: vec![DefaultColumnType::Any; width],
+                rows,
+            })
         } else {
             // An INSERT reports its row count in a single `count` column; DDL returns nothing.
             let count = batches
                 .first()
                 .filter(|b| b.num_rows() == 1 && b.num_columns() == 1)
-                .and_then(|b| b.column(0).as_any().downcast_ref::<arrow::array::UInt64Array>().map(|a| a.value(0)))
+                .and_then(|b| {
+                    b.column(0)
+                        .as_any()
+                        .downcast_ref::<arrow::array::UInt64Array>()
+                        .map(|a| a.value(0))
+                })
                 .unwrap_or(0);
             Ok(DBOutput::StatementComplete(count))
         }
@@ -82,7 +101,11 @@ fn slt_files() -> Vec<PathBuf> {
         .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "slt"))
-        .filter(|p| filter.as_deref().is_none_or(|f| p.to_string_lossy().contains(f)))
+        .filter(|p| {
+            filter
+                .as_deref()
+                .is_none_or(|f| p.to_string_lossy().contains(f))
+        })
         .collect();
     files.sort();
     files
@@ -93,19 +116,36 @@ fn sql_logic_tests() {
     // The .slt files describe what the options do on their own, whatever the developer's shell
     // exports; an emulator variable would change the channel_pool_size cases. This runs before
     // the runtime starts any thread, and no other test lives in this binary.
-    for var in ["PUBSUB_EMULATOR_HOST", "CLOUD_TASKS_EMULATOR_HOST", "BIGTABLE_EMULATOR_HOST"] {
+    for var in [
+        "PUBSUB_EMULATOR_HOST",
+        "CLOUD_TASKS_EMULATOR_HOST",
+        "BIGTABLE_EMULATOR_HOST",
+    ] {
         // SAFETY: single-threaded at this point (no runtime yet; the only test of the binary).
         unsafe { std::env::remove_var(var) };
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let files = slt_files();
     assert!(!files.is_empty(), "no .slt file found under tests/slt");
     let mut failures = Vec::new();
     for file in &files {
-        let mut runner = Runner::new(|| async { Ok(GcpSql { ctx: gcp_sql::sql::new_context() }) });
+        let mut runner = Runner::new(|| async {
+            Ok(GcpSql {
+                ctx: gcp_sql::sql::new_context(),
+            })
+        });
         if let Err(e) = runtime.block_on(runner.run_file_async(file)) {
             failures.push(format!("{}:\n{e}", file.display()));
         }
     }
-    assert!(failures.is_empty(), "{} of {} .slt files failed:\n\n{}", failures.len(), files.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} .slt files failed:\n\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n\n")
+    );
 }

@@ -8,6 +8,7 @@
 //!       --emulators        start the local emulators and point the sinks at them
 //!   -q, --quiet            print only results and errors
 //!       --format FORMAT    table (default), csv or json
+//! gcp-sql serve-null [--port P] [--latency D]   a null Pub/Sub server (see [`serve_null`])
 //! ```
 //!
 //! `-f` and `-c` run in the order they are given on the command line, and the tool stops at the
@@ -26,6 +27,7 @@
 
 mod exec;
 mod progress;
+pub mod serve_null;
 mod shell;
 mod stores;
 
@@ -35,7 +37,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, OnceLock, mpsc};
 use std::time::Duration;
 
-use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::SessionContext;
 use tokio::sync::watch;
@@ -77,9 +79,13 @@ pub enum OutputFormat {
     version,
     about = "SQL on Apache DataFusion with Google Cloud Pub/Sub, Cloud Tasks and Bigtable as table sinks",
     after_help = "-f and -c run in the order given; the first failing statement stops the run (exit code 1).\n\
-                  With neither, an interactive shell starts (history in $HOME/.gcp_sql_history)."
+                  With neither, an interactive shell starts (history in $HOME/.gcp_sql_history).",
+    args_conflicts_with_subcommands = true
 )]
 pub struct Args {
+    /// A tool other than the SQL shell
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// Run the SQL statements in FILE (repeatable)
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub files: Vec<PathBuf>,
@@ -96,6 +102,14 @@ pub struct Args {
     /// Format of result rows
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
+}
+
+/// The subcommands of `gcp-sql`.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum Command {
+    /// Serve a null Pub/Sub Publish endpoint on a loopback port that acknowledges everything
+    /// and counts what it receives (the client-side ceiling for benchmarks)
+    ServeNull(serve_null::ServeNullArgs),
 }
 
 /// One piece of SQL to run.
@@ -233,6 +247,13 @@ pub fn new_session() -> Result<SessionContext> {
 
 /// The tool's entry point: parses the process arguments and runs.
 pub fn main() -> ExitCode {
+    if let Ok(Args {
+        command: Some(Command::ServeNull(args)),
+        ..
+    }) = Args::try_parse_from(std::env::args_os())
+    {
+        return serve_null::run(&args);
+    }
     let invocation = match Invocation::parse_from(std::env::args_os()) {
         Ok(invocation) => invocation,
         Err(e) => {

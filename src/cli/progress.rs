@@ -86,7 +86,7 @@ impl SinkCounters {
 
     fn live_line(&self, elapsed: Duration) -> String {
         format!(
-            "sent {} · acknowledged {} · in flight {} · retries {} · dropped {} · {} rows/s",
+            "sent {} · acked {} · in flight {} · retries {} · dropped {} · {} rows/s",
             self.sent,
             self.acked,
             self.in_flight,
@@ -136,7 +136,7 @@ impl LiveProgress {
                 let bar = bar.get_or_insert_with(|| {
                     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
                     if let Ok(style) =
-                        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+                        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_msg}")
                     {
                         bar.set_style(style);
                     }

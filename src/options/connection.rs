@@ -81,7 +81,8 @@ fn parse_emulator_host(text: &str) -> std::result::Result<String, String> {
 /// Checks an endpoint URL: `https://host[:port]` (or `http://` for a plaintext proxy).
 fn parse_endpoint(text: &str) -> std::result::Result<String, String> {
     let t = text.trim();
-    let url = url::Url::parse(t).map_err(|e| format!("expected a URL like 'https://pubsub.googleapis.com' ({e})"))?;
+    let url = url::Url::parse(t)
+        .map_err(|e| format!("expected a URL like 'https://pubsub.googleapis.com' ({e})"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err("expected an http:// or https:// URL with a host".into());
     }
@@ -93,7 +94,10 @@ impl ConnectionOptions {
     pub fn emulator(project: impl Into<String>, host: impl Into<String>) -> Self {
         ConnectionOptions {
             project: Some(project.into()),
-            emulator: Some(EmulatorHost { host: host.into(), source: EmulatorSource::Option }),
+            emulator: Some(EmulatorHost {
+                host: host.into(),
+                source: EmulatorSource::Option,
+            }),
             ..Default::default()
         }
     }
@@ -115,20 +119,37 @@ impl ConnectionOptions {
                 if endpoint.is_some() {
                     return Err(common::EMULATOR_HOST.cross_invalid(h));
                 }
-                let host = parse_emulator_host(h).map_err(|rule| common::EMULATOR_HOST.invalid(h, rule))?;
-                Some(EmulatorHost { host, source: EmulatorSource::Option })
+                let host = parse_emulator_host(h)
+                    .map_err(|rule| common::EMULATOR_HOST.invalid(h, rule))?;
+                Some(EmulatorHost {
+                    host,
+                    source: EmulatorSource::Option,
+                })
             }
             None if endpoint.is_none() => Self::emulator_from_env(kind, env)?,
             None => None,
         };
-        let credentials_file = parsed.non_empty_text(&common::CREDENTIALS_FILE)?.map(PathBuf::from);
-        Ok(ConnectionOptions { project, endpoint, emulator, credentials_file })
+        let credentials_file = parsed
+            .non_empty_text(&common::CREDENTIALS_FILE)?
+            .map(PathBuf::from);
+        Ok(ConnectionOptions {
+            project,
+            endpoint,
+            emulator,
+            credentials_file,
+        })
     }
 
     /// The emulator named by `kind`'s environment variable, if it is set and not empty.
-    pub fn emulator_from_env(kind: ConnectorKind, env: EnvLookup<'_>) -> Result<Option<EmulatorHost>> {
+    pub fn emulator_from_env(
+        kind: ConnectorKind,
+        env: EnvLookup<'_>,
+    ) -> Result<Option<EmulatorHost>> {
         let var = kind.emulator_env_var();
-        match env(var).map(|v| v.trim().to_string()).filter(|v| !v.is_empty()) {
+        match env(var)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+        {
             None => Ok(None),
             Some(v) => {
                 let host = parse_emulator_host(&v).map_err(|rule| Error::InvalidOption {
@@ -136,7 +157,10 @@ impl ConnectionOptions {
                     value: v.clone(),
                     rule,
                 })?;
-                Ok(Some(EmulatorHost { host, source: EmulatorSource::EnvVar(var) }))
+                Ok(Some(EmulatorHost {
+                    host,
+                    source: EmulatorSource::EnvVar(var),
+                }))
             }
         }
     }
@@ -153,8 +177,14 @@ mod tests {
 
     #[test]
     fn accepts_host_port_and_drops_http_scheme() {
-        assert_eq!(parse_emulator_host("localhost:8085").unwrap(), "localhost:8085");
-        assert_eq!(parse_emulator_host("http://127.0.0.1:9000/").unwrap(), "127.0.0.1:9000");
+        assert_eq!(
+            parse_emulator_host("localhost:8085").unwrap(),
+            "localhost:8085"
+        );
+        assert_eq!(
+            parse_emulator_host("http://127.0.0.1:9000/").unwrap(),
+            "127.0.0.1:9000"
+        );
     }
 
     #[test]
@@ -168,6 +198,9 @@ mod tests {
     fn rejects_endpoint_without_scheme() {
         assert!(parse_endpoint("pubsub.googleapis.com").is_err());
         assert!(parse_endpoint("ftp://x").is_err());
-        assert_eq!(parse_endpoint("https://pubsub.googleapis.com/").unwrap(), "https://pubsub.googleapis.com");
+        assert_eq!(
+            parse_endpoint("https://pubsub.googleapis.com/").unwrap(),
+            "https://pubsub.googleapis.com"
+        );
     }
 }

@@ -30,7 +30,13 @@ fn table(out: &mut String, specs: &[&OptionSpec]) {
 }
 
 fn connector_section(out: &mut String, kind: ConnectorKind) {
-    let _ = writeln!(out, "## {} (`connector = '{}'`, `STORED AS {}`)\n", kind.display_name(), kind.name(), kind.stored_as());
+    let _ = writeln!(
+        out,
+        "## {} (`connector = '{}'`, `STORED AS {}`)\n",
+        kind.display_name(),
+        kind.name(),
+        kind.stored_as()
+    );
     let _ = writeln!(
         out,
         "`LOCATION` carries the {} (an empty `LOCATION ''` means none). The emulator variable is `{}`.\n",
@@ -49,7 +55,11 @@ fn connector_section(out: &mut String, kind: ConnectorKind) {
         let specs: Vec<&OptionSpec> = REGISTRY
             .iter()
             .copied()
-            .filter(|s| s.applies_to(kind) && s.connectors.len() < ConnectorKind::ALL.len() && s.group == group)
+            .filter(|s| {
+                s.applies_to(kind)
+                    && s.connectors.len() < ConnectorKind::ALL.len()
+                    && s.group == group
+            })
             .collect();
         if specs.is_empty() {
             continue;
@@ -64,11 +74,22 @@ fn connector_section(out: &mut String, kind: ConnectorKind) {
         }
         table(out, &specs);
     }
-    let budgets: Vec<_> = FIXED_BUDGETS.iter().filter(|b| b.connector == kind).collect();
+    let budgets: Vec<_> = FIXED_BUDGETS
+        .iter()
+        .filter(|b| b.connector == kind)
+        .collect();
     if !budgets.is_empty() {
-        out.push_str("### Fixed budgets (not options)\n\n| Budget | Value | Why |\n|---|---|---|\n");
+        out.push_str(
+            "### Fixed budgets (not options)\n\n| Budget | Value | Why |\n|---|---|---|\n",
+        );
         for b in budgets {
-            let _ = writeln!(out, "| {} | {} | {} |", b.name, cell(&b.value.text()), cell(b.description));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} |",
+                b.name,
+                cell(&b.value.text()),
+                cell(b.description)
+            );
         }
         out.push('\n');
     }
@@ -112,8 +133,11 @@ pub(super) fn render() -> String {
          `instance`).\n\n",
     );
     out.push_str("## Common options (every connector)\n\n");
-    let common: Vec<&OptionSpec> =
-        REGISTRY.iter().copied().filter(|s| s.connectors.len() == ConnectorKind::ALL.len()).collect();
+    let common: Vec<&OptionSpec> = REGISTRY
+        .iter()
+        .copied()
+        .filter(|s| s.connectors.len() == ConnectorKind::ALL.len())
+        .collect();
     table(&mut out, &common);
     for kind in ConnectorKind::ALL {
         connector_section(&mut out, kind);

@@ -84,7 +84,10 @@ impl RawOptions {
 
     /// The value given for `name` (a normalised name).
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.pairs.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        self.pairs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// The pairs in the order they were written.
@@ -116,7 +119,11 @@ pub enum ConnectorKind {
 
 impl ConnectorKind {
     /// Every connector, in the order the reference lists them.
-    pub const ALL: [ConnectorKind; 3] = [ConnectorKind::PubSub, ConnectorKind::CloudTasks, ConnectorKind::Bigtable];
+    pub const ALL: [ConnectorKind; 3] = [
+        ConnectorKind::PubSub,
+        ConnectorKind::CloudTasks,
+        ConnectorKind::Bigtable,
+    ];
 
     /// The name used in `connector = '...'` (`pubsub`, `cloud_tasks`, `bigtable`).
     pub fn name(self) -> &'static str {
@@ -160,13 +167,22 @@ impl ConnectorKind {
     /// An unknown name is an [`Error::InvalidOption`] on `connector`, with the nearest name.
     pub fn parse(text: &str) -> Result<Self> {
         let t = text.trim();
-        if let Some(kind) = Self::ALL.into_iter().find(|k| k.name().eq_ignore_ascii_case(t)) {
+        if let Some(kind) = Self::ALL
+            .into_iter()
+            .find(|k| k.name().eq_ignore_ascii_case(t))
+        {
             return Ok(kind);
         }
         let names: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
         let lower = t.to_ascii_lowercase();
-        let hint = nearest(&lower, names.iter().copied()).map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default();
-        Err(Error::invalid("connector", text, format!("expected one of {}{hint}", names.join(", "))))
+        let hint = nearest(&lower, names.iter().copied())
+            .map(|s| format!(" (did you mean '{s}'?)"))
+            .unwrap_or_default();
+        Err(Error::invalid(
+            "connector",
+            text,
+            format!("expected one of {}{hint}", names.join(", ")),
+        ))
     }
 }
 
@@ -178,16 +194,42 @@ impl std::fmt::Display for ConnectorKind {
 
 /// The spec of option `name` for connector `kind`, if it has one.
 pub fn lookup(kind: ConnectorKind, name: &str) -> Option<&'static OptionSpec> {
-    registry::REGISTRY.iter().copied().find(|s| s.name == name && s.applies_to(kind))
+    registry::REGISTRY
+        .iter()
+        .copied()
+        .find(|s| s.name == name && s.applies_to(kind))
 }
 
 /// The options `kind` accepts, in registry order.
-pub fn options_for(kind: ConnectorKind) -> impl Iterator<Item = &'static OptionSpec> {
-    registry::REGISTRY.iter().copied().filter(move |s| s.applies_to(kind))
+pub fn options_for(kind: ConnectorKind) -> impl Iterator<Item = &'static OptionSpec> + Clone {
+    registry::REGISTRY
+        .iter()
+        .copied()
+        .filter(move |s| s.applies_to(kind))
 }
 
-/// The candidate closest to `name`, if it is close enough to be a likely misspelling.
-fn nearest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+/// Whether two snake_case names of at least three words differ in exactly one word
+/// (`max_active_publishers` / `max_active_instances`): the same knob of another connector.
+fn differ_in_one_word(a: &str, b: &str) -> bool {
+    let (wa, wb): (Vec<&str>, Vec<&str>) = (a.split('_').collect(), b.split('_').collect());
+    wa.len() >= 3 && wa.len() == wb.len() && wa.iter().zip(&wb).filter(|(x, y)| x != y).count() == 1
+}
+
+/// The candidate closest to `name`, if it is close enough to be a likely misspelling, or else
+/// the one candidate that differs from it in a single word.
+fn nearest<'a>(name: &str, candidates: impl Iterator<Item = &'a str> + Clone) -> Option<&'a str> {
+    let close = nearest_spelling(name, candidates.clone());
+    if close.is_some() {
+        return close;
+    }
+    let mut one_word = candidates.filter(|c| differ_in_one_word(name, c));
+    match (one_word.next(), one_word.next()) {
+        (Some(c), None) => Some(c),
+        _ => None,
+    }
+}
+
+fn nearest_spelling<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     let mut best: Option<(&str, usize, f64)> = None;
     for c in candidates {
         let d = strsim::levenshtein(name, c);
@@ -249,17 +291,24 @@ impl ParsedOptions {
                 return Err(Error::UnknownOption {
                     connector: kind.name().to_string(),
                     option: name.to_string(),
-                    suggestion: nearest(name, options_for(kind).map(|s| s.name)).map(str::to_string),
+                    suggestion: nearest(name, options_for(kind).map(|s| s.name))
+                        .map(str::to_string),
                 });
             };
             let value = spec.parse_checked(text)?;
-            if spec.name == registry::common::CONNECTOR.name && value != Value::Text(kind.name().to_string()) {
+            if spec.name == registry::common::CONNECTOR.name
+                && value != Value::Text(kind.name().to_string())
+            {
                 return Err(spec.invalid(
                     text,
                     format!("the table is declared for connector '{}' (STORED AS {}); the two must agree", kind.name(), kind.stored_as()),
                 ));
             }
-            values.push(Parsed { spec, text: text.to_string(), value });
+            values.push(Parsed {
+                spec,
+                text: text.to_string(),
+                value,
+            });
         }
         Ok(ParsedOptions { kind, values })
     }
@@ -289,7 +338,11 @@ impl ParsedOptions {
     }
 
     fn wrong_type(spec: &OptionSpec, wanted: &str) -> Error {
-        Error::invalid(spec.name, "", format!("internal: the registry does not declare this option as {wanted}"))
+        Error::invalid(
+            spec.name,
+            "",
+            format!("internal: the registry does not declare this option as {wanted}"),
+        )
     }
 
     /// A duration option.
@@ -314,9 +367,15 @@ impl ParsedOptions {
     pub fn int32(&self, spec: &OptionSpec) -> Result<Option<i32>> {
         match self.int(spec)? {
             None => Ok(None),
-            Some(v) => i32::try_from(v)
-                .map(Some)
-                .map_err(|_| spec.invalid(v.to_string(), format!("out of range: at most {}", spec::group_digits(i32::MAX.into())))),
+            Some(v) => i32::try_from(v).map(Some).map_err(|_| {
+                spec.invalid(
+                    v.to_string(),
+                    format!(
+                        "out of range: at most {}",
+                        spec::group_digits(i32::MAX.into())
+                    ),
+                )
+            }),
         }
     }
 
@@ -375,7 +434,9 @@ impl ParsedOptions {
         match self.text(&registry::common::FAILURE_POLICY)? {
             None | Some("fail") => Ok(FailurePolicy::Fail),
             Some("drop") => Ok(FailurePolicy::Drop),
-            Some(other) => Err(registry::common::FAILURE_POLICY.invalid(other, "expected 'fail' or 'drop'")),
+            Some(other) => {
+                Err(registry::common::FAILURE_POLICY.invalid(other, "expected 'fail' or 'drop'"))
+            }
         }
     }
 
@@ -432,12 +493,18 @@ pub struct ColumnRef {
 impl ColumnRef {
     /// A column the user named.
     pub fn explicit(name: impl Into<String>) -> Self {
-        ColumnRef { name: name.into(), explicit: true }
+        ColumnRef {
+            name: name.into(),
+            explicit: true,
+        }
     }
 
     /// A column known by its default name.
     pub fn by_default(name: impl Into<String>) -> Self {
-        ColumnRef { name: name.into(), explicit: false }
+        ColumnRef {
+            name: name.into(),
+            explicit: false,
+        }
     }
 }
 
@@ -479,7 +546,10 @@ mod tests {
             ("format.topic".to_string(), "b".to_string()),
         ])
         .unwrap_err();
-        assert!(matches!(err, Error::DuplicateOption { ref option } if option == "topic"), "{err}");
+        assert!(
+            matches!(err, Error::DuplicateOption { ref option } if option == "topic"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -487,7 +557,10 @@ mod tests {
         for kind in ConnectorKind::ALL {
             let names: Vec<&str> = options_for(kind).map(|s| s.name).collect();
             for (i, n) in names.iter().enumerate() {
-                assert!(!names[i + 1..].contains(n), "{n} is registered twice for {kind}");
+                assert!(
+                    !names[i + 1..].contains(n),
+                    "{n} is registered twice for {kind}"
+                );
             }
         }
     }
@@ -495,7 +568,11 @@ mod tests {
     #[test]
     fn every_example_passes_its_own_checks() {
         for spec in registry::REGISTRY {
-            assert!(spec.parse_checked(spec.example).is_ok(), "example of {} is invalid", spec.name);
+            assert!(
+                spec.parse_checked(spec.example).is_ok(),
+                "example of {} is invalid",
+                spec.name
+            );
         }
     }
 
@@ -503,9 +580,13 @@ mod tests {
     fn every_typed_default_passes_its_own_checks() {
         fn check(spec: &OptionSpec, d: &DefaultValue) {
             match d {
-                DefaultValue::Int(v) | DefaultValue::Bytes(v) => assert!(spec.check_int(*v).is_ok(), "{}", spec.name),
+                DefaultValue::Int(v) | DefaultValue::Bytes(v) => {
+                    assert!(spec.check_int(*v).is_ok(), "{}", spec.name)
+                }
                 DefaultValue::Float(v) => assert!(spec.check_float(*v).is_ok(), "{}", spec.name),
-                DefaultValue::Duration(v) => assert!(spec.check_duration(*v).is_ok(), "{}", spec.name),
+                DefaultValue::Duration(v) => {
+                    assert!(spec.check_duration(*v).is_ok(), "{}", spec.name)
+                }
                 DefaultValue::Text(t) => assert!(spec.parse_checked(t).is_ok(), "{}", spec.name),
                 DefaultValue::JavaSdk(inner) => check(spec, inner),
                 DefaultValue::None | DefaultValue::Unset(_) | DefaultValue::Bool(_) => {}
@@ -518,7 +599,8 @@ mod tests {
 
     #[test]
     fn suggests_nearest_name_for_a_misspelling() {
-        let raw = RawOptions::from_pairs([("retry_total_timout".to_string(), "1s".to_string())]).unwrap();
+        let raw =
+            RawOptions::from_pairs([("retry_total_timout".to_string(), "1s".to_string())]).unwrap();
         let err = validate_names(ConnectorKind::PubSub, &raw).unwrap_err();
         assert!(
             matches!(err, Error::UnknownOption { ref suggestion, .. } if suggestion.as_deref() == Some("retry_total_timeout")),
@@ -527,10 +609,31 @@ mod tests {
     }
 
     #[test]
+    fn suggests_the_same_knob_of_this_connector() {
+        let raw = RawOptions::from_pairs([("max_active_publishers".to_string(), "3".to_string())])
+            .unwrap();
+        let err = validate_names(ConnectorKind::Bigtable, &raw).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("did you mean 'max_active_instances'"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn gives_no_suggestion_for_a_far_name() {
         let raw = RawOptions::from_pairs([("zzzzzz".to_string(), "1".to_string())]).unwrap();
         let err = validate_names(ConnectorKind::Bigtable, &raw).unwrap_err();
-        assert!(matches!(err, Error::UnknownOption { suggestion: None, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                Error::UnknownOption {
+                    suggestion: None,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]
@@ -545,8 +648,12 @@ mod tests {
 
     #[test]
     fn rejects_connector_option_that_disagrees_with_the_table() {
-        let raw = RawOptions::from_pairs([("connector".to_string(), "bigtable".to_string())]).unwrap();
+        let raw =
+            RawOptions::from_pairs([("connector".to_string(), "bigtable".to_string())]).unwrap();
         let err = validate_names(ConnectorKind::PubSub, &raw).unwrap_err();
-        assert!(matches!(err, Error::InvalidOption { ref option, .. } if option == "connector"), "{err}");
+        assert!(
+            matches!(err, Error::InvalidOption { ref option, .. } if option == "connector"),
+            "{err}"
+        );
     }
 }

@@ -53,7 +53,9 @@ fn check_location(l: &str) -> NameResult<()> {
 pub fn check_topic_id(t: &str) -> NameResult<()> {
     let ok_len = (PUBSUB_TOPIC_ID_MIN..=PUBSUB_TOPIC_ID_MAX).contains(&t.len());
     let starts = t.chars().next().is_some_and(|c| c.is_ascii_alphabetic());
-    let chars = t.chars().all(|c| c.is_ascii_alphanumeric() || "-_.~+%".contains(c));
+    let chars = t
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.~+%".contains(c));
     if !(ok_len && starts && chars) || t.to_ascii_lowercase().starts_with("goog") {
         return Err(format!(
             "a topic id has {PUBSUB_TOPIC_ID_MIN} to {PUBSUB_TOPIC_ID_MAX} characters, starts with a letter, \
@@ -65,8 +67,13 @@ pub fn check_topic_id(t: &str) -> NameResult<()> {
 
 /// Checks a Cloud Tasks queue id: 1 to 100 letters, digits or hyphens.
 pub fn check_queue_id(q: &str) -> NameResult<()> {
-    if q.is_empty() || q.len() > CLOUD_TASKS_QUEUE_ID_MAX || !q.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-        return Err(format!("a queue id has 1 to {CLOUD_TASKS_QUEUE_ID_MAX} letters, digits or hyphens"));
+    if q.is_empty()
+        || q.len() > CLOUD_TASKS_QUEUE_ID_MAX
+        || !q.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    {
+        return Err(format!(
+            "a queue id has 1 to {CLOUD_TASKS_QUEUE_ID_MAX} letters, digits or hyphens"
+        ));
     }
     Ok(())
 }
@@ -75,9 +82,13 @@ pub fn check_queue_id(q: &str) -> NameResult<()> {
 pub fn check_task_id(t: &str) -> NameResult<()> {
     if t.is_empty()
         || t.len() > CLOUD_TASKS_TASK_ID_MAX
-        || !t.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        || !t
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     {
-        return Err(format!("a task id has 1 to {CLOUD_TASKS_TASK_ID_MAX} letters, digits, hyphens or underscores"));
+        return Err(format!(
+            "a task id has 1 to {CLOUD_TASKS_TASK_ID_MAX} letters, digits, hyphens or underscores"
+        ));
     }
     Ok(())
 }
@@ -86,17 +97,26 @@ pub fn check_task_id(t: &str) -> NameResult<()> {
 pub fn check_instance_id(i: &str) -> NameResult<()> {
     if i.is_empty()
         || i.len() > BIGTABLE_INSTANCE_ID_MAX
-        || !i.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        || !i
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     {
-        return Err(format!("an instance id has 1 to {BIGTABLE_INSTANCE_ID_MAX} letters, digits, hyphens or underscores"));
+        return Err(format!(
+            "an instance id has 1 to {BIGTABLE_INSTANCE_ID_MAX} letters, digits, hyphens or underscores"
+        ));
     }
     Ok(())
 }
 
 /// Checks an id of the Bigtable form `[_a-zA-Z0-9][-_.a-zA-Z0-9]*` of at most `max` characters.
 fn check_bigtable_id(id: &str, what: &str, max: usize) -> NameResult<()> {
-    let first_ok = id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
-    let rest_ok = id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    let first_ok = id
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    let rest_ok = id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
     if !first_ok || !rest_ok || id.len() > max {
         return Err(format!(
             "a {what} id has 1 to {max} characters of letters, digits, '-', '_' or '.', and starts with a letter, digit or '_'"
@@ -135,20 +155,27 @@ fn split_full<'a>(name: &'a str, words: &[&str]) -> Option<Vec<&'a str>> {
 pub fn pubsub_topic(value: &str, project: Option<&str>) -> NameResult<String> {
     let v = value.trim();
     if v.contains('/') {
-        let parts = split_full(v, &["projects", "topics"])
-            .ok_or_else(|| format!("expected 'projects/PROJECT/topics/TOPIC' or a short topic id, found '{v}'"))?;
+        let parts = split_full(v, &["projects", "topics"]).ok_or_else(|| {
+            format!("expected 'projects/PROJECT/topics/TOPIC' or a short topic id, found '{v}'")
+        })?;
         check_project(parts[0])?;
         check_topic_id(parts[1])?;
         return Ok(v.to_string());
     }
     check_topic_id(v)?;
-    let p = project.ok_or("a short topic id needs the 'project' option (or write 'projects/PROJECT/topics/TOPIC')")?;
+    let p = project.ok_or(
+        "a short topic id needs the 'project' option (or write 'projects/PROJECT/topics/TOPIC')",
+    )?;
     Ok(format!("projects/{p}/topics/{v}"))
 }
 
 /// Resolves a queue: `projects/P/locations/L/queues/Q`, or a short id `Q` in `project` and
 /// `location`.
-pub fn cloud_tasks_queue(value: &str, project: Option<&str>, location: Option<&str>) -> NameResult<String> {
+pub fn cloud_tasks_queue(
+    value: &str,
+    project: Option<&str>,
+    location: Option<&str>,
+) -> NameResult<String> {
     let v = value.trim();
     if v.contains('/') {
         let parts = split_full(v, &["projects", "locations", "queues"]).ok_or_else(|| {
@@ -161,7 +188,8 @@ pub fn cloud_tasks_queue(value: &str, project: Option<&str>, location: Option<&s
     }
     check_queue_id(v)?;
     let p = project.ok_or("a short queue id needs the 'project' and 'location' options")?;
-    let l = location.ok_or("a short queue id needs the 'location' option (for example 'us-central1')")?;
+    let l = location
+        .ok_or("a short queue id needs the 'location' option (for example 'us-central1')")?;
     Ok(format!("projects/{p}/locations/{l}/queues/{v}"))
 }
 
@@ -187,8 +215,11 @@ pub fn cloud_tasks_task(value: &str, queue: &str) -> NameResult<String> {
 pub fn bigtable_instance(value: &str, project: Option<&str>) -> NameResult<String> {
     let v = value.trim();
     if v.contains('/') {
-        let parts = split_full(v, &["projects", "instances"])
-            .ok_or_else(|| format!("expected 'projects/PROJECT/instances/INSTANCE' or a short instance id, found '{v}'"))?;
+        let parts = split_full(v, &["projects", "instances"]).ok_or_else(|| {
+            format!(
+                "expected 'projects/PROJECT/instances/INSTANCE' or a short instance id, found '{v}'"
+            )
+        })?;
         check_project(parts[0])?;
         check_instance_id(parts[1])?;
         return Ok(v.to_string());
@@ -243,16 +274,28 @@ mod tests {
 
     #[test]
     fn resolves_short_ids() {
-        assert_eq!(cloud_tasks_queue("q1", Some("p"), Some("us-central1")).unwrap(), "projects/p/locations/us-central1/queues/q1");
+        assert_eq!(
+            cloud_tasks_queue("q1", Some("p"), Some("us-central1")).unwrap(),
+            "projects/p/locations/us-central1/queues/q1"
+        );
         let inst = bigtable_instance("inst", Some("p")).unwrap();
-        assert_eq!(bigtable_table("events", Some(&inst)).unwrap(), "projects/p/instances/inst/tables/events");
-        assert_eq!(instance_of_table("projects/p/instances/inst/tables/events"), Some("projects/p/instances/inst"));
+        assert_eq!(
+            bigtable_table("events", Some(&inst)).unwrap(),
+            "projects/p/instances/inst/tables/events"
+        );
+        assert_eq!(
+            instance_of_table("projects/p/instances/inst/tables/events"),
+            Some("projects/p/instances/inst")
+        );
     }
 
     #[test]
     fn task_names_must_belong_to_their_queue() {
         let q = "projects/p/locations/l/queues/q";
-        assert_eq!(cloud_tasks_task("t-1", q).unwrap(), format!("{q}/tasks/t-1"));
+        assert_eq!(
+            cloud_tasks_task("t-1", q).unwrap(),
+            format!("{q}/tasks/t-1")
+        );
         assert!(cloud_tasks_task("projects/p/locations/l/queues/other/tasks/t", q).is_err());
         assert!(cloud_tasks_task("bad name", q).is_err());
     }

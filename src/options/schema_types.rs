@@ -9,7 +9,12 @@ pub fn column_type<'a>(schema: &'a Schema, name: &str, option: &str) -> Result<&
     schema
         .field_with_name(name)
         .map(|f| f.data_type())
-        .map_err(|_| Error::schema(name, format!("no such column in the table (named by option '{option}')")))
+        .map_err(|_| {
+            Error::schema(
+                name,
+                format!("no such column in the table (named by option '{option}')"),
+            )
+        })
 }
 
 /// Any string type, including views and string dictionaries.
@@ -24,7 +29,10 @@ pub fn is_string(dt: &DataType) -> bool {
 /// Any binary type, including views and binary dictionaries.
 pub fn is_binary(dt: &DataType) -> bool {
     match dt {
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => true,
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => true,
         DataType::Dictionary(_, v) => is_binary(v),
         _ => false,
     }

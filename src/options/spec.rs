@@ -256,8 +256,13 @@ impl OptionSpec {
     pub fn parse(&self, text: &str) -> Result<Value> {
         let t = text.trim();
         match self.kind {
-            OptionKind::Duration => parse_duration(t).map(Value::Duration).map_err(|rule| self.invalid(text, rule)),
-            OptionKind::Int => t.parse::<i64>().map(Value::Int).map_err(|_| self.invalid(text, "expected a decimal integer")),
+            OptionKind::Duration => parse_duration(t)
+                .map(Value::Duration)
+                .map_err(|rule| self.invalid(text, rule)),
+            OptionKind::Int => t
+                .parse::<i64>()
+                .map(Value::Int)
+                .map_err(|_| self.invalid(text, "expected a decimal integer")),
             OptionKind::Float => match t.parse::<f64>() {
                 Ok(v) if v.is_finite() => Ok(Value::Float(v)),
                 _ => Err(self.invalid(text, "expected a finite decimal number")),
@@ -272,7 +277,12 @@ impl OptionSpec {
                 .iter()
                 .find(|w| w.eq_ignore_ascii_case(t))
                 .map(|w| Value::Text((*w).to_string()))
-                .ok_or_else(|| self.invalid(text, format!("expected {}", self.kind.type_text().replace('`', "'")))),
+                .ok_or_else(|| {
+                    self.invalid(
+                        text,
+                        format!("expected {}", self.kind.type_text().replace('`', "'")),
+                    )
+                }),
             OptionKind::Column => {
                 if t.is_empty() {
                     Err(self.invalid(text, "expected a column name"))
@@ -280,8 +290,12 @@ impl OptionSpec {
                     Ok(Value::Text(t.to_string()))
                 }
             }
-            OptionKind::ColumnList => parse_column_list(t).map(Value::List).map_err(|rule| self.invalid(text, rule)),
-            OptionKind::Headers => parse_headers(t).map(Value::Headers).map_err(|rule| self.invalid(text, rule)),
+            OptionKind::ColumnList => parse_column_list(t)
+                .map(Value::List)
+                .map_err(|rule| self.invalid(text, rule)),
+            OptionKind::Headers => parse_headers(t)
+                .map(Value::Headers)
+                .map_err(|rule| self.invalid(text, rule)),
         }
     }
 
@@ -298,7 +312,9 @@ impl OptionSpec {
             Value::Int(v) => self.check_int(*v),
             Value::Float(v) => self.check_float(*v),
             Value::Duration(d) => self.check_duration(*d),
-            Value::Text(t) if self.bound == Bound::NotEmpty && t.is_empty() => Err(self.invalid(t, self.bound.rule_text())),
+            Value::Text(t) if self.bound == Bound::NotEmpty && t.is_empty() => {
+                Err(self.invalid(t, self.bound.rule_text()))
+            }
             _ => Ok(()),
         }
     }
@@ -312,7 +328,11 @@ impl OptionSpec {
             Bound::IntRange { min, max } => (min..=max).contains(&v),
             _ => true,
         };
-        if ok { Ok(()) } else { Err(self.invalid(v.to_string(), self.bound.rule_text())) }
+        if ok {
+            Ok(())
+        } else {
+            Err(self.invalid(v.to_string(), self.bound.rule_text()))
+        }
     }
 
     /// Checks a number against the value-level rule.
@@ -321,7 +341,11 @@ impl OptionSpec {
             Bound::AtLeastOne => v.is_finite() && v >= 1.0,
             _ => v.is_finite(),
         };
-        if ok { Ok(()) } else { Err(self.invalid(format!("{v:?}"), self.bound.rule_text())) }
+        if ok {
+            Ok(())
+        } else {
+            Err(self.invalid(format!("{v:?}"), self.bound.rule_text()))
+        }
     }
 
     /// Checks a duration against the value-level rule.
@@ -335,7 +359,11 @@ impl OptionSpec {
             Bound::DurationRange { min, max } => d >= min && d <= max,
             _ => true,
         };
-        if ok { Ok(()) } else { Err(self.invalid(format_duration(d), self.bound.rule_text())) }
+        if ok {
+            Ok(())
+        } else {
+            Err(self.invalid(format_duration(d), self.bound.rule_text()))
+        }
     }
 
     /// An [`Error::InvalidOption`] naming this option.
@@ -356,15 +384,21 @@ pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
     if t.is_empty() {
         return Err("expected a duration with a unit, like '500ms' or '10s'".into());
     }
-    if t.chars().all(|c| c.is_ascii_digit() || c == '.') && t.chars().any(|c| c != '0' && c != '.') {
+    if t.chars().all(|c| c.is_ascii_digit() || c == '.') && t.chars().any(|c| c != '0' && c != '.')
+    {
         return Err(format!("a duration needs a unit, like '{t}ms' or '{t}s'"));
     }
-    humantime::parse_duration(t).map_err(|e| format!("expected a duration with a unit, like '500ms' or '10s' ({e})"))
+    humantime::parse_duration(t)
+        .map_err(|e| format!("expected a duration with a unit, like '500ms' or '10s' ({e})"))
 }
 
 /// Formats a duration the way [`parse_duration`] reads it back (`500ms`, `10s`, `10m`).
 pub fn format_duration(d: Duration) -> String {
-    if d.is_zero() { "0s".into() } else { humantime::format_duration(d).to_string() }
+    if d.is_zero() {
+        "0s".into()
+    } else {
+        humantime::format_duration(d).to_string()
+    }
 }
 
 /// Splits a comma-separated column list, trimming each name. Empty names and repeated names
@@ -374,7 +408,10 @@ pub fn parse_column_list(text: &str) -> std::result::Result<Vec<String>, String>
     for part in text.split(',') {
         let name = part.trim();
         if name.is_empty() {
-            return Err("expected one column name or several separated by commas, with no empty entry".into());
+            return Err(
+                "expected one column name or several separated by commas, with no empty entry"
+                    .into(),
+            );
         }
         if out.iter().any(|n| n == name) {
             return Err(format!("column '{name}' is listed twice"));
@@ -444,7 +481,7 @@ pub fn group_digits(v: i64) -> String {
         out.push('-');
     }
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -491,13 +528,20 @@ mod tests {
         let h = parse_headers("Content-Type: text/plain; charset=utf-8; X-A: b").unwrap();
         assert_eq!(
             h,
-            vec![("Content-Type".into(), "text/plain; charset=utf-8".into()), ("X-A".into(), "b".into())]
+            vec![
+                ("Content-Type".into(), "text/plain; charset=utf-8".into()),
+                ("X-A".into(), "b".into())
+            ]
         );
     }
 
     #[test]
     fn rejects_duplicate_and_malformed_headers() {
-        assert!(parse_headers("X-A: 1; x-a: 2").unwrap_err().contains("twice"));
+        assert!(
+            parse_headers("X-A: 1; x-a: 2")
+                .unwrap_err()
+                .contains("twice")
+        );
         assert!(parse_headers("no colon here").is_err());
     }
 
@@ -505,7 +549,10 @@ mod tests {
     fn rejects_empty_and_repeated_columns() {
         assert!(parse_column_list("a,,b").is_err());
         assert!(parse_column_list("a, b, a").unwrap_err().contains("twice"));
-        assert_eq!(parse_column_list(" a , b ").unwrap(), vec!["a".to_string(), "b".to_string()]);
+        assert_eq!(
+            parse_column_list(" a , b ").unwrap(),
+            vec!["a".to_string(), "b".to_string()]
+        );
     }
 
     #[test]

@@ -179,3 +179,65 @@ pub async fn run(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>> {
     }
     Ok(last)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_on_top_level_semicolons_only() {
+        let parts = split_statements(
+            "CREATE TABLE t (a INT) WITH (connector = 'pubsub', topic = 'a;b');\n-- x; y\nSELECT 1 ;;",
+        )
+        .unwrap();
+        assert_eq!(parts.len(), 2);
+        assert!(parts[0].ends_with("topic = 'a;b')"), "{parts:?}");
+        assert!(parts[1].starts_with("-- x; y"), "{parts:?}");
+    }
+
+    #[test]
+    fn keeps_statement_text_as_written() {
+        let sql = "CREATE EXTERNAL TABLE t (a INT) STORED AS PUBSUB LOCATION 'projects/p/topics/t' OPTIONS ('auto_create_topic' 'true')";
+        assert_eq!(split_statements(sql).unwrap(), vec![sql.to_string()]);
+    }
+
+    #[test]
+    fn reports_an_unterminated_string() {
+        assert!(split_statements("SELECT 'abc").is_err());
+    }
+
+    #[tokio::test]
+    async fn refuses_several_statements_in_statement_to_dataframe() {
+        let ctx = new_context();
+        let err = statement_to_dataframe(&ctx, "SELECT 1; SELECT 2").await.unwrap_err();
+        assert!(err.to_string().contains("one statement"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn with_form_without_connector_is_left_to_datafusion() {
+        let ctx = new_context();
+        let err = run(&ctx, "CREATE TABLE t (a INT) WITH (foo = 'bar')").await.unwrap_err();
+        assert!(!err.to_string().contains("connector"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn unknown_connector_names_the_known_ones() {
+        let ctx = new_context();
+        let err = run(&ctx, "CREATE TABLE t (a INT) WITH (connector = 'kafka')").await.unwrap_err();
+        assert!(err.to_string().contains("kafka"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn ordinary_sql_still_runs() {
+        let ctx = new_context();
+        let batches = run(&ctx, "SELECT 40 + 2 AS answer").await.unwrap();
+        assert_eq!(batches[0].num_rows(), 1);
+    }
+
+    #[tokio::test]
+    async fn with_gcp_sinks_keeps_the_default_table_functions() {
+        let state = with_gcp_sinks(SessionStateBuilder::new().with_default_features()).build();
+        assert!(state.table_functions().contains_key("generate_series"));
+        assert!(state.table_functions().contains_key("pubsub_pull"));
+    }
+}

@@ -30,8 +30,8 @@ use crate::error::{Error, Result};
 use crate::options::registry::{bigtable as spec, common, pubsub as shared};
 use crate::options::spec::{binary_size, format_duration, group_digits};
 use crate::options::{
-    ConnectionOptions, ConnectorKind, EnvLookup, ParsedOptions, RawOptions, location_text, merge_location, names,
-    schema_types,
+    ConnectionOptions, ConnectorKind, EnvLookup, ParsedOptions, RawOptions, location_text,
+    merge_location, names, schema_types,
 };
 
 /// `max_consecutive_rejections` value that never fails the statement.
@@ -310,7 +310,11 @@ impl BigtableWriterOptionsBuilder {
         if o.recovery_max_backoff < o.recovery_initial_backoff {
             return Err(spec::RECOVERY_MAX_BACKOFF.invalid(
                 format_duration(o.recovery_max_backoff),
-                format!("{} (which is {})", spec::RECOVERY_MAX_BACKOFF.cross_rule, format_duration(o.recovery_initial_backoff)),
+                format!(
+                    "{} (which is {})",
+                    spec::RECOVERY_MAX_BACKOFF.cross_rule,
+                    format_duration(o.recovery_initial_backoff)
+                ),
             ));
         }
         if i64::from(o.max_in_flight_entries) > CLIENT_FLOW_CONTROL_MAX_ENTRIES {
@@ -387,7 +391,15 @@ impl BigtableMappingOptions {
     /// The columns that are not written as cells: the key, the timestamp and the destinations.
     pub fn non_cell_columns(&self) -> Vec<&str> {
         let mut out: Vec<&str> = self.row_key.iter().map(String::as_str).collect();
-        out.extend([&self.timestamp_column, &self.table_column, &self.instance_column].into_iter().filter_map(|c| c.as_deref()));
+        out.extend(
+            [
+                &self.timestamp_column,
+                &self.table_column,
+                &self.instance_column,
+            ]
+            .into_iter()
+            .filter_map(|c| c.as_deref()),
+        );
         out
     }
 }
@@ -434,37 +446,52 @@ impl BigtableSinkOptions {
     }
 
     /// [`from_raw`](Self::from_raw) with the environment read through `env`.
-    pub fn from_raw_with_env(location: Option<&str>, raw: &RawOptions, env: EnvLookup<'_>) -> Result<Self> {
+    pub fn from_raw_with_env(
+        location: Option<&str>,
+        raw: &RawOptions,
+        env: EnvLookup<'_>,
+    ) -> Result<Self> {
         let p = ParsedOptions::parse(ConnectorKind::Bigtable, raw)?;
         let connection = ConnectionOptions::from_parsed(&p, env)?;
         let project = connection.project.as_deref();
 
         let instance_option = match p.non_empty_text(&spec::INSTANCE)? {
-            Some(i) => Some(names::bigtable_instance(i, project).map_err(|rule| spec::INSTANCE.invalid(i, rule))?),
+            Some(i) => Some(
+                names::bigtable_instance(i, project)
+                    .map_err(|rule| spec::INSTANCE.invalid(i, rule))?,
+            ),
             None => None,
         };
         let from_location = match location_text(location) {
             Some(l) => Some((
-                names::bigtable_table(l, instance_option.as_deref()).map_err(|rule| Error::invalid("LOCATION", l, rule))?,
+                names::bigtable_table(l, instance_option.as_deref())
+                    .map_err(|rule| Error::invalid("LOCATION", l, rule))?,
                 l,
             )),
             None => None,
         };
         let from_option = match p.non_empty_text(&spec::TABLE)? {
             Some(t) => Some((
-                names::bigtable_table(t, instance_option.as_deref()).map_err(|rule| spec::TABLE.invalid(t, rule))?,
+                names::bigtable_table(t, instance_option.as_deref())
+                    .map_err(|rule| spec::TABLE.invalid(t, rule))?,
                 t,
             )),
             None => None,
         };
         let table = merge_location(&spec::TABLE, from_location, from_option)?;
-        let table_instance = table.as_deref().and_then(names::instance_of_table).map(str::to_string);
+        let table_instance = table
+            .as_deref()
+            .and_then(names::instance_of_table)
+            .map(str::to_string);
         if let (Some(opt), Some(of_table)) = (&instance_option, &table_instance)
             && opt != of_table
         {
             return Err(spec::INSTANCE.invalid(
                 p.text_as_written(&spec::INSTANCE).unwrap_or_default(),
-                format!("the table '{}' belongs to instance '{of_table}'", table.as_deref().unwrap_or_default()),
+                format!(
+                    "the table '{}' belongs to instance '{of_table}'",
+                    table.as_deref().unwrap_or_default()
+                ),
             ));
         }
 
@@ -477,19 +504,28 @@ impl BigtableSinkOptions {
                 });
             }
         };
-        let column_family = p.text(&spec::COLUMN_FAMILY)?.unwrap_or(DEFAULT_COLUMN_FAMILY).to_string();
-        names::check_family_id(&column_family).map_err(|rule| spec::COLUMN_FAMILY.invalid(&column_family, rule))?;
+        let column_family = p
+            .text(&spec::COLUMN_FAMILY)?
+            .unwrap_or(DEFAULT_COLUMN_FAMILY)
+            .to_string();
+        names::check_family_id(&column_family)
+            .map_err(|rule| spec::COLUMN_FAMILY.invalid(&column_family, rule))?;
         let null_handling = match p.text(&spec::NULL_HANDLING)? {
             None | Some("ignore") => NullHandling::Ignore,
             Some("delete") => NullHandling::Delete,
-            Some(other) => return Err(spec::NULL_HANDLING.invalid(other, "expected 'ignore' or 'delete'")),
+            Some(other) => {
+                return Err(spec::NULL_HANDLING.invalid(other, "expected 'ignore' or 'delete'"));
+            }
         };
         let mapping = BigtableMappingOptions {
             instance: table_instance.or(instance_option),
             table_column: p.text(&spec::TABLE_COLUMN)?.map(str::to_string),
             instance_column: p.text(&spec::INSTANCE_COLUMN)?.map(str::to_string),
             row_key,
-            row_key_delimiter: p.text(&spec::ROW_KEY_DELIMITER)?.unwrap_or(DEFAULT_ROW_KEY_DELIMITER).to_string(),
+            row_key_delimiter: p
+                .text(&spec::ROW_KEY_DELIMITER)?
+                .unwrap_or(DEFAULT_ROW_KEY_DELIMITER)
+                .to_string(),
             column_family,
             timestamp_column: p.text(&spec::TIMESTAMP_COLUMN)?.map(str::to_string),
             null_handling,
@@ -557,21 +593,35 @@ impl BigtableSinkOptions {
                 });
             }
             (Some(t), Some(c)) => {
-                return Err(spec::TABLE_COLUMN.invalid(c, format!("{} (table '{t}')", spec::TABLE_COLUMN.cross_rule)));
+                return Err(spec::TABLE_COLUMN.invalid(
+                    c,
+                    format!("{} (table '{t}')", spec::TABLE_COLUMN.cross_rule),
+                ));
             }
             _ => {}
         }
         if let Some(c) = &m.instance_column {
             if let Some(t) = &self.table {
-                return Err(spec::INSTANCE_COLUMN
-                    .invalid(c, format!("{} (table '{t}' already names its instance)", spec::INSTANCE_COLUMN.cross_rule)));
+                return Err(spec::INSTANCE_COLUMN.invalid(
+                    c,
+                    format!(
+                        "{} (table '{t}' already names its instance)",
+                        spec::INSTANCE_COLUMN.cross_rule
+                    ),
+                ));
             }
             if let Some(i) = &m.instance {
-                return Err(spec::INSTANCE_COLUMN.invalid(c, format!("{} (instance '{i}')", spec::INSTANCE_COLUMN.cross_rule)));
+                return Err(spec::INSTANCE_COLUMN.invalid(
+                    c,
+                    format!("{} (instance '{i}')", spec::INSTANCE_COLUMN.cross_rule),
+                ));
             }
         }
         if m.row_key.is_empty() {
-            return Err(Error::MissingOption { option: spec::ROW_KEY.name.into(), rule: "at least one column".into() });
+            return Err(Error::MissingOption {
+                option: spec::ROW_KEY.name.into(),
+                rule: "at least one column".into(),
+            });
         }
         Ok(())
     }
@@ -583,26 +633,47 @@ impl BigtableSinkOptions {
         let m = &self.mapping;
         for c in &m.row_key {
             let dt = schema_types::column_type(schema, c, spec::ROW_KEY.name)?;
-            if !(schema_types::is_string(dt) || schema_types::is_binary(dt) || schema_types::is_integer(dt)) {
-                return Err(Error::schema(c, format!("a row key column must be a string, binary or integer type, found {dt}")));
+            if !(schema_types::is_string(dt)
+                || schema_types::is_binary(dt)
+                || schema_types::is_integer(dt))
+            {
+                return Err(Error::schema(
+                    c,
+                    format!(
+                        "a row key column must be a string, binary or integer type, found {dt}"
+                    ),
+                ));
             }
         }
         if let Some(c) = &m.timestamp_column {
             let dt = schema_types::column_type(schema, c, spec::TIMESTAMP_COLUMN.name)?;
             if !matches!(dt, DataType::Timestamp(_, _) | DataType::Int64) {
-                return Err(Error::schema(c, format!("'timestamp_column' needs a timestamp or int64 column, found {dt}")));
+                return Err(Error::schema(
+                    c,
+                    format!("'timestamp_column' needs a timestamp or int64 column, found {dt}"),
+                ));
             }
         }
-        for (option, col) in [(spec::TABLE_COLUMN.name, &m.table_column), (spec::INSTANCE_COLUMN.name, &m.instance_column)] {
+        for (option, col) in [
+            (spec::TABLE_COLUMN.name, &m.table_column),
+            (spec::INSTANCE_COLUMN.name, &m.instance_column),
+        ] {
             if let Some(c) = col {
                 let dt = schema_types::column_type(schema, c, option)?;
                 if !schema_types::is_string(dt) {
-                    return Err(Error::schema(c, format!("'{option}' needs a string column, found {dt}")));
+                    return Err(Error::schema(
+                        c,
+                        format!("'{option}' needs a string column, found {dt}"),
+                    ));
                 }
             }
         }
         let skip = m.non_cell_columns();
-        if !schema.fields().iter().any(|f| !skip.contains(&f.name().as_str())) {
+        if !schema
+            .fields()
+            .iter()
+            .any(|f| !skip.contains(&f.name().as_str()))
+        {
             return Err(Error::schema(
                 m.row_key.join(","),
                 "no column is left to become a cell: every column is the row key, the timestamp or a destination",
@@ -613,10 +684,17 @@ impl BigtableSinkOptions {
 
     /// The table of one row: the table column's value (full name, or short id in the row's
     /// instance) or the fixed table. The error is the reason, for the mapping to report.
-    pub fn resolve_table(&self, table_value: Option<&str>, instance_value: Option<&str>) -> std::result::Result<String, String> {
+    pub fn resolve_table(
+        &self,
+        table_value: Option<&str>,
+        instance_value: Option<&str>,
+    ) -> std::result::Result<String, String> {
         let m = &self.mapping;
         let instance = match (&m.instance_column, instance_value) {
-            (Some(_), Some(i)) => Some(names::bigtable_instance(i, self.connection.project.as_deref())?),
+            (Some(_), Some(i)) => Some(names::bigtable_instance(
+                i,
+                self.connection.project.as_deref(),
+            )?),
             (Some(c), None) => return Err(format!("the instance column '{c}' is null")),
             (None, _) => m.instance.clone(),
         };
@@ -635,7 +713,10 @@ mod tests {
 
     #[test]
     fn builder_defaults_equal_documented_defaults() {
-        assert_eq!(BigtableWriterOptions::builder().build().unwrap(), BigtableWriterOptions::default());
+        assert_eq!(
+            BigtableWriterOptions::builder().build().unwrap(),
+            BigtableWriterOptions::default()
+        );
     }
 
     #[test]

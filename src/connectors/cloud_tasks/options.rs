@@ -26,8 +26,8 @@ use crate::error::{Error, Result};
 use crate::options::registry::{cloud_tasks as spec, common};
 use crate::options::spec::format_duration;
 use crate::options::{
-    ConnectionOptions, ConnectorKind, EnvLookup, ParsedOptions, PayloadFormat, RawOptions, location_text,
-    merge_location, names, schema_types,
+    ConnectionOptions, ConnectorKind, EnvLookup, ParsedOptions, PayloadFormat, RawOptions,
+    location_text, merge_location, names, schema_types,
 };
 
 /// Default of `max_in_flight_tasks` (seed).
@@ -242,13 +242,25 @@ impl CloudTasksWriterOptionsBuilder {
             o.per_destination_metrics = v;
         }
         for (max_spec, max, initial) in [
-            (&spec::RECOVERY_MAX_BACKOFF, o.recovery_max_backoff, o.recovery_initial_backoff),
-            (&spec::NOT_FOUND_RECOVERY_MAX_BACKOFF, o.not_found_recovery_max_backoff, o.not_found_recovery_initial_backoff),
+            (
+                &spec::RECOVERY_MAX_BACKOFF,
+                o.recovery_max_backoff,
+                o.recovery_initial_backoff,
+            ),
+            (
+                &spec::NOT_FOUND_RECOVERY_MAX_BACKOFF,
+                o.not_found_recovery_max_backoff,
+                o.not_found_recovery_initial_backoff,
+            ),
         ] {
             if max < initial {
                 return Err(max_spec.invalid(
                     format_duration(max),
-                    format!("{} (which is {})", max_spec.cross_rule, format_duration(initial)),
+                    format!(
+                        "{} (which is {})",
+                        max_spec.cross_rule,
+                        format_duration(initial)
+                    ),
                 ));
             }
         }
@@ -363,10 +375,16 @@ pub struct CloudTasksMappingOptions {
 impl CloudTasksMappingOptions {
     /// The columns that configure the task rather than form its body.
     pub fn metadata_columns(&self) -> Vec<&str> {
-        [&self.queue_column, &self.url_column, &self.headers_column, &self.schedule_time_column, &self.task_name_column]
-            .into_iter()
-            .filter_map(|c| c.as_deref())
-            .collect()
+        [
+            &self.queue_column,
+            &self.url_column,
+            &self.headers_column,
+            &self.schedule_time_column,
+            &self.task_name_column,
+        ]
+        .into_iter()
+        .filter_map(|c| c.as_deref())
+        .collect()
     }
 }
 
@@ -418,7 +436,11 @@ impl CloudTasksSinkOptions {
     }
 
     /// [`from_raw`](Self::from_raw) with the environment read through `env`.
-    pub fn from_raw_with_env(location: Option<&str>, raw: &RawOptions, env: EnvLookup<'_>) -> Result<Self> {
+    pub fn from_raw_with_env(
+        location: Option<&str>,
+        raw: &RawOptions,
+        env: EnvLookup<'_>,
+    ) -> Result<Self> {
         let p = ParsedOptions::parse(ConnectorKind::CloudTasks, raw)?;
         let connection = ConnectionOptions::from_parsed(&p, env)?;
         let project = connection.project.as_deref();
@@ -426,13 +448,18 @@ impl CloudTasksSinkOptions {
 
         let from_location = match location_text(location) {
             Some(l) => Some((
-                names::cloud_tasks_queue(l, project, region).map_err(|rule| Error::invalid("LOCATION", l, rule))?,
+                names::cloud_tasks_queue(l, project, region)
+                    .map_err(|rule| Error::invalid("LOCATION", l, rule))?,
                 l,
             )),
             None => None,
         };
         let from_option = match p.non_empty_text(&spec::QUEUE)? {
-            Some(q) => Some((names::cloud_tasks_queue(q, project, region).map_err(|rule| spec::QUEUE.invalid(q, rule))?, q)),
+            Some(q) => Some((
+                names::cloud_tasks_queue(q, project, region)
+                    .map_err(|rule| spec::QUEUE.invalid(q, rule))?,
+                q,
+            )),
             None => None,
         };
         let queue = merge_location(&spec::QUEUE, from_location, from_option)?;
@@ -442,14 +469,22 @@ impl CloudTasksSinkOptions {
             check_url(&spec::URL, u)?;
         }
         let http_method = match p.text(&spec::HTTP_METHOD)? {
-            Some(m) => HttpMethod::parse(m).ok_or_else(|| spec::HTTP_METHOD.invalid(m, "not an HTTP method"))?,
+            Some(m) => HttpMethod::parse(m)
+                .ok_or_else(|| spec::HTTP_METHOD.invalid(m, "not an HTTP method"))?,
             None => HttpMethod::default(),
         };
-        let headers = p.headers(&spec::HEADERS)?.map(<[(String, String)]>::to_vec).unwrap_or_default();
+        let headers = p
+            .headers(&spec::HEADERS)?
+            .map(<[(String, String)]>::to_vec)
+            .unwrap_or_default();
         let header_bytes: usize = headers.iter().map(|(n, v)| n.len() + v.len() + 2).sum();
         if header_bytes >= MAX_HEADERS_BYTES {
             return Err(spec::HEADERS.invalid(
-                p.text_as_written(&spec::HEADERS).unwrap_or_default().chars().take(80).collect::<String>(),
+                p.text_as_written(&spec::HEADERS)
+                    .unwrap_or_default()
+                    .chars()
+                    .take(80)
+                    .collect::<String>(),
                 format!("{} ({header_bytes} bytes)", spec::HEADERS.cross_rule),
             ));
         }
@@ -517,7 +552,10 @@ impl CloudTasksSinkOptions {
         let oidc_audience = p.non_empty_text(&spec::OIDC_AUDIENCE)?;
         let oauth_email = p.non_empty_text(&spec::OAUTH_SERVICE_ACCOUNT_EMAIL)?;
         let oauth_scope = p.non_empty_text(&spec::OAUTH_SCOPE)?;
-        for (s, v) in [(&spec::OIDC_SERVICE_ACCOUNT_EMAIL, oidc_email), (&spec::OAUTH_SERVICE_ACCOUNT_EMAIL, oauth_email)] {
+        for (s, v) in [
+            (&spec::OIDC_SERVICE_ACCOUNT_EMAIL, oidc_email),
+            (&spec::OAUTH_SERVICE_ACCOUNT_EMAIL, oauth_email),
+        ] {
             if let Some(e) = v
                 && (!e.contains('@') || e.contains(char::is_whitespace))
             {
@@ -532,17 +570,22 @@ impl CloudTasksSinkOptions {
                 (None, Some(sc)) => (&spec::OAUTH_SCOPE, sc),
                 (None, None) => (&spec::OAUTH_SERVICE_ACCOUNT_EMAIL, ""),
             };
-            return Err(s.invalid(v, "cannot be combined with the oidc_* options: a task carries one kind of token"));
+            return Err(s.invalid(
+                v,
+                "cannot be combined with the oidc_* options: a task carries one kind of token",
+            ));
         }
         match (oidc_email, oidc_audience, oauth_email, oauth_scope) {
             (None, Some(a), _, _) => Err(spec::OIDC_AUDIENCE.cross_invalid(a)),
             (_, _, None, Some(s)) => Err(spec::OAUTH_SCOPE.cross_invalid(s)),
-            (Some(e), a, _, _) => {
-                Ok(Some(TaskAuth::Oidc { service_account_email: e.to_string(), audience: a.map(str::to_string) }))
-            }
-            (_, _, Some(e), s) => {
-                Ok(Some(TaskAuth::OAuth { service_account_email: e.to_string(), scope: s.map(str::to_string) }))
-            }
+            (Some(e), a, _, _) => Ok(Some(TaskAuth::Oidc {
+                service_account_email: e.to_string(),
+                audience: a.map(str::to_string),
+            })),
+            (_, _, Some(e), s) => Ok(Some(TaskAuth::OAuth {
+                service_account_email: e.to_string(),
+                scope: s.map(str::to_string),
+            })),
             _ => Ok(None),
         }
     }
@@ -562,7 +605,10 @@ impl CloudTasksSinkOptions {
                 });
             }
             (Some(q), Some(c)) => {
-                return Err(spec::QUEUE_COLUMN.invalid(c, format!("{} (queue '{q}')", spec::QUEUE_COLUMN.cross_rule)));
+                return Err(spec::QUEUE_COLUMN.invalid(
+                    c,
+                    format!("{} (queue '{q}')", spec::QUEUE_COLUMN.cross_rule),
+                ));
             }
             _ => {}
         }
@@ -575,7 +621,10 @@ impl CloudTasksSinkOptions {
                 });
             }
             (Some(_), Some(c)) => {
-                return Err(spec::URL_COLUMN.invalid(c, "cannot be combined with 'url': give the URL in one place"));
+                return Err(spec::URL_COLUMN.invalid(
+                    c,
+                    "cannot be combined with 'url': give the URL in one place",
+                ));
             }
             _ => {}
         }
@@ -584,10 +633,16 @@ impl CloudTasksSinkOptions {
         {
             return Err(spec::BODY_COLUMN.invalid(
                 b,
-                format!("{} ('http_method' is {}, which carries no body)", spec::BODY_COLUMN.cross_rule, m.http_method.name()),
+                format!(
+                    "{} ('http_method' is {}, which carries no body)",
+                    spec::BODY_COLUMN.cross_rule,
+                    m.http_method.name()
+                ),
             ));
         }
-        if let (Some(pool), Some(emulator)) = (self.writer.channel_pool_size(), &self.connection.emulator) {
+        if let (Some(pool), Some(emulator)) =
+            (self.writer.channel_pool_size(), &self.connection.emulator)
+        {
             return Err(spec::CHANNEL_POOL_SIZE.invalid(
                 pool.to_string(),
                 format!(
@@ -613,37 +668,57 @@ impl CloudTasksSinkOptions {
             if let Some(c) = col {
                 let dt = schema_types::column_type(schema, c, option)?;
                 if !schema_types::is_string(dt) {
-                    return Err(Error::schema(c, format!("'{option}' needs a string column, found {dt}")));
+                    return Err(Error::schema(
+                        c,
+                        format!("'{option}' needs a string column, found {dt}"),
+                    ));
                 }
             }
         }
         if let Some(c) = &m.body_column {
             let dt = schema_types::column_type(schema, c, spec::BODY_COLUMN.name)?;
             if !schema_types::is_string(dt) && !schema_types::is_binary(dt) {
-                return Err(Error::schema(c, format!("'body_column' needs a binary or string column, found {dt}")));
+                return Err(Error::schema(
+                    c,
+                    format!("'body_column' needs a binary or string column, found {dt}"),
+                ));
             }
         }
         if let Some(c) = &m.schedule_time_column {
             let dt = schema_types::column_type(schema, c, spec::SCHEDULE_TIME_COLUMN.name)?;
             if !matches!(dt, DataType::Timestamp(_, _)) {
-                return Err(Error::schema(c, format!("'schedule_time_column' needs a timestamp column, found {dt}")));
+                return Err(Error::schema(
+                    c,
+                    format!("'schedule_time_column' needs a timestamp column, found {dt}"),
+                ));
             }
         }
         if let Some(c) = &m.headers_column {
             let dt = schema_types::column_type(schema, c, spec::HEADERS_COLUMN.name)?;
             if !schema_types::is_string_map(dt) {
-                return Err(Error::schema(c, format!("'headers_column' needs a map of string to string, found {dt}")));
+                return Err(Error::schema(
+                    c,
+                    format!("'headers_column' needs a map of string to string, found {dt}"),
+                ));
             }
         }
         if m.body_column.is_none() && m.http_method.has_body() && m.format == PayloadFormat::Raw {
             let meta = m.metadata_columns();
-            let payload: Vec<_> = schema.fields().iter().filter(|f| !meta.contains(&f.name().as_str())).collect();
+            let payload: Vec<_> = schema
+                .fields()
+                .iter()
+                .filter(|f| !meta.contains(&f.name().as_str()))
+                .collect();
             match payload.as_slice() {
-                [f] if schema_types::is_string(f.data_type()) || schema_types::is_binary(f.data_type()) => {}
+                [f] if schema_types::is_string(f.data_type())
+                    || schema_types::is_binary(f.data_type()) => {}
                 [f] => {
                     return Err(Error::schema(
                         f.name(),
-                        format!("format 'raw' sends one string or binary column as the body, found {}", f.data_type()),
+                        format!(
+                            "format 'raw' sends one string or binary column as the body, found {}",
+                            f.data_type()
+                        ),
                     ));
                 }
                 other => {
@@ -666,9 +741,11 @@ impl CloudTasksSinkOptions {
     /// `location`) or the fixed queue. The error is the reason, for the mapping to report.
     pub fn resolve_queue(&self, column_value: Option<&str>) -> std::result::Result<String, String> {
         match (&self.mapping.queue_column, column_value, &self.queue) {
-            (Some(_), Some(v), _) => {
-                names::cloud_tasks_queue(v, self.connection.project.as_deref(), self.mapping.location.as_deref())
-            }
+            (Some(_), Some(v), _) => names::cloud_tasks_queue(
+                v,
+                self.connection.project.as_deref(),
+                self.mapping.location.as_deref(),
+            ),
             (Some(c), None, _) => Err(format!("the queue column '{c}' is null")),
             (None, _, Some(q)) => Ok(q.clone()),
             (None, _, None) => Err("the sink has no queue".into()),
@@ -687,7 +764,10 @@ mod tests {
 
     #[test]
     fn builder_defaults_equal_documented_defaults() {
-        assert_eq!(CloudTasksWriterOptions::builder().build().unwrap(), CloudTasksWriterOptions::default());
+        assert_eq!(
+            CloudTasksWriterOptions::builder().build().unwrap(),
+            CloudTasksWriterOptions::default()
+        );
     }
 
     #[test]

@@ -307,12 +307,13 @@ where
     .await
 }
 
+/// Applies the per-attempt deadline. A zero timeout means no deadline, as it does in gax.
 fn with_deadline<M>(
     mut request: tonic::Request<M>,
     timeout: Option<Duration>,
     google: bool,
 ) -> tonic::Request<M> {
-    if let Some(timeout) = timeout {
+    if let Some(timeout) = timeout.filter(|t| !t.is_zero()) {
         request.set_timeout(timeout);
         if google {
             // Also bounds the token fetch the auth middleware does before the call.

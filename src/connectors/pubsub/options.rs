@@ -31,8 +31,8 @@ use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
 use crate::options::registry::{common, pubsub as spec};
 use crate::options::{
-    ColumnRef, ConnectionOptions, ConnectorKind, EnvLookup, ParsedOptions, PayloadFormat, RawOptions, location_text,
-    merge_location, names,
+    ColumnRef, ConnectionOptions, ConnectorKind, EnvLookup, ParsedOptions, PayloadFormat,
+    RawOptions, location_text, merge_location, names,
 };
 
 /// `max_consecutive_rejections` value that never fails the statement.
@@ -216,7 +216,11 @@ impl PubSubPublisherOptions {
     }
     /// The in-flight byte cap for the core: `u64::MAX` when it bounds by count only.
     pub fn in_flight_byte_cap(&self) -> u64 {
-        if self.max_in_flight_bytes == COUNT_ONLY { u64::MAX } else { self.max_in_flight_bytes.unsigned_abs() }
+        if self.max_in_flight_bytes == COUNT_ONLY {
+            u64::MAX
+        } else {
+            self.max_in_flight_bytes.unsigned_abs()
+        }
     }
     /// First backoff of the topic auto-creation recovery.
     pub fn recovery_initial_backoff(&self) -> Duration {
@@ -436,29 +440,61 @@ impl PubSubPublisherOptionsBuilder {
                 }
             };
         }
-        take!(batch_element_count_threshold, spec::BATCH_ELEMENT_COUNT_THRESHOLD, int);
-        take!(batch_request_byte_threshold, spec::BATCH_REQUEST_BYTE_THRESHOLD, int);
+        take!(
+            batch_element_count_threshold,
+            spec::BATCH_ELEMENT_COUNT_THRESHOLD,
+            int
+        );
+        take!(
+            batch_request_byte_threshold,
+            spec::BATCH_REQUEST_BYTE_THRESHOLD,
+            int
+        );
         take!(batch_delay_threshold, spec::BATCH_DELAY_THRESHOLD, duration);
         take!(retry_total_timeout, spec::RETRY_TOTAL_TIMEOUT, duration);
         take!(retry_initial_delay, spec::RETRY_INITIAL_DELAY, duration);
         take!(retry_delay_multiplier, spec::RETRY_DELAY_MULTIPLIER, float);
         take!(retry_max_delay, spec::RETRY_MAX_DELAY, duration);
-        take!(retry_initial_rpc_timeout, spec::RETRY_INITIAL_RPC_TIMEOUT, duration);
-        take!(retry_rpc_timeout_multiplier, spec::RETRY_RPC_TIMEOUT_MULTIPLIER, float);
+        take!(
+            retry_initial_rpc_timeout,
+            spec::RETRY_INITIAL_RPC_TIMEOUT,
+            duration
+        );
+        take!(
+            retry_rpc_timeout_multiplier,
+            spec::RETRY_RPC_TIMEOUT_MULTIPLIER,
+            float
+        );
         take!(retry_max_rpc_timeout, spec::RETRY_MAX_RPC_TIMEOUT, duration);
         take!(retry_max_attempts, spec::RETRY_MAX_ATTEMPTS, int);
         take!(enable_message_ordering);
         take!(max_in_flight_messages, spec::MAX_IN_FLIGHT_MESSAGES, int);
         take!(max_in_flight_bytes, spec::MAX_IN_FLIGHT_BYTES, int);
-        take!(recovery_initial_backoff, spec::RECOVERY_INITIAL_BACKOFF, duration);
+        take!(
+            recovery_initial_backoff,
+            spec::RECOVERY_INITIAL_BACKOFF,
+            duration
+        );
         take!(recovery_max_backoff, spec::RECOVERY_MAX_BACKOFF, duration);
         take!(recovery_max_attempts, spec::RECOVERY_MAX_ATTEMPTS, int);
-        take!(publish_progress_timeout, spec::PUBLISH_PROGRESS_TIMEOUT, duration);
+        take!(
+            publish_progress_timeout,
+            spec::PUBLISH_PROGRESS_TIMEOUT,
+            duration
+        );
         take!(shutdown_timeout, spec::SHUTDOWN_TIMEOUT, duration);
         take!(max_active_publishers, spec::MAX_ACTIVE_PUBLISHERS, int);
-        take!(destination_idle_timeout, spec::DESTINATION_IDLE_TIMEOUT, duration);
+        take!(
+            destination_idle_timeout,
+            spec::DESTINATION_IDLE_TIMEOUT,
+            duration
+        );
         take!(per_destination_metrics);
-        take!(max_consecutive_rejections, spec::MAX_CONSECUTIVE_REJECTIONS, int);
+        take!(
+            max_consecutive_rejections,
+            spec::MAX_CONSECUTIVE_REJECTIONS,
+            int
+        );
 
         if o.recovery_max_backoff < o.recovery_initial_backoff {
             return Err(spec::RECOVERY_MAX_BACKOFF.invalid(
@@ -474,8 +510,14 @@ impl PubSubPublisherOptionsBuilder {
         // explicit budget would promise a bound the publisher does not keep.
         if o.enable_message_ordering {
             for (given, name) in [
-                (self.retry_total_timeout.is_some(), spec::RETRY_TOTAL_TIMEOUT.name),
-                (self.retry_max_attempts.is_some(), spec::RETRY_MAX_ATTEMPTS.name),
+                (
+                    self.retry_total_timeout.is_some(),
+                    spec::RETRY_TOTAL_TIMEOUT.name,
+                ),
+                (
+                    self.retry_max_attempts.is_some(),
+                    spec::RETRY_MAX_ATTEMPTS.name,
+                ),
             ] {
                 if given {
                     return Err(Error::invalid(
@@ -563,17 +605,28 @@ impl PubSubSinkOptions {
     }
 
     /// [`from_raw`](Self::from_raw) with the environment read through `env`.
-    pub fn from_raw_with_env(location: Option<&str>, raw: &RawOptions, env: EnvLookup<'_>) -> Result<Self> {
+    pub fn from_raw_with_env(
+        location: Option<&str>,
+        raw: &RawOptions,
+        env: EnvLookup<'_>,
+    ) -> Result<Self> {
         let p = ParsedOptions::parse(ConnectorKind::PubSub, raw)?;
         let connection = ConnectionOptions::from_parsed(&p, env)?;
         let project = connection.project.as_deref();
 
         let from_location = match location_text(location) {
-            Some(l) => Some((names::pubsub_topic(l, project).map_err(|rule| Error::invalid("LOCATION", l, rule))?, l)),
+            Some(l) => Some((
+                names::pubsub_topic(l, project)
+                    .map_err(|rule| Error::invalid("LOCATION", l, rule))?,
+                l,
+            )),
             None => None,
         };
         let from_option = match p.non_empty_text(&spec::TOPIC)? {
-            Some(t) => Some((names::pubsub_topic(t, project).map_err(|rule| spec::TOPIC.invalid(t, rule))?, t)),
+            Some(t) => Some((
+                names::pubsub_topic(t, project).map_err(|rule| spec::TOPIC.invalid(t, rule))?,
+                t,
+            )),
             None => None,
         };
         let topic = merge_location(&spec::TOPIC, from_location, from_option)?;
@@ -583,8 +636,12 @@ impl PubSubSinkOptions {
             data_column: p.column_ref(&spec::DATA_COLUMN, DEFAULT_DATA_COLUMN)?,
             format: p.payload_format()?,
             attributes_column: p.column_ref(&spec::ATTRIBUTES_COLUMN, DEFAULT_ATTRIBUTES_COLUMN)?,
-            attribute_columns: p.list(&spec::ATTRIBUTE_COLUMNS)?.map(<[String]>::to_vec).unwrap_or_default(),
-            ordering_key_column: p.column_ref(&spec::ORDERING_KEY_COLUMN, DEFAULT_ORDERING_KEY_COLUMN)?,
+            attribute_columns: p
+                .list(&spec::ATTRIBUTE_COLUMNS)?
+                .map(<[String]>::to_vec)
+                .unwrap_or_default(),
+            ordering_key_column: p
+                .column_ref(&spec::ORDERING_KEY_COLUMN, DEFAULT_ORDERING_KEY_COLUMN)?,
         };
 
         let mut b = PubSubPublisherOptions::builder();
@@ -703,20 +760,35 @@ mod tests {
 
     #[test]
     fn builder_defaults_equal_documented_defaults() {
-        assert_eq!(PubSubPublisherOptions::builder().build().unwrap(), PubSubPublisherOptions::default());
+        assert_eq!(
+            PubSubPublisherOptions::builder().build().unwrap(),
+            PubSubPublisherOptions::default()
+        );
     }
 
     #[test]
     fn count_only_byte_cap_maps_to_unbounded_bytes() {
-        let o = PubSubPublisherOptions::builder().max_in_flight_bytes(COUNT_ONLY).build().unwrap();
+        let o = PubSubPublisherOptions::builder()
+            .max_in_flight_bytes(COUNT_ONLY)
+            .build()
+            .unwrap();
         assert_eq!(o.in_flight_byte_cap(), u64::MAX);
-        assert_eq!(PubSubPublisherOptions::default().in_flight_byte_cap(), 64 << 20);
+        assert_eq!(
+            PubSubPublisherOptions::default().in_flight_byte_cap(),
+            64 << 20
+        );
     }
 
     #[test]
     fn unbounded_rejections_have_no_limit() {
-        let o = PubSubPublisherOptions::builder().max_consecutive_rejections(UNBOUNDED).build().unwrap();
+        let o = PubSubPublisherOptions::builder()
+            .max_consecutive_rejections(UNBOUNDED)
+            .build()
+            .unwrap();
         assert_eq!(o.rejection_limit(), None);
-        assert_eq!(PubSubPublisherOptions::default().rejection_limit(), Some(100));
+        assert_eq!(
+            PubSubPublisherOptions::default().rejection_limit(),
+            Some(100)
+        );
     }
 }

@@ -56,6 +56,31 @@ fn classifies_statuses_like_the_official_publish_retry_settings() {
 }
 
 #[test]
+fn the_attempt_timeout_travels_as_grpc_timeout_and_zero_means_none() {
+    let timed = with_deadline(
+        tonic::Request::new(()),
+        Some(Duration::from_millis(1_500)),
+        true,
+    );
+    assert!(timed.metadata().get("grpc-timeout").is_some());
+    assert_eq!(
+        timed.extensions().get::<RequestTimeouts>(),
+        Some(&RequestTimeouts::new().with_total(Duration::from_millis(1_500)))
+    );
+    let plain = with_deadline(tonic::Request::new(()), Some(Duration::from_secs(1)), false);
+    assert!(plain.metadata().get("grpc-timeout").is_some());
+    assert!(plain.extensions().get::<RequestTimeouts>().is_none());
+    for none in [None, Some(Duration::ZERO)] {
+        let request = with_deadline(tonic::Request::new(()), none, true);
+        assert!(request.metadata().get("grpc-timeout").is_none(), "{none:?}");
+        assert!(
+            request.extensions().get::<RequestTimeouts>().is_none(),
+            "{none:?}"
+        );
+    }
+}
+
+#[test]
 fn routing_header_percent_encodes_the_topic() {
     let value = routing_value("projects/p/topics/a+b%c").unwrap();
     assert_eq!(

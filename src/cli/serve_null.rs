@@ -1,0 +1,106 @@
+//! `gcp-sql serve-null`: the null Pub/Sub server as its own process.
+//!
+//! ```text
+//! gcp-sql serve-null [--port P] [--latency D] [--report-interval D]
+//! ```
+//!
+//! It listens on `127.0.0.1:P` (loopback only), acknowledges every `Publish` at once or after
+//! `--latency`, and prints what it receives; see [`crate::bench::null_server`]. Point a table at
+//! it with `emulator_host = '127.0.0.1:P'` to see how fast this machine can produce acknowledged
+//! publishes when the service costs nothing: the client-side ceiling. Ctrl-C (or SIGTERM) stops
+//! it after a final `total:` line.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::bench::null_server::{NullServerOptions, serve_until_signal};
+
+/// Arguments of `gcp-sql serve-null`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct ServeNullArgs {
+    /// Loopback port to listen on; 0 picks a free port (printed at start)
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// How long each Publish waits before it is acknowledged, e.g. 50ms (0s: at once)
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+    pub latency: Duration,
+    /// How often to print the rates of the last interval (0s: only the final totals)
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub report_interval: Duration,
+}
+
+/// Runs the server until SIGINT/SIGTERM; exit code 0, or 1 when it cannot start (port taken).
+pub fn run(args: &ServeNullArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("Error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let options = NullServerOptions {
+        latency: args.latency,
+    };
+    let report = Some(args.report_interval).filter(|d| !d.is_zero());
+    match runtime.block_on(serve_until_signal(args.port, options, report)) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: cannot serve on 127.0.0.1:{}: {e}", args.port);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::{Args, Command};
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("gcp-sql").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn serve_null_takes_port_and_latency_with_units() {
+        let args = parse(&["serve-null", "--port", "9000", "--latency", "50ms"]).unwrap();
+        assert_eq!(
+            args.command,
+            Some(Command::ServeNull(ServeNullArgs {
+                port: 9000,
+                latency: Duration::from_millis(50),
+                report_interval: Duration::from_secs(1),
+            }))
+        );
+    }
+
+    #[test]
+    fn serve_null_defaults_to_a_free_port_and_no_latency() {
+        let Some(Command::ServeNull(args)) = parse(&["serve-null"]).unwrap().command else {
+            panic!("serve-null not parsed");
+        };
+        assert_eq!((args.port, args.latency), (0, Duration::ZERO));
+    }
+
+    #[test]
+    fn serve_null_rejects_a_latency_without_unit() {
+        let err = parse(&["serve-null", "--latency", "50"]).unwrap_err();
+        assert!(err.to_string().contains("latency"), "{err}");
+    }
+
+    #[test]
+    fn serve_null_does_not_mix_with_shell_flags() {
+        assert!(parse(&["-c", "SELECT 1", "serve-null"]).is_err());
+    }
+
+    #[test]
+    fn shell_flags_still_parse_without_a_subcommand() {
+        let args = parse(&["-q", "-c", "SELECT 1"]).unwrap();
+        assert_eq!(args.command, None);
+        assert_eq!(args.commands, vec!["SELECT 1".to_string()]);
+    }
+}
