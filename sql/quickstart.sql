@@ -20,5 +20,33 @@ WITH (
   auto_create_topic = true
 );
 
--- 3. Write: the statement returns once every row is acknowledged by Pub/Sub.
+-- 3. Look at what lands: a subscription only receives messages published after it exists, so
+--    subscribe first (pubsub_subscribe and pubsub_pull talk to the emulator only).
+SELECT * FROM pubsub_subscribe('projects/demo/topics/clicks', 'projects/demo/subscriptions/quickstart');
+
+-- 4. Write: the statement returns once every row is acknowledged by Pub/Sub, with the count.
 INSERT INTO clicks SELECT user_id, url, ts FROM clicks_csv;
+
+-- 5. What landed: one JSON message per row.
+SELECT data FROM pubsub_pull('projects/demo/subscriptions/quickstart', 100);
+
+-- 6. Messages with attributes and ordering keys: the url becomes an attribute, each user's clicks
+--    share an ordering key (published in order, one batch per key at a time), the payload is
+--    the rest of the row.
+CREATE TABLE clicks_by_user (ordering_key VARCHAR, url VARCHAR, user_id BIGINT, ts TIMESTAMP)
+WITH (
+  connector = 'pubsub',
+  topic = 'projects/demo/topics/clicks-by-user',
+  auto_create_topic = true,
+  attribute_columns = 'url',
+  enable_message_ordering = true
+);
+
+SELECT * FROM pubsub_subscribe('projects/demo/topics/clicks-by-user', 'projects/demo/subscriptions/by-user');
+
+INSERT INTO clicks_by_user
+SELECT 'user-' || CAST(user_id AS VARCHAR), url, user_id, ts FROM clicks_csv ORDER BY ts;
+
+SELECT ordering_key, attributes, data
+FROM pubsub_pull('projects/demo/subscriptions/by-user', 100)
+ORDER BY ordering_key;

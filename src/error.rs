@@ -69,7 +69,7 @@ pub enum Error {
         reason: String,
     },
     /// An RPC that failed in a way the writer does not recover from.
-    #[error("{operation} to '{destination}' failed with {code:?} after {attempts} attempt(s): {message}")]
+    #[error("{operation} to '{destination}' failed with {} after {attempts} attempt(s): {message}", code_text(.code))]
     Rpc {
         /// The RPC (`Publish`, `CreateTask`, `MutateRows`, ...).
         operation: &'static str,
@@ -83,7 +83,7 @@ pub enum Error {
         attempts: u32,
     },
     /// A record the service refused, confirmed by sending it alone, under the `fail` policy.
-    #[error("record rejected by '{destination}' with {code:?} (confirmed when sent alone): {message}")]
+    #[error("record rejected by '{destination}' with {} (confirmed when sent alone): {message}", code_text(.code))]
     Rejected {
         /// The destination resource name.
         destination: String,
@@ -149,6 +149,12 @@ pub enum Error {
     /// An I/O error (files, processes).
     #[error(transparent)]
     Io(#[from] std::io::Error),
+}
+
+/// A status code as gRPC and Google's documentation spell it (`NOT_FOUND`), so that a message
+/// can be looked up; tonic's `Debug` form (`NotFound`) appears nowhere in Google's docs.
+fn code_text(code: &tonic::Code) -> &'static str {
+    crate::core::metrics::code_name(*code)
 }
 
 fn suggestion_text(s: &Option<String>) -> String {

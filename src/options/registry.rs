@@ -842,7 +842,7 @@ pub mod bigtable {
         kind: OptionKind::Text,
         default: DefaultValue::None,
         bound: Bound::None,
-        cross_rule: "this, `LOCATION` or `table_column` is required; when both this and `LOCATION` are given they must name the same table; a short id needs `project` and `instance` (or `instance_column`)",
+        cross_rule: "this, `LOCATION` or `table_column` is required; when both this and `LOCATION` are given they must name the same table; a short id needs `project` and `instance`",
         example: "projects/demo/instances/main/tables/events",
         description: "The table every row is written to: `projects/PROJECT/instances/INSTANCE/tables/TABLE`, or a short table id.",
     };
@@ -990,7 +990,7 @@ pub mod bigtable {
         },
         cross_rule: "",
         example: "500",
-        description: "Entries (one per row, however many cells it writes) gathered before a MutateRows request is sent. The ceiling is one under the 20,000 entries the client's flow control admits, which the batch threshold must stay below. A request is also cut at the service's 100,000 mutations.",
+        description: "Entries (one per row, however many cells it writes) gathered before a MutateRows request is sent. The ceiling is one under the 20,000 entries the client's flow control admits, which the batch threshold must stay below. (The service itself refuses a request of more than 100,000 mutations.)",
     };
 
     /// `batch_request_byte_threshold`.

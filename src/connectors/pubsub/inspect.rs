@@ -1,7 +1,7 @@
 //! Two table functions to look at what a Pub/Sub sink published, from SQL:
 //!
-//! * `pubsub_subscribe(topic, subscription)` creates a subscription (when it does not exist yet)
-//!   and returns one row saying whether it was created. A subscription receives what is
+//! * `pubsub_subscribe(topic, subscription)` creates a subscription (and its topic) when it does
+//!   not exist yet, and returns one row saying whether it created the subscription. A subscription receives what is
 //!   published after it exists, so call it before the `INSERT`.
 //! * `pubsub_pull(subscription [, max_messages])` pulls up to `max_messages` (default 100)
 //!   messages, acknowledges them, and returns one row per message.
@@ -30,7 +30,8 @@ use datafusion::error::Result as DFResult;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
-use gcloud_sdk::google::pubsub::v1::{AcknowledgeRequest, PullRequest, Subscription};
+use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
+use gcloud_sdk::google::pubsub::v1::{AcknowledgeRequest, PullRequest, Subscription, Topic};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -152,8 +153,12 @@ impl TableProvider for LazyTable {
 }
 
 async fn subscriber() -> Result<SubscriberClient<Channel>> {
+    Ok(SubscriberClient::new(emulator_channel()?))
+}
+
+fn emulator_channel() -> Result<Channel> {
     match std::env::var(EMULATOR_HOST_ENV).ok().filter(|h| !h.trim().is_empty()) {
-        Some(host) => Ok(SubscriberClient::new(crate::emulators::plaintext_endpoint(&host)?.connect_lazy())),
+        Some(host) => Ok(crate::emulators::plaintext_endpoint(&host)?.connect_lazy()),
         None => Err(Error::Connect {
             endpoint: DEFAULT_ENDPOINT.to_string(),
             message: format!("pubsub_pull and pubsub_subscribe talk to an emulator only: set {EMULATOR_HOST_ENV}"),
@@ -179,9 +184,24 @@ async fn subscribe(topic: &str, subscription: &str) -> Result<RecordBatch> {
         enable_message_ordering: true,
         ..Default::default()
     };
-    let created = match client.create_subscription(request).await {
+    let created = match client.create_subscription(request.clone()).await {
         Ok(_) => true,
         Err(status) if status.code() == Code::AlreadyExists => false,
+        Err(status) if status.code() == Code::NotFound => {
+            // The sink may create the topic only at its first publish; make it now so the
+            // subscription exists before that publish.
+            let mut publisher = PublisherClient::new(emulator_channel()?);
+            match publisher.create_topic(Topic { name: topic.to_string(), ..Default::default() }).await {
+                Ok(_) => {}
+                Err(status) if status.code() == Code::AlreadyExists => {}
+                Err(status) => return Err(rpc_error("CreateTopic", topic, status)),
+            }
+            client
+                .create_subscription(request)
+                .await
+                .map_err(|status| rpc_error("CreateSubscription", subscription, status))?;
+            true
+        }
         Err(status) => return Err(rpc_error("CreateSubscription", subscription, status)),
     };
     let columns: Vec<ArrayRef> = vec![
@@ -191,9 +211,12 @@ async fn subscribe(topic: &str, subscription: &str) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(subscribe_schema(), columns)?)
 }
 
+/// One pulled message: id, publish time (µs), ordering key, attributes (JSON), data.
+type PulledRow = (String, Option<i64>, Option<String>, String, String);
+
 async fn pull(subscription: &str, max: usize) -> Result<RecordBatch> {
     let mut client = subscriber().await?;
-    let mut rows: Vec<(String, Option<i64>, Option<String>, String, String)> = Vec::new();
+    let mut rows: Vec<PulledRow> = Vec::new();
     while rows.len() < max {
         let mut request = tonic::Request::new(PullRequest {
             subscription: subscription.to_string(),
