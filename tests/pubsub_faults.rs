@@ -261,6 +261,39 @@ async fn a_rejected_message_fails_the_statement_under_the_default_policy() {
     );
 }
 
+#[tokio::test]
+#[ignore = "bug: a writer failure aborts the publishes still in flight (FlowWriter::close after a \
+            failed flush), so their rows are neither acknowledged nor reported, against \
+            SinkConnector::write_all's 'every admitted record is resolved before this returns'"]
+async fn a_rejection_under_the_fail_policy_leaves_no_concurrent_batch_unresolved() {
+    // The bad message's batch is refused at once and its isolation pass answers at once; every
+    // other batch is answered after a short delay, so it is still in flight when the rejection
+    // fails the statement.
+    let fake = FakePublisher::start(|request| {
+        if contains_id(request, BAD_ID) {
+            return refuse_the_bad_message(request);
+        }
+        (request.messages.len() > 1).then(|| {
+            let message_ids = request.messages.iter().map(|_| "slow".to_string()).collect();
+            Reply::Delay(
+                std::time::Duration::from_millis(500),
+                Box::new(Reply::Ok(PublishResponse { message_ids })),
+            )
+        })
+    })
+    .await;
+    let done = insert_rows(&fake, 100, &[("batch_element_count_threshold", "10")]).await;
+    let error = done.error().to_string();
+    assert!(error.contains("INVALID_ARGUMENT"), "{error}");
+    // Every row but the bad one is acknowledged before the statement returns (or the error
+    // would have to say how many were not).
+    assert_eq!(
+        done.metric(names::RECORDS_ACKED),
+        99,
+        "rows left unresolved behind: {error}"
+    );
+}
+
 // --- 9. the rejection breaker -------------------------------------------------------------------
 
 fn refuse_everything(_: &PublishRequest) -> Option<Reply<PublishResponse>> {

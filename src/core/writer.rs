@@ -628,6 +628,7 @@ impl<T: Transport> Shared<T> {
         let mut retry = cfg.retry.start(Instant::now());
         let mut recovery_attempts = 0u32;
         let mut created = false;
+        let mut first_rejection: Option<Error> = None;
         loop {
             let solo = items.len() == 1;
             let timeout = retry.begin_attempt(Instant::now());
@@ -682,16 +683,26 @@ impl<T: Transport> Shared<T> {
                 return Err(rpc_error(operation, destination, &status, retry.attempts()));
             }
             for (item, status) in rejected {
-                if solo {
-                    self.confirmed_rejection(destination, &status)?;
+                let outcome = if solo {
                     drop(item);
+                    self.confirmed_rejection(destination, &status)
                 } else {
                     tracing::warn!(%destination, code = code_name(status.code()), "isolating a rejected record by sending it alone");
-                    Box::pin(self.resolve(destination, client, vec![item])).await?;
+                    Box::pin(self.resolve(destination, client, vec![item])).await
+                };
+                match outcome {
+                    Ok(()) => {}
+                    // Under the fail policy the first confirmed rejection fails the statement,
+                    // but the isolation pass still runs to its end, so the good records batched
+                    // with the bad one are delivered rather than left unresolved behind it.
+                    Err(e @ Error::Rejected { .. }) => {
+                        first_rejection.get_or_insert(e);
+                    }
+                    Err(e) => return Err(e),
                 }
             }
             if again.is_empty() {
-                return Ok(());
+                return first_rejection.map_or(Ok(()), Err);
             }
             let status = last.unwrap_or_else(|| tonic::Status::unknown("no status"));
             let delay = if missing {
