@@ -87,7 +87,9 @@ impl FakePublisher {
             .iter()
             .flat_map(|r| {
                 let topic = r.topic.clone();
-                r.messages.iter().map(move |m| (topic.clone(), message_id(&m.data)))
+                r.messages
+                    .iter()
+                    .map(move |m| (topic.clone(), message_id(&m.data)))
             })
             .collect()
     }
@@ -118,7 +120,11 @@ async fn insert_rows(fake: &FakePublisher, rows: u32, options: &[(&str, &str)]) 
     for (k, v) in options {
         with.push_str(&format!(", {k} = '{v}'"));
     }
-    exec(&ctx, &format!("CREATE TABLE events (id BIGINT) WITH ({with})")).await;
+    exec(
+        &ctx,
+        &format!("CREATE TABLE events (id BIGINT) WITH ({with})"),
+    )
+    .await;
     insert(
         &ctx,
         &format!("INSERT INTO events SELECT value AS id FROM generate_series(1, {rows})"),
@@ -143,7 +149,11 @@ const FAST_RETRY: [(&str, &str); 2] = [("retry_initial_delay", "5ms"), ("retry_m
 #[tokio::test]
 async fn retryable_bursts_are_retried_until_every_row_is_acknowledged() {
     let fake = FakePublisher::start(|_| None).await;
-    for code in [Code::Unavailable, Code::ResourceExhausted, Code::Unavailable] {
+    for code in [
+        Code::Unavailable,
+        Code::ResourceExhausted,
+        Code::Unavailable,
+    ] {
         fake.publish.push(Reply::code(code));
     }
     let mut options = FAST_RETRY.to_vec();
@@ -164,13 +174,19 @@ async fn retryable_bursts_are_retried_until_every_row_is_acknowledged() {
         done.errors_with_code("UNAVAILABLE"),
         failed[0].messages.len() + failed[2].messages.len()
     );
-    assert_eq!(done.errors_with_code("RESOURCE_EXHAUSTED"), failed[1].messages.len());
+    assert_eq!(
+        done.errors_with_code("RESOURCE_EXHAUSTED"),
+        failed[1].messages.len()
+    );
 
     // Every row accepted exactly once; sent again only as often as a failure implies.
     assert_eq!(sorted(fake.accepted_row_ids()), all_ids(200));
     let sent: usize = requests.iter().map(|r| r.messages.len()).sum();
     assert_eq!(sent, 200 + failed_records);
-    assert_eq!(requests.len(), fake.accepted.lock().expect("lock").len() + 3);
+    assert_eq!(
+        requests.len(),
+        fake.accepted.lock().expect("lock").len() + 3
+    );
 }
 
 #[tokio::test]
@@ -215,7 +231,10 @@ async fn a_rejected_message_is_isolated_and_dropped_under_the_drop_policy() {
     let done = insert_rows(
         &fake,
         100,
-        &[("failure_policy", "drop"), ("batch_element_count_threshold", "10")],
+        &[
+            ("failure_policy", "drop"),
+            ("batch_element_count_threshold", "10"),
+        ],
     )
     .await;
 
@@ -223,7 +242,10 @@ async fn a_rejected_message_is_isolated_and_dropped_under_the_drop_policy() {
     assert_eq!(done.metric(names::RECORDS_ACKED), 99);
     assert_eq!(done.metric(names::RECORDS_REJECTED), 1);
     assert_eq!(done.metric(names::RECORDS_DROPPED), 1);
-    let expected: Vec<i64> = all_ids(100).into_iter().filter(|id| *id != BAD_ID).collect();
+    let expected: Vec<i64> = all_ids(100)
+        .into_iter()
+        .filter(|id| *id != BAD_ID)
+        .collect();
     assert_eq!(sorted(fake.accepted_row_ids()), expected);
     // The isolation pass sent the bad message alone to confirm it.
     let requests = fake.publish.requests();
@@ -234,18 +256,36 @@ async fn a_rejected_message_is_isolated_and_dropped_under_the_drop_policy() {
         "no solo publish of the bad message"
     );
     // Nothing was accepted twice.
-    assert!(multiplicities(&fake.accepted_row_ids()).values().all(|n| *n == 1));
+    assert!(
+        multiplicities(&fake.accepted_row_ids())
+            .values()
+            .all(|n| *n == 1)
+    );
 }
 
 #[tokio::test]
 async fn a_rejected_message_fails_the_statement_under_the_default_policy() {
-    let fake = FakePublisher::start(refuse_the_bad_message).await;
+    // The bad message's batch is refused after a pause, so every other batch has been answered
+    // by then (a publish still in flight when the statement fails is another matter: see
+    // `a_rejection_under_the_fail_policy_leaves_no_concurrent_batch_unresolved`).
+    let fake = FakePublisher::start(|request| {
+        let refusal = refuse_the_bad_message(request)?;
+        Some(if request.messages.len() > 1 {
+            Reply::Delay(std::time::Duration::from_millis(200), Box::new(refusal))
+        } else {
+            refusal
+        })
+    })
+    .await;
     let done = insert_rows(&fake, 100, &[("batch_element_count_threshold", "10")]).await;
 
     let error = done.error();
     assert!(error.contains("rejected"), "{error}");
     assert!(error.contains("INVALID_ARGUMENT"), "{error}");
-    assert!(error.contains(&format!("message {BAD_ID} is refused")), "{error}");
+    assert!(
+        error.contains(&format!("message {BAD_ID} is refused")),
+        "{error}"
+    );
     assert_eq!(done.metric(names::RECORDS_REJECTED), 1);
     assert_eq!(done.metric(names::RECORDS_DROPPED), 0);
     // Nothing else is lost: every other row was acknowledged.
@@ -274,7 +314,11 @@ async fn a_rejection_under_the_fail_policy_leaves_no_concurrent_batch_unresolved
             return refuse_the_bad_message(request);
         }
         (request.messages.len() > 1).then(|| {
-            let message_ids = request.messages.iter().map(|_| "slow".to_string()).collect();
+            let message_ids = request
+                .messages
+                .iter()
+                .map(|_| "slow".to_string())
+                .collect();
             Reply::Delay(
                 std::time::Duration::from_millis(500),
                 Box::new(Reply::Ok(PublishResponse { message_ids })),
@@ -297,7 +341,10 @@ async fn a_rejection_under_the_fail_policy_leaves_no_concurrent_batch_unresolved
 // --- 9. the rejection breaker -------------------------------------------------------------------
 
 fn refuse_everything(_: &PublishRequest) -> Option<Reply<PublishResponse>> {
-    Some(Reply::Status(Code::InvalidArgument, "refused by the fake".into()))
+    Some(Reply::Status(
+        Code::InvalidArgument,
+        "refused by the fake".into(),
+    ))
 }
 
 #[tokio::test]
@@ -361,13 +408,17 @@ async fn a_stalled_publish_trips_the_progress_timeout_naming_the_option() {
     assert!(error.contains("publish_progress_timeout"), "{error}");
     assert!(error.contains("2s"), "{error}");
     assert_eq!(done.metric(names::RECORDS_ACKED), 0);
-    assert!(!fake.publish.requests().is_empty(), "the publish reached the fake");
+    assert!(
+        !fake.publish.requests().is_empty(),
+        "the publish reached the fake"
+    );
 }
 
 // --- 11. eviction under max_active_publishers ---------------------------------------------------
 
 #[tokio::test]
-async fn one_active_publisher_across_ten_interleaved_topics_keeps_each_topic_complete_and_in_order() {
+async fn one_active_publisher_across_ten_interleaved_topics_keeps_each_topic_complete_and_in_order()
+{
     const TOPICS: i64 = 10;
     const ROWS: i64 = 500;
     let fake = FakePublisher::start(|_| None).await;
@@ -449,7 +500,9 @@ async fn auto_create_topic_creates_once_then_publishes_every_row() {
 
 #[tokio::test]
 async fn a_topic_still_missing_after_the_recovery_budget_fails_naming_the_option() {
-    let fake = FakePublisher::start(|_| Some(Reply::Status(Code::NotFound, "Topic not found".into()))).await;
+    let fake =
+        FakePublisher::start(|_| Some(Reply::Status(Code::NotFound, "Topic not found".into())))
+            .await;
     fake.create_topic
         .fallback(|_| Reply::Status(Code::AlreadyExists, "Topic already exists".into()));
     let done = insert_rows(

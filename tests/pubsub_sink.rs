@@ -22,13 +22,12 @@ use std::sync::Arc;
 use arrow::array::{
     ArrayRef, BinaryViewArray, BooleanArray, Date32Array, Date64Array, Decimal32Array,
     Decimal64Array, Decimal128Array, Decimal256Array, DictionaryArray, DurationMicrosecondArray,
-    DurationMillisecondArray, DurationNanosecondArray, DurationSecondArray,
-    FixedSizeBinaryArray, FixedSizeListArray, Float32Array, Float64Array,
-    Int8Array, Int32Array, Int64Array, IntervalDayTimeArray, IntervalMonthDayNanoArray,
-    IntervalYearMonthArray, LargeBinaryArray, LargeListArray, LargeStringArray, ListArray,
-    MapBuilder, Int32Builder, NullArray, RecordBatch, StringArray, StringBuilder,
-    StringViewArray, StructArray, Time32MillisecondArray, Time32SecondArray,
-    Time64MicrosecondArray, Time64NanosecondArray, TimestampMicrosecondArray,
+    DurationMillisecondArray, DurationNanosecondArray, DurationSecondArray, FixedSizeBinaryArray,
+    FixedSizeListArray, Float32Array, Float64Array, Int8Array, Int32Array, Int32Builder,
+    Int64Array, IntervalDayTimeArray, IntervalMonthDayNanoArray, IntervalYearMonthArray,
+    LargeBinaryArray, LargeListArray, LargeStringArray, ListArray, MapBuilder, NullArray,
+    RecordBatch, StringArray, StringBuilder, StringViewArray, StructArray, Time32MillisecondArray,
+    Time32SecondArray, Time64MicrosecondArray, Time64NanosecondArray, TimestampMicrosecondArray,
     TimestampMillisecondArray, TimestampNanosecondArray, TimestampSecondArray, UInt16Array,
 };
 use arrow::datatypes::{
@@ -163,7 +162,9 @@ async fn one_statement_publishes_to_short_and_full_topic_names_from_a_column() {
 #[tokio::test]
 async fn explain_analyze_shows_the_sink_metrics_by_their_registered_names() {
     let admin = PubSubAdmin::connect().await;
-    let (topic, subscription) = admin.topic_with_subscription("explain", "explain", false).await;
+    let (topic, subscription) = admin
+        .topic_with_subscription("explain", "explain", false)
+        .await;
     let ctx = gcp_sql::sql::new_context();
     exec(
         &ctx,
@@ -219,7 +220,13 @@ async fn auto_create_topic_creates_the_missing_topic_and_publishes_there() {
     .await;
     let statement = tokio::spawn({
         let ctx = ctx.clone();
-        async move { insert(&ctx, "INSERT INTO created SELECT value FROM generate_series(1, 40)").await }
+        async move {
+            insert(
+                &ctx,
+                "INSERT INTO created SELECT value FROM generate_series(1, 40)",
+            )
+            .await
+        }
     });
     let appeared = tokio::time::timeout(support::DELIVERY_BOUND, async {
         while !admin.topic_exists(&topic).await {
@@ -228,7 +235,9 @@ async fn auto_create_topic_creates_the_missing_topic_and_publishes_there() {
     })
     .await;
     assert!(appeared.is_ok(), "the sink never created {topic}");
-    admin.create_subscription(&subscription, &topic, false).await;
+    admin
+        .create_subscription(&subscription, &topic, false)
+        .await;
 
     let done = statement.await.expect("INSERT task");
     assert_eq!(done.count(), 40);
@@ -250,7 +259,11 @@ async fn missing_topic_without_auto_create_fails_naming_not_found_and_the_topic(
         &create_table("absent", "id BIGINT", &admin.host, &[("topic", &topic)]),
     )
     .await;
-    let done = insert(&ctx, "INSERT INTO absent SELECT value FROM generate_series(1, 5)").await;
+    let done = insert(
+        &ctx,
+        "INSERT INTO absent SELECT value FROM generate_series(1, 5)",
+    )
+    .await;
     let error = done.error();
     assert!(error.contains("NOT_FOUND"), "{error}");
     assert!(error.contains(&topic), "{error}");
@@ -286,7 +299,9 @@ fn assert_fields(actual: &Value, expected: &Value) {
 #[tokio::test]
 async fn json_payload_of_every_sql_declarable_type() {
     let admin = PubSubAdmin::connect().await;
-    let (topic, subscription) = admin.topic_with_subscription("json-sql", "typed", false).await;
+    let (topic, subscription) = admin
+        .topic_with_subscription("json-sql", "typed", false)
+        .await;
     let ctx = gcp_sql::sql::new_context();
     // TIMESTAMP WITH TIME ZONE takes the session's zone. (The instant inserted is given with
     // its offset: a zone-less timestamp cast to a zoned one is read as local time there.)
@@ -408,11 +423,23 @@ fn exotic_batch() -> RecordBatch {
             )
             .expect("cast to Float16"),
         ),
-        ("inf", Arc::new(Float32Array::from(vec![Some(f32::INFINITY), None]))),
-        ("neg_inf", Arc::new(Float64Array::from(vec![Some(f64::NEG_INFINITY), None]))),
+        (
+            "inf",
+            Arc::new(Float32Array::from(vec![Some(f32::INFINITY), None])),
+        ),
+        (
+            "neg_inf",
+            Arc::new(Float64Array::from(vec![Some(f64::NEG_INFINITY), None])),
+        ),
         ("i8", Arc::new(Int8Array::from(vec![Some(i8::MIN), None]))),
-        ("u16", Arc::new(UInt16Array::from(vec![Some(u16::MAX), None]))),
-        ("i64", Arc::new(Int64Array::from(vec![Some(i64::MIN), None]))),
+        (
+            "u16",
+            Arc::new(UInt16Array::from(vec![Some(u16::MAX), None])),
+        ),
+        (
+            "i64",
+            Arc::new(Int64Array::from(vec![Some(i64::MIN), None])),
+        ),
         (
             "dec32",
             Arc::new(
@@ -452,12 +479,18 @@ fn exotic_batch() -> RecordBatch {
             "large_text",
             Arc::new(LargeStringArray::from(vec![Some("a\"b\\c\u{1}é"), None])),
         ),
-        ("view_text", Arc::new(StringViewArray::from(vec![Some("view"), None]))),
+        (
+            "view_text",
+            Arc::new(StringViewArray::from(vec![Some("view"), None])),
+        ),
         (
             "large_bin",
             Arc::new(LargeBinaryArray::from(vec![Some(&[0u8, 255][..]), None])),
         ),
-        ("view_bin", Arc::new(BinaryViewArray::from(vec![Some(&b"hi"[..]), None]))),
+        (
+            "view_bin",
+            Arc::new(BinaryViewArray::from(vec![Some(&b"hi"[..]), None])),
+        ),
         (
             "fixed_bin",
             Arc::new(
@@ -470,13 +503,37 @@ fn exotic_batch() -> RecordBatch {
         ),
         ("day", Arc::new(Date32Array::from(vec![Some(-1), None]))),
         // 2024-05-01T12:51:30.123Z: a Date64 is cut to its day.
-        ("day64", Arc::new(Date64Array::from(vec![Some(1_714_567_890_123), None]))),
-        ("t_s", Arc::new(Time32SecondArray::from(vec![Some(45_296), None]))),
-        ("t_ms", Arc::new(Time32MillisecondArray::from(vec![Some(45_296_789), None]))),
-        ("t_us", Arc::new(Time64MicrosecondArray::from(vec![Some(45_296_789_012), None]))),
-        ("t_ns", Arc::new(Time64NanosecondArray::from(vec![Some(45_296_789_012_345), None]))),
+        (
+            "day64",
+            Arc::new(Date64Array::from(vec![Some(1_714_567_890_123), None])),
+        ),
+        (
+            "t_s",
+            Arc::new(Time32SecondArray::from(vec![Some(45_296), None])),
+        ),
+        (
+            "t_ms",
+            Arc::new(Time32MillisecondArray::from(vec![Some(45_296_789), None])),
+        ),
+        (
+            "t_us",
+            Arc::new(Time64MicrosecondArray::from(vec![
+                Some(45_296_789_012),
+                None,
+            ])),
+        ),
+        (
+            "t_ns",
+            Arc::new(Time64NanosecondArray::from(vec![
+                Some(45_296_789_012_345),
+                None,
+            ])),
+        ),
         // 1714564800 s is 2024-05-01T12:00:00Z.
-        ("ts_s", Arc::new(TimestampSecondArray::from(vec![Some(1_714_564_800), None]))),
+        (
+            "ts_s",
+            Arc::new(TimestampSecondArray::from(vec![Some(1_714_564_800), None])),
+        ),
         (
             "ts_ms_plus2",
             Arc::new(
@@ -498,11 +555,29 @@ fn exotic_batch() -> RecordBatch {
                     .with_timezone("America/New_York"),
             ),
         ),
-        ("dur_s", Arc::new(DurationSecondArray::from(vec![Some(90), None]))),
-        ("dur_ms", Arc::new(DurationMillisecondArray::from(vec![Some(1_500), None]))),
-        ("dur_us", Arc::new(DurationMicrosecondArray::from(vec![Some(-1), None]))),
-        ("dur_ns", Arc::new(DurationNanosecondArray::from(vec![Some(3_000_000_001), None]))),
-        ("iv_ym", Arc::new(IntervalYearMonthArray::from(vec![Some(14), None]))),
+        (
+            "dur_s",
+            Arc::new(DurationSecondArray::from(vec![Some(90), None])),
+        ),
+        (
+            "dur_ms",
+            Arc::new(DurationMillisecondArray::from(vec![Some(1_500), None])),
+        ),
+        (
+            "dur_us",
+            Arc::new(DurationMicrosecondArray::from(vec![Some(-1), None])),
+        ),
+        (
+            "dur_ns",
+            Arc::new(DurationNanosecondArray::from(vec![
+                Some(3_000_000_001),
+                None,
+            ])),
+        ),
+        (
+            "iv_ym",
+            Arc::new(IntervalYearMonthArray::from(vec![Some(14), None])),
+        ),
         (
             "iv_dt",
             Arc::new(IntervalDayTimeArray::from(vec![
@@ -526,10 +601,9 @@ fn exotic_batch() -> RecordBatch {
         ),
         (
             "large_list",
-            Arc::new(LargeListArray::from_iter_primitive::<Int32Type, _, _>(vec![
-                Some(vec![Some(4)]),
-                None,
-            ])),
+            Arc::new(LargeListArray::from_iter_primitive::<Int32Type, _, _>(
+                vec![Some(vec![Some(4)]), None],
+            )),
         ),
         (
             "fixed_list",
@@ -542,7 +616,10 @@ fn exotic_batch() -> RecordBatch {
         ("map_str", Arc::new(map_str_int)),
         ("map_int", Arc::new(map_int_str)),
         ("dict", Arc::new(dictionary)),
-        ("flag", Arc::new(BooleanArray::from(vec![Some(false), None]))),
+        (
+            "flag",
+            Arc::new(BooleanArray::from(vec![Some(false), None])),
+        ),
         ("text", Arc::new(StringArray::from(vec![Some(""), None]))),
     ];
     let schema = Schema::new(
@@ -561,7 +638,9 @@ fn exotic_batch() -> RecordBatch {
 #[tokio::test]
 async fn json_payload_of_every_supported_arrow_type() {
     let admin = PubSubAdmin::connect().await;
-    let (topic, subscription) = admin.topic_with_subscription("json-arrow", "exotic", false).await;
+    let (topic, subscription) = admin
+        .topic_with_subscription("json-arrow", "exotic", false)
+        .await;
     let ctx = SessionContext::new_with_state(gcp_sql::sql::new_state_builder().build());
     let batch = exotic_batch();
     let schema = batch.schema();
@@ -704,7 +783,9 @@ async fn ordering_keys_keep_the_order_within_each_key() {
     const ROWS: i64 = 400;
     const KEYS: i64 = 4;
     let admin = PubSubAdmin::connect().await;
-    let (topic, subscription) = admin.topic_with_subscription("ordered", "ordered", true).await;
+    let (topic, subscription) = admin
+        .topic_with_subscription("ordered", "ordered", true)
+        .await;
     let ctx = gcp_sql::sql::new_context();
     // Small batches, so that each key's messages span many publish requests.
     exec(
@@ -749,9 +830,13 @@ async fn ordering_keys_keep_the_order_within_each_key() {
     }
 }
 
-async fn insert_keyed_rows_without_ordering(policy: Option<&str>) -> (support::Insert, PubSubAdmin, String) {
+async fn insert_keyed_rows_without_ordering(
+    policy: Option<&str>,
+) -> (support::Insert, PubSubAdmin, String) {
     let admin = PubSubAdmin::connect().await;
-    let (topic, subscription) = admin.topic_with_subscription("unordered", "keyed", false).await;
+    let (topic, subscription) = admin
+        .topic_with_subscription("unordered", "keyed", false)
+        .await;
     let ctx = gcp_sql::sql::new_context();
     let mut options = vec![("topic", topic.as_str())];
     if let Some(policy) = policy {
@@ -759,7 +844,12 @@ async fn insert_keyed_rows_without_ordering(policy: Option<&str>) -> (support::I
     }
     exec(
         &ctx,
-        &create_table("keyed", "id BIGINT, ordering_key VARCHAR", &admin.host, &options),
+        &create_table(
+            "keyed",
+            "id BIGINT, ordering_key VARCHAR",
+            &admin.host,
+            &options,
+        ),
     )
     .await;
     // Rows 1..=20: every fourth carries a key; the others a null or an empty key (no key).
@@ -798,9 +888,13 @@ async fn a_row_with_an_ordering_key_while_ordering_is_disabled_is_dropped_and_co
 
 /// 100 rows whose `big` attribute is 1024 bytes (the limit, accepted) except every tenth
 /// (value % 10 = 3), which is 1025 bytes.
-async fn insert_oversized_attributes(policy: Option<&str>) -> (support::Insert, PubSubAdmin, String) {
+async fn insert_oversized_attributes(
+    policy: Option<&str>,
+) -> (support::Insert, PubSubAdmin, String) {
     let admin = PubSubAdmin::connect().await;
-    let (topic, subscription) = admin.topic_with_subscription("oversize", "oversize", false).await;
+    let (topic, subscription) = admin
+        .topic_with_subscription("oversize", "oversize", false)
+        .await;
     let ctx = gcp_sql::sql::new_context();
     let mut options = vec![("topic", topic.as_str()), ("attribute_columns", "big")];
     if let Some(policy) = policy {

@@ -114,7 +114,7 @@ pub fn new_context() -> SessionContext {
 ///
 /// ```
 /// let parts = gcp_sql::sql::split_statements("SELECT 1; SELECT ';' -- a comment;\n;").unwrap();
-/// assert_eq!(parts, vec!["SELECT 1".to_string(), "SELECT ';' -- a comment;\n".to_string()]);
+/// assert_eq!(parts, vec!["SELECT 1".to_string(), "SELECT ';' -- a comment;".to_string()]);
 /// ```
 pub fn split_statements(sql: &str) -> Result<Vec<String>> {
     let dialect = GenericDialect {};

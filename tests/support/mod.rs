@@ -133,12 +133,8 @@ pub fn register_pubsub_table(
     schema: SchemaRef,
     options: &[(&str, &str)],
 ) {
-    let raw = RawOptions::from_pairs(
-        options
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string())),
-    )
-    .expect("option pairs");
+    let raw = RawOptions::from_pairs(options.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        .expect("option pairs");
     let sink = gcp_sql::connectors::build_sink(ConnectorKind::PubSub, schema, None, &raw)
         .unwrap_or_else(|e| panic!("cannot build the sink of '{name}': {e}"));
     ctx.register_table(name, Arc::new(SinkTable::new(name, sink)))

@@ -1,0 +1,999 @@
+//! Arrow rows to Bigtable row mutations (pure: no I/O).
+//!
+//! # Which column becomes what
+//!
+//! | Part of the entry | Source |
+//! |---|---|
+//! | row key | the `row_key` column, or several joined by `row_key_delimiter` (default `#`): a string as its UTF-8 bytes, a binary value as it is, an integer as its decimal text (`42`, `-7`) so that a composite key stays readable. A null part, or a key that ends up empty or over 4 KiB, refuses the row |
+//! | cells | every other column: family `column_family` (default `cf`), qualifier the column name |
+//! | cells of a struct column | family = the column's name, one cell per field, qualifier = the field name |
+//! | cell timestamp | `timestamp_column` (a `TIMESTAMP` of any unit, or `BIGINT` microseconds), else the writer's clock read once per input batch; either way truncated down to a whole millisecond |
+//! | table | the fixed table, or per row the `table_column` value (a full name, or a short id in the fixed instance or in the row's `instance_column` value) |
+//!
+//! The key, timestamp, table and instance columns are not written as cells.
+//!
+//! # Value encodings
+//!
+//! | Arrow type | cell value |
+//! |---|---|
+//! | `Int8`..`Int64`, `UInt8`..`UInt32` | 8 bytes, big-endian two's complement of the value as an `i64` (the format Bigtable's `ReadModifyWriteRow` increment reads) |
+//! | `UInt64` | 8 bytes, big-endian unsigned |
+//! | `Float16`, `Float32`, `Float64` | 8 bytes, big-endian IEEE 754 double (narrower floats are widened exactly) |
+//! | `Boolean` | 1 byte: `0x01` true, `0x00` false |
+//! | `Utf8`, `LargeUtf8`, `Utf8View` | the UTF-8 bytes |
+//! | `Binary`, `LargeBinary`, `BinaryView`, `FixedSizeBinary` | the bytes as they are |
+//! | `Date32` | 8 bytes, big-endian days since 1970-01-01 |
+//! | `Date64` | 8 bytes, big-endian milliseconds since 1970-01-01 |
+//! | `Time32`, `Time64` | 8 bytes, big-endian count of the column's unit since midnight |
+//! | `Timestamp` | 8 bytes, big-endian count of the column's unit since the epoch (UTC; the time zone, if any, is not stored) |
+//! | `Duration` | 8 bytes, big-endian count of the column's unit |
+//! | `Decimal*`, `Interval` | UTF-8 text: the exact decimal (`123.45`) or the ISO 8601 interval, as [`crate::encode::json`] writes them, without quotes |
+//! | `List`, `Map`, a struct nested in a struct column | UTF-8 JSON text ([`crate::encode::json`]) |
+//! | `Dictionary` | the encoding of its value type |
+//!
+//! Union and run-end encoded columns are refused when the table is declared, naming the column.
+//!
+//! # Nulls
+//!
+//! `null_handling = 'ignore'` (default) writes nothing for a null value; `'delete'` writes a
+//! `DeleteFromColumn` for that family and qualifier (every version of the cell is deleted). A null
+//! struct counts as null in each of its fields. A row left with no mutation at all (every cell
+//! null under `ignore`) is refused as a serializer rejection: the service refuses an entry
+//! without mutations.
+//!
+//! # Limits
+//!
+//! Checked before anything is sent; a row that breaks one is an [`Error::Encode`] naming the
+//! row, the column and the limit, handled by the failure policy like any serializer rejection.
+//! Qualifiers and the number of mutations per entry depend only on the schema, so they are
+//! checked once, when the table is declared ([`Error::Schema`]). See the `MAX_*` constants.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use arrow::array::{Int64Array, RecordBatch, StringArray};
+//! use arrow::datatypes::{DataType, Field, Schema};
+//! use gcp_sql::connectors::bigtable::mapping::BigtableMapping;
+//! use gcp_sql::connectors::bigtable::options::BigtableSinkOptions;
+//! use gcp_sql::options::RawOptions;
+//!
+//! let raw = RawOptions::from_pairs([
+//!     ("table".to_string(), "projects/demo/instances/main/tables/users".to_string()),
+//!     ("row_key".to_string(), "id".to_string()),
+//! ])?;
+//! let options = BigtableSinkOptions::from_raw(None, &raw)?;
+//! let schema = Arc::new(Schema::new(vec![
+//!     Field::new("id", DataType::Utf8, false),
+//!     Field::new("visits", DataType::Int64, true),
+//! ]));
+//! let mapping = BigtableMapping::new(&options, &schema)?;
+//! let batch = RecordBatch::try_new(
+//!     schema.clone(),
+//!     vec![Arc::new(StringArray::from(vec!["u1"])), Arc::new(Int64Array::from(vec![Some(3)]))],
+//! )?;
+//! let mut out = Vec::new();
+//! mapping.encode_batch_at(&batch, 0, 1_700_000_000_123_456, &mut out)?;
+//! let envelope = out.remove(0)?;
+//! let entry = envelope.record.to_entry()?;
+//! assert_eq!(entry.row_key, b"u1");
+//! assert_eq!(entry.mutations.len(), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::buffer::NullBuffer;
+use arrow::compute::{can_cast_types, cast};
+use arrow::datatypes::{DataType, Float64Type, Int64Type, Schema, TimeUnit, UInt64Type};
+use gcloud_sdk::google::bigtable::v2::mutate_rows_request::Entry;
+use prost::Message as _;
+use prost::encoding::{encode_varint, encoded_len_varint};
+
+use super::options::{BigtableSinkOptions, NullHandling};
+use crate::core::{Destination, Envelope};
+use crate::encode::json::{ColumnEncoder, check_json_type};
+use crate::encode::raw::BytesColumn;
+use crate::error::{Error, Result};
+use crate::options::names;
+
+/// Longest row key, in bytes. Source: Bigtable quotas and limits ("Row key: 4 KiB"),
+/// GCP_FACTS.md.
+pub const MAX_ROW_KEY_BYTES: usize = 4 * 1024;
+/// Longest column qualifier, in bytes. Source: Bigtable limits ("Column qualifier: 16 KiB"),
+/// GCP_FACTS.md.
+pub const MAX_QUALIFIER_BYTES: usize = 16 * 1024;
+/// Largest cell value, in bytes. Source: Bigtable limits ("Cell value: 100 MiB"), GCP_FACTS.md.
+pub const MAX_CELL_VALUE_BYTES: usize = 100 * 1024 * 1024;
+/// Largest row written by one entry, in bytes. Source: Bigtable limits ("Row: 256 MiB"), the
+/// seed's `batchRequestByteThreshold` note.
+pub const MAX_ENTRY_BYTES: usize = 256 * 1024 * 1024;
+/// Most mutations in one `MutateRows` request, all entries together. Source: the
+/// `MutateRowsRequest.entries` documentation ("in total the entries can contain at most 100000
+/// mutations"), GCP_FACTS.md.
+pub const MAX_MUTATIONS_PER_REQUEST: usize = 100_000;
+/// Timestamps are written as whole milliseconds: tables default to millisecond granularity,
+/// where the service (and the emulator) refuse other values. Source: GCP_FACTS.md.
+pub const TIMESTAMP_GRANULARITY_MICROS: i64 = 1_000;
+
+// Protobuf field keys (field number << 3 | wire type) of the messages written by hand.
+/// `Entry.row_key` (1, length-delimited); also `SetCell.family_name`, `DeleteFromColumn.family_name`
+/// and `Mutation.set_cell`.
+const KEY_FIELD_1_LEN: u8 = 0x0a;
+/// `Entry.mutations` (2, length-delimited); also the qualifier fields and `Mutation.delete_from_column`.
+const KEY_FIELD_2_LEN: u8 = 0x12;
+/// `SetCell.timestamp_micros` (3, varint).
+const KEY_FIELD_3_VARINT: u8 = 0x18;
+/// `SetCell.value` (4, length-delimited).
+const KEY_FIELD_4_LEN: u8 = 0x22;
+/// `MutateRowsRequest.app_profile_id` (3, length-delimited).
+const KEY_FIELD_3_LEN: u8 = 0x1a;
+
+/// One encoded entry of a `MutateRows` request: the serialized
+/// `google.bigtable.v2.MutateRowsRequest.Entry` and the input row it came from.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BigtableEntry {
+    row: u64,
+    mutations: u32,
+    encoded: Box<[u8]>,
+}
+
+impl std::fmt::Debug for BigtableEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BigtableEntry")
+            .field("row", &self.row)
+            .field("row_key", &String::from_utf8_lossy(self.row_key()))
+            .field("mutations", &self.mutations)
+            .field("encoded_len", &self.encoded.len())
+            .finish()
+    }
+}
+
+impl BigtableEntry {
+    /// Serializes `entry` (for tests and callers that build entries themselves).
+    pub fn from_entry(row: u64, entry: &Entry) -> Self {
+        BigtableEntry {
+            row,
+            mutations: u32::try_from(entry.mutations.len()).unwrap_or(u32::MAX),
+            encoded: entry.encode_to_vec().into_boxed_slice(),
+        }
+    }
+
+    /// The input row (counted from 0 within the statement) this entry was encoded from.
+    pub fn row(&self) -> u64 {
+        self.row
+    }
+
+    /// How many mutations the entry carries.
+    pub fn mutation_count(&self) -> usize {
+        self.mutations as usize
+    }
+
+    /// The serialized `Entry`.
+    pub fn encoded(&self) -> &[u8] {
+        &self.encoded
+    }
+
+    /// The row key (read back from the serialized bytes, where it is the first field).
+    pub fn row_key(&self) -> &[u8] {
+        let bytes = &self.encoded[..];
+        if bytes.first() != Some(&KEY_FIELD_1_LEN) {
+            return &[];
+        }
+        let mut rest = &bytes[1..];
+        let Ok(len) = prost::encoding::decode_varint(&mut rest) else {
+            return &[];
+        };
+        rest.get(..usize::try_from(len).unwrap_or(usize::MAX))
+            .unwrap_or(&[])
+    }
+
+    /// The row key for messages: UTF-8 text when it is, else escaped bytes.
+    pub fn row_key_text(&self) -> String {
+        let key = self.row_key();
+        match std::str::from_utf8(key) {
+            Ok(s) => s.to_string(),
+            Err(_) => key.escape_ascii().to_string(),
+        }
+    }
+
+    /// Decodes the entry back (for tests, logs and the failure policy).
+    pub fn to_entry(&self) -> std::result::Result<Entry, prost::DecodeError> {
+        Entry::decode(&self.encoded[..])
+    }
+}
+
+/// Bytes an entry of `entry_len` serialized bytes adds to a `MutateRowsRequest` (field key,
+/// length prefix and the entry).
+pub fn request_entry_len(entry_len: u64) -> u64 {
+    1 + encoded_len_varint(entry_len) as u64 + entry_len
+}
+
+/// Bytes of a `MutateRowsRequest` for `table` (and `app_profile_id`) with no entries.
+pub fn request_base_len(table: &str, app_profile_id: &str) -> u64 {
+    let field = |len: usize| {
+        if len == 0 {
+            0
+        } else {
+            1 + encoded_len_varint(len as u64) as u64 + len as u64
+        }
+    };
+    field(table.len()) + field(app_profile_id.len())
+}
+
+/// Writes a serialized `MutateRowsRequest`: `table_name`, `app_profile_id` and the entries
+/// (already serialized) by concatenation.
+pub fn write_mutate_rows_request<'a>(
+    out: &mut Vec<u8>,
+    table: &str,
+    app_profile_id: &str,
+    entries: impl Iterator<Item = &'a [u8]>,
+) {
+    put_len_field(out, KEY_FIELD_1_LEN, table.as_bytes());
+    for entry in entries {
+        put_len_field(out, KEY_FIELD_2_LEN, entry);
+    }
+    put_len_field(out, KEY_FIELD_3_LEN, app_profile_id.as_bytes());
+}
+
+/// A length-delimited field, left out when empty (as proto3 does for default values).
+fn put_len_field(out: &mut Vec<u8>, key: u8, bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    out.push(key);
+    encode_varint(bytes.len() as u64, out);
+    out.extend_from_slice(bytes);
+}
+
+fn len_field_size(len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        1 + encoded_len_varint(len as u64) + len
+    }
+}
+
+/// How a value is turned into cell bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Cast to `Int64`; 8 bytes big-endian.
+    Int,
+    /// `UInt64`; 8 bytes big-endian.
+    UInt,
+    /// Cast to `Float64`; 8 bytes big-endian IEEE.
+    Float,
+    /// One byte.
+    Bool,
+    /// String or binary bytes as they are.
+    Bytes,
+    /// Text through the JSON encoder.
+    Text,
+    /// Always null.
+    Null,
+}
+
+/// The encoding of `dt`, and the type to cast it to first.
+fn kind_of(column: &str, dt: &DataType) -> Result<(Kind, Option<DataType>)> {
+    use DataType::*;
+    Ok(match dt {
+        Null => (Kind::Null, None),
+        Int64 => (Kind::Int, None),
+        Int8 | Int16 | Int32 | UInt8 | UInt16 | UInt32 => (Kind::Int, Some(Int64)),
+        UInt64 => (Kind::UInt, None),
+        Float64 => (Kind::Float, None),
+        Float16 | Float32 => (Kind::Float, Some(Float64)),
+        Boolean => (Kind::Bool, None),
+        Utf8 | LargeUtf8 | Utf8View | Binary | LargeBinary | BinaryView | FixedSizeBinary(_) => {
+            (Kind::Bytes, None)
+        }
+        Date32 | Date64 | Time32(_) | Time64(_) | Timestamp(_, _) | Duration(_)
+            if can_cast_types(dt, &Int64) =>
+        {
+            (Kind::Int, Some(Int64))
+        }
+        Dictionary(key, value) if key.is_dictionary_key_type() => {
+            let (kind, _) = kind_of(column, value)?;
+            (kind, Some(value.as_ref().clone()))
+        }
+        other => {
+            check_json_type(column, other)?;
+            (Kind::Text, None)
+        }
+    })
+}
+
+/// One cell the mapping writes per row.
+#[derive(Debug, Clone)]
+struct CellPlan {
+    /// The top-level column.
+    column: usize,
+    /// The field of a struct column.
+    field: Option<usize>,
+    /// `family.qualifier`, for messages.
+    label: String,
+    kind: Kind,
+    cast: Option<DataType>,
+    /// The serialized `family_name` and `column_qualifier` fields, shared by `SetCell` and
+    /// `DeleteFromColumn`.
+    prefix: Box<[u8]>,
+}
+
+/// Where rows go.
+#[derive(Debug, Clone)]
+enum TablePlan {
+    Fixed(Destination),
+    PerRow {
+        table: (usize, String),
+        instance: Option<(usize, String)>,
+    },
+}
+
+/// A validated mapping from a table schema to Bigtable entries.
+#[derive(Debug, Clone)]
+pub struct BigtableMapping {
+    options: BigtableSinkOptions,
+    key: Vec<(usize, String)>,
+    delimiter: Vec<u8>,
+    cells: Vec<CellPlan>,
+    timestamp: Option<(usize, String, Option<TimeUnit>)>,
+    tables: TablePlan,
+    null_handling: NullHandling,
+    families: Vec<String>,
+}
+
+fn index_of(schema: &Schema, name: &str, option: &str) -> Result<usize> {
+    schema.index_of(name).map_err(|_| {
+        Error::schema(
+            name,
+            format!("no such column in the table (named by option '{option}')"),
+        )
+    })
+}
+
+fn check_qualifier(label: &str, qualifier: &str) -> Result<()> {
+    if qualifier.len() > MAX_QUALIFIER_BYTES {
+        return Err(Error::schema(
+            label,
+            format!(
+                "the qualifier is {} bytes; Bigtable allows at most {MAX_QUALIFIER_BYTES} (16 KiB)",
+                qualifier.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn cell_prefix(family: &str, qualifier: &str) -> Box<[u8]> {
+    let mut prefix = Vec::with_capacity(family.len() + qualifier.len() + 8);
+    put_len_field(&mut prefix, KEY_FIELD_1_LEN, family.as_bytes());
+    put_len_field(&mut prefix, KEY_FIELD_2_LEN, qualifier.as_bytes());
+    prefix.into_boxed_slice()
+}
+
+impl BigtableMapping {
+    /// Validates the mapping options against the table `schema`, once. Errors name the column
+    /// and the rule ([`Error::Schema`]).
+    pub fn new(options: &BigtableSinkOptions, schema: &Schema) -> Result<Self> {
+        options.validate_schema(schema)?;
+        let m = &options.mapping;
+        let mut key = Vec::with_capacity(m.row_key.len());
+        for c in &m.row_key {
+            key.push((index_of(schema, c, "row_key")?, c.clone()));
+        }
+        let timestamp = match &m.timestamp_column {
+            Some(c) => {
+                let i = index_of(schema, c, "timestamp_column")?;
+                let unit = match schema.field(i).data_type() {
+                    DataType::Timestamp(unit, _) => Some(*unit),
+                    _ => None,
+                };
+                Some((i, c.clone(), unit))
+            }
+            None => None,
+        };
+        let tables = match (&options.table, &m.table_column) {
+            (Some(t), _) => TablePlan::Fixed(Destination::from(t.as_str())),
+            (None, Some(c)) => TablePlan::PerRow {
+                table: (index_of(schema, c, "table_column")?, c.clone()),
+                instance: match &m.instance_column {
+                    Some(ic) => Some((index_of(schema, ic, "instance_column")?, ic.clone())),
+                    None => None,
+                },
+            },
+            (None, None) => {
+                return Err(Error::MissingOption {
+                    option: "table".into(),
+                    rule: "a Bigtable sink needs a table or a 'table_column'".into(),
+                });
+            }
+        };
+        let skip = m.non_cell_columns();
+        let mut cells = Vec::new();
+        let mut families: Vec<String> = Vec::new();
+        let mut seen: HashSet<(String, String)> = HashSet::new();
+        let mut add_family = |f: &str, families: &mut Vec<String>| {
+            if !families.iter().any(|x| x == f) {
+                families.push(f.to_string());
+            }
+        };
+        for (i, field) in schema.fields().iter().enumerate() {
+            let name = field.name();
+            if skip.contains(&name.as_str()) {
+                continue;
+            }
+            if let DataType::Struct(children) = field.data_type() {
+                names::check_family_id(name).map_err(|rule| {
+                    Error::schema(
+                        name,
+                        format!("a struct column becomes a column family of its name: {rule}"),
+                    )
+                })?;
+                if children.is_empty() {
+                    return Err(Error::schema(
+                        name,
+                        "a struct column with no fields writes no cell",
+                    ));
+                }
+                add_family(name, &mut families);
+                for (j, child) in children.iter().enumerate() {
+                    let label = format!("{name}.{}", child.name());
+                    check_qualifier(&label, child.name())?;
+                    let (kind, cast) = kind_of(&label, child.data_type())?;
+                    if !seen.insert((name.clone(), child.name().clone())) {
+                        return Err(Error::schema(
+                            &label,
+                            "two columns write the same family and qualifier",
+                        ));
+                    }
+                    cells.push(CellPlan {
+                        column: i,
+                        field: Some(j),
+                        prefix: cell_prefix(name, child.name()),
+                        label,
+                        kind,
+                        cast,
+                    });
+                }
+            } else {
+                let family = &m.column_family;
+                let label = format!("{family}.{name}");
+                check_qualifier(name, name)?;
+                let (kind, cast) = kind_of(name, field.data_type())?;
+                if !seen.insert((family.clone(), name.clone())) {
+                    return Err(Error::schema(
+                        name,
+                        format!(
+                            "family '{family}' and qualifier '{name}' are also written by a struct column named '{family}'"
+                        ),
+                    ));
+                }
+                add_family(family, &mut families);
+                cells.push(CellPlan {
+                    column: i,
+                    field: None,
+                    prefix: cell_prefix(family, name),
+                    label,
+                    kind,
+                    cast,
+                });
+            }
+        }
+        if cells.len() > MAX_MUTATIONS_PER_REQUEST {
+            return Err(Error::schema(
+                m.row_key.join(","),
+                format!(
+                    "a row would write {} cells; a MutateRows request holds at most {MAX_MUTATIONS_PER_REQUEST} mutations",
+                    cells.len()
+                ),
+            ));
+        }
+        Ok(BigtableMapping {
+            options: options.clone(),
+            key,
+            delimiter: m.row_key_delimiter.as_bytes().to_vec(),
+            cells,
+            timestamp,
+            tables,
+            null_handling: m.null_handling,
+            families,
+        })
+    }
+
+    /// The column families the mapping writes to (what an auto-created table gets), in schema
+    /// order.
+    pub fn families(&self) -> &[String] {
+        &self.families
+    }
+
+    /// The most mutations one entry can carry: one per cell column (struct fields included).
+    pub fn max_mutations_per_entry(&self) -> usize {
+        self.cells.len().max(1)
+    }
+
+    /// The fixed table, when the sink has one.
+    pub fn fixed_table(&self) -> Option<&Destination> {
+        match &self.tables {
+            TablePlan::Fixed(t) => Some(t),
+            TablePlan::PerRow { .. } => None,
+        }
+    }
+
+    /// Encodes every row of `batch` into `out`, with cell timestamps from the timestamp column
+    /// or, without one, from the system clock read once now. See
+    /// [`encode_batch_at`](Self::encode_batch_at).
+    pub fn encode_batch(
+        &self,
+        batch: &RecordBatch,
+        first_row_index: u64,
+        out: &mut Vec<std::result::Result<Envelope<BigtableEntry>, Error>>,
+    ) -> Result<()> {
+        self.encode_batch_at(batch, first_row_index, clock_micros(), out)
+    }
+
+    /// Encodes every row of `batch` into `out`, one result per row in row order: the envelope,
+    /// or an [`Error::Encode`] whose `row` is `first_row_index` plus the row's index in the batch.
+    /// `now_micros` is the client clock used when there is no timestamp column (it is truncated
+    /// to a whole millisecond).
+    ///
+    /// A bad row never affects the others. The outer error is returned only when `batch` does
+    /// not have the schema the mapping was built for.
+    pub fn encode_batch_at(
+        &self,
+        batch: &RecordBatch,
+        first_row_index: u64,
+        now_micros: i64,
+        out: &mut Vec<std::result::Result<Envelope<BigtableEntry>, Error>>,
+    ) -> Result<()> {
+        let prepared = self.prepare(batch)?;
+        let bound = Bound::new(self, &prepared)?;
+        let clock = now_micros.div_euclid(TIMESTAMP_GRANULARITY_MICROS) * TIMESTAMP_GRANULARITY_MICROS;
+        let mut scratch = Scratch::default();
+        let mut destinations: HashMap<(Option<&str>, Option<&str>), std::result::Result<Destination, String>> =
+            HashMap::new();
+        out.reserve(batch.num_rows());
+        for row in 0..batch.num_rows() {
+            let row_index = first_row_index + row as u64;
+            let encoded = self
+                .row_destination(&bound, row, &mut destinations)
+                .and_then(|destination| {
+                    let ts = self.row_timestamp(&bound, row, clock)?;
+                    let (record, bytes) = self.encode_row(&bound, row, row_index, ts, &mut scratch)?;
+                    Ok(Envelope {
+                        record,
+                        bytes,
+                        destination,
+                        sequence_key: None,
+                    })
+                });
+            out.push(encoded.map_err(|reason| Error::Encode {
+                row: row_index,
+                reason,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Casts the columns that need it (owned arrays the bound views borrow from).
+    fn prepare(&self, batch: &RecordBatch) -> Result<Prepared> {
+        let column = |i: usize, name: &str| -> Result<ArrayRef> {
+            batch.columns().get(i).cloned().ok_or_else(|| {
+                Error::schema(name, "the batch has fewer columns than the table schema")
+            })
+        };
+        // Dictionary-encoded strings are decoded for byte access.
+        let decoded = |array: ArrayRef| -> Result<ArrayRef> {
+            match array.data_type() {
+                DataType::Dictionary(_, value) => Ok(cast(&array, value)?),
+                _ => Ok(array),
+            }
+        };
+        let mut key = Vec::with_capacity(self.key.len());
+        for (i, name) in &self.key {
+            let array = decoded(column(*i, name)?)?;
+            // Integer parts are written as decimal text from an i64 (or u64) view.
+            let array = match array.data_type() {
+                DataType::Int64 | DataType::UInt64 => array,
+                dt if dt.is_integer() => cast(&array, &DataType::Int64)?,
+                _ => array,
+            };
+            key.push(array);
+        }
+        let mut cells = Vec::with_capacity(self.cells.len());
+        for plan in &self.cells {
+            let top = column(plan.column, &plan.label)?;
+            let (array, parent_nulls) = match plan.field {
+                Some(j) => {
+                    let s = top
+                        .as_struct_opt()
+                        .ok_or_else(|| Error::schema(&plan.label, "the column is not a struct"))?;
+                    let child = s.columns().get(j).cloned().ok_or_else(|| {
+                        Error::schema(&plan.label, "the struct has fewer fields than the schema")
+                    })?;
+                    (child, s.logical_nulls())
+                }
+                None => (top, None),
+            };
+            let array = match &plan.cast {
+                Some(to) => cast(&array, to)?,
+                None => array,
+            };
+            cells.push((array, parent_nulls));
+        }
+        let timestamp = match &self.timestamp {
+            Some((i, name, _)) => Some(cast(&column(*i, name)?, &DataType::Int64)?),
+            None => None,
+        };
+        let (table, instance) = match &self.tables {
+            TablePlan::Fixed(_) => (None, None),
+            TablePlan::PerRow { table, instance } => (
+                Some(decoded(column(table.0, &table.1)?)?),
+                match instance {
+                    Some((i, name)) => Some(decoded(column(*i, name)?)?),
+                    None => None,
+                },
+            ),
+        };
+        Ok(Prepared {
+            key,
+            cells,
+            timestamp,
+            table,
+            instance,
+        })
+    }
+
+    fn row_destination<'a>(
+        &self,
+        bound: &Bound<'a>,
+        row: usize,
+        cache: &mut HashMap<(Option<&'a str>, Option<&'a str>), std::result::Result<Destination, String>>,
+    ) -> std::result::Result<Destination, String> {
+        if let TablePlan::Fixed(t) = &self.tables {
+            return Ok(t.clone());
+        }
+        let table = bound.table.as_ref().and_then(|c| c.str_value(row));
+        let instance = bound.instance.as_ref().and_then(|c| c.str_value(row));
+        cache
+            .entry((table, instance))
+            .or_insert_with(|| {
+                self.options
+                    .resolve_table(table, instance)
+                    .map(|t| Destination::from(t.as_str()))
+            })
+            .clone()
+    }
+
+    fn row_timestamp(&self, bound: &Bound<'_>, row: usize, clock: i64) -> std::result::Result<i64, String> {
+        let (Some((_, name, unit)), Some(values)) = (&self.timestamp, bound.timestamp) else {
+            return Ok(clock);
+        };
+        if values.is_null(row) {
+            return Err(format!(
+                "timestamp column '{name}' is null; every cell needs an explicit version"
+            ));
+        }
+        let v = values.value(row);
+        let micros = match unit {
+            Some(TimeUnit::Second) => v.checked_mul(1_000_000),
+            Some(TimeUnit::Millisecond) => v.checked_mul(1_000),
+            Some(TimeUnit::Microsecond) | None => Some(v),
+            Some(TimeUnit::Nanosecond) => Some(v.div_euclid(1_000)),
+        };
+        match micros {
+            Some(m) if m >= 0 => {
+                Ok(m.div_euclid(TIMESTAMP_GRANULARITY_MICROS) * TIMESTAMP_GRANULARITY_MICROS)
+            }
+            Some(_) => Err(format!(
+                "timestamp column '{name}' is before 1970-01-01; Bigtable cell versions cannot be negative"
+            )),
+            None => Err(format!(
+                "timestamp column '{name}' does not fit in microseconds since the epoch"
+            )),
+        }
+    }
+
+    fn encode_row(
+        &self,
+        bound: &Bound<'_>,
+        row: usize,
+        row_index: u64,
+        timestamp: i64,
+        scratch: &mut Scratch,
+    ) -> std::result::Result<(BigtableEntry, u64), String> {
+        // Row key.
+        scratch.key.clear();
+        for (n, (part, (_, name))) in bound.key.iter().zip(&self.key).enumerate() {
+            if n > 0 {
+                scratch.key.extend_from_slice(&self.delimiter);
+            }
+            if !part.append(row, &mut scratch.key) {
+                return Err(format!("row key column '{name}' is null"));
+            }
+        }
+        if scratch.key.is_empty() {
+            return Err("the row key is empty; Bigtable refuses empty row keys".into());
+        }
+        if scratch.key.len() > MAX_ROW_KEY_BYTES {
+            return Err(format!(
+                "the row key is {} bytes; Bigtable allows at most {MAX_ROW_KEY_BYTES} (4 KiB)",
+                scratch.key.len()
+            ));
+        }
+
+        // Mutations.
+        scratch.body.clear();
+        let mut mutations = 0u32;
+        for (cell, plan) in bound.cells.iter().zip(&self.cells) {
+            scratch.value.clear();
+            let present = cell.append(row, &mut scratch.value);
+            let delete = !present && self.null_handling == NullHandling::Delete;
+            if !present && !delete {
+                continue;
+            }
+            if scratch.value.len() > MAX_CELL_VALUE_BYTES {
+                return Err(format!(
+                    "column '{}': the value is {} bytes; a Bigtable cell holds at most {MAX_CELL_VALUE_BYTES} (100 MiB)",
+                    plan.label,
+                    scratch.value.len()
+                ));
+            }
+            write_mutation(&mut scratch.body, plan, delete, timestamp, &scratch.value);
+            mutations += 1;
+        }
+        if mutations == 0 {
+            return Err(
+                "the row writes no cell (every cell column is null and null_handling is 'ignore'); \
+                 Bigtable refuses an entry without mutations"
+                    .into(),
+            );
+        }
+        let size = len_field_size(scratch.key.len()) + scratch.body.len();
+        if size > MAX_ENTRY_BYTES {
+            return Err(format!(
+                "the row's mutations take {size} bytes; a Bigtable row holds at most {MAX_ENTRY_BYTES} (256 MiB)"
+            ));
+        }
+        let mut encoded = Vec::with_capacity(size);
+        put_len_field(&mut encoded, KEY_FIELD_1_LEN, &scratch.key);
+        encoded.extend_from_slice(&scratch.body);
+        let record = BigtableEntry {
+            row: row_index,
+            mutations,
+            encoded: encoded.into_boxed_slice(),
+        };
+        let bytes = record.encoded.len() as u64;
+        Ok((record, bytes))
+    }
+}
+
+/// Appends one `Entry.mutations` element: a `SetCell` or a `DeleteFromColumn`.
+fn write_mutation(out: &mut Vec<u8>, plan: &CellPlan, delete: bool, timestamp: i64, value: &[u8]) {
+    if delete {
+        // Mutation { delete_from_column (2): DeleteFromColumn { family (1), qualifier (2) } }
+        let inner = plan.prefix.len();
+        let mutation = 1 + encoded_len_varint(inner as u64) + inner;
+        out.push(KEY_FIELD_2_LEN);
+        encode_varint(mutation as u64, out);
+        out.push(KEY_FIELD_2_LEN);
+        encode_varint(inner as u64, out);
+        out.extend_from_slice(&plan.prefix);
+        return;
+    }
+    // Mutation { set_cell (1): SetCell { family (1), qualifier (2), timestamp_micros (3), value (4) } }
+    let ts_len = if timestamp == 0 {
+        0
+    } else {
+        1 + encoded_len_varint(timestamp as u64)
+    };
+    let inner = plan.prefix.len() + ts_len + len_field_size(value.len());
+    let mutation = 1 + encoded_len_varint(inner as u64) + inner;
+    out.push(KEY_FIELD_2_LEN);
+    encode_varint(mutation as u64, out);
+    out.push(KEY_FIELD_1_LEN);
+    encode_varint(inner as u64, out);
+    out.extend_from_slice(&plan.prefix);
+    if timestamp != 0 {
+        out.push(KEY_FIELD_3_VARINT);
+        encode_varint(timestamp as u64, out);
+    }
+    put_len_field(out, KEY_FIELD_4_LEN, value);
+}
+
+/// Microseconds since the epoch by the system clock.
+fn clock_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[derive(Default)]
+struct Scratch {
+    key: Vec<u8>,
+    body: Vec<u8>,
+    value: Vec<u8>,
+}
+
+/// The owned (cast) arrays of one batch.
+struct Prepared {
+    key: Vec<ArrayRef>,
+    cells: Vec<(ArrayRef, Option<NullBuffer>)>,
+    timestamp: Option<ArrayRef>,
+    table: Option<ArrayRef>,
+    instance: Option<ArrayRef>,
+}
+
+/// One row-key part of one batch.
+enum KeyPart<'a> {
+    Bytes(BytesColumn<'a>),
+    Int(&'a arrow::array::Int64Array),
+    UInt(&'a arrow::array::UInt64Array),
+}
+
+impl KeyPart<'_> {
+    /// Appends the part's bytes; `false` when it is null.
+    fn append(&self, row: usize, out: &mut Vec<u8>) -> bool {
+        match self {
+            KeyPart::Bytes(c) => match c.value(row) {
+                Some(v) => {
+                    out.extend_from_slice(v);
+                    true
+                }
+                None => false,
+            },
+            KeyPart::Int(a) => {
+                if a.is_null(row) {
+                    return false;
+                }
+                out.extend_from_slice(itoa::Buffer::new().format(a.value(row)).as_bytes());
+                true
+            }
+            KeyPart::UInt(a) => {
+                if a.is_null(row) {
+                    return false;
+                }
+                out.extend_from_slice(itoa::Buffer::new().format(a.value(row)).as_bytes());
+                true
+            }
+        }
+    }
+}
+
+/// One cell column of one batch.
+struct Cell<'a> {
+    parent_nulls: Option<&'a NullBuffer>,
+    values: CellValues<'a>,
+}
+
+enum CellValues<'a> {
+    Int(&'a arrow::array::Int64Array),
+    UInt(&'a arrow::array::UInt64Array),
+    Float(&'a arrow::array::Float64Array),
+    Bool(&'a arrow::array::BooleanArray),
+    Bytes(BytesColumn<'a>),
+    /// The JSON encoder needs `&mut self`; a cell is encoded by one thread at a time.
+    Text(std::cell::RefCell<ColumnEncoder<'a>>),
+    Null,
+}
+
+impl Cell<'_> {
+    /// Appends the cell value; `false` when it is null.
+    fn append(&self, row: usize, out: &mut Vec<u8>) -> bool {
+        if self.parent_nulls.is_some_and(|n| n.is_null(row)) {
+            return false;
+        }
+        match &self.values {
+            CellValues::Int(a) => {
+                if a.is_null(row) {
+                    return false;
+                }
+                out.extend_from_slice(&a.value(row).to_be_bytes());
+            }
+            CellValues::UInt(a) => {
+                if a.is_null(row) {
+                    return false;
+                }
+                out.extend_from_slice(&a.value(row).to_be_bytes());
+            }
+            CellValues::Float(a) => {
+                if a.is_null(row) {
+                    return false;
+                }
+                out.extend_from_slice(&a.value(row).to_be_bytes());
+            }
+            CellValues::Bool(a) => {
+                if a.is_null(row) {
+                    return false;
+                }
+                out.push(u8::from(a.value(row)));
+            }
+            CellValues::Bytes(c) => match c.value(row) {
+                Some(v) => out.extend_from_slice(v),
+                None => return false,
+            },
+            CellValues::Text(e) => return e.borrow_mut().write_text(row, out),
+            CellValues::Null => return false,
+        }
+        true
+    }
+}
+
+/// The views of one batch the rows are encoded from.
+struct Bound<'a> {
+    key: Vec<KeyPart<'a>>,
+    cells: Vec<Cell<'a>>,
+    timestamp: Option<&'a arrow::array::Int64Array>,
+    table: Option<BytesColumn<'a>>,
+    instance: Option<BytesColumn<'a>>,
+}
+
+impl<'a> Bound<'a> {
+    fn new(mapping: &BigtableMapping, p: &'a Prepared) -> Result<Self> {
+        let mut key = Vec::with_capacity(p.key.len());
+        for (array, (_, name)) in p.key.iter().zip(&mapping.key) {
+            key.push(match array.data_type() {
+                DataType::Int64 => KeyPart::Int(array.as_primitive::<Int64Type>()),
+                DataType::UInt64 => KeyPart::UInt(array.as_primitive::<UInt64Type>()),
+                _ => KeyPart::Bytes(BytesColumn::new(name, array.as_ref())?),
+            });
+        }
+        let mut cells = Vec::with_capacity(p.cells.len());
+        for ((array, parent), plan) in p.cells.iter().zip(&mapping.cells) {
+            let values = match plan.kind {
+                Kind::Int => CellValues::Int(
+                    array
+                        .as_primitive_opt::<Int64Type>()
+                        .ok_or_else(|| Error::schema(&plan.label, "expected an Int64 array"))?,
+                ),
+                Kind::UInt => CellValues::UInt(
+                    array
+                        .as_primitive_opt::<UInt64Type>()
+                        .ok_or_else(|| Error::schema(&plan.label, "expected a UInt64 array"))?,
+                ),
+                Kind::Float => CellValues::Float(
+                    array
+                        .as_primitive_opt::<Float64Type>()
+                        .ok_or_else(|| Error::schema(&plan.label, "expected a Float64 array"))?,
+                ),
+                Kind::Bool => CellValues::Bool(
+                    array
+                        .as_boolean_opt()
+                        .ok_or_else(|| Error::schema(&plan.label, "expected a Boolean array"))?,
+                ),
+                Kind::Bytes => CellValues::Bytes(BytesColumn::new(&plan.label, array.as_ref())?),
+                Kind::Text => CellValues::Text(std::cell::RefCell::new(ColumnEncoder::new(
+                    &plan.label,
+                    array.as_ref(),
+                )?)),
+                Kind::Null => CellValues::Null,
+            };
+            cells.push(Cell {
+                parent_nulls: parent.as_ref(),
+                values,
+            });
+        }
+        let timestamp = match &p.timestamp {
+            Some(a) => Some(
+                a.as_primitive_opt::<Int64Type>()
+                    .ok_or_else(|| Error::schema("timestamp_column", "expected an Int64 array"))?,
+            ),
+            None => None,
+        };
+        let strings = |a: &'a Option<ArrayRef>, option: &str| -> Result<Option<BytesColumn<'a>>> {
+            a.as_ref()
+                .map(|a| BytesColumn::new(option, a.as_ref()))
+                .transpose()
+        };
+        Ok(Bound {
+            key,
+            cells,
+            timestamp,
+            table: strings(&p.table, "table_column")?,
+            instance: strings(&p.instance, "instance_column")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
