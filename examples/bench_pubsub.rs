@@ -289,7 +289,11 @@ async fn run_sink(args: &Args, plan: &Plan, host: &str, target: &str) -> gcp_sql
         message_bytes,
         wall,
         cpu: after.cpu() - before.cpu(),
-        peak_rss: if reset { peak_rss_bytes() } else { Some(after.max_rss_bytes) },
+        peak_rss: if reset {
+            peak_rss_bytes()
+        } else {
+            Some(after.max_rss_bytes)
+        },
         extra: format!(
             "avg_message_bytes={:.1} publish_rpcs={rpcs} in_flight_bytes_high_water_mib={:.1} in_flight_records_high_water={records_high_water} process_max_rss_mib={:.1}",
             message_bytes as f64 / count.max(1) as f64,
@@ -354,7 +358,8 @@ async fn request_pool(args: &Args, plan: &Plan) -> gcp_sql::Result<Vec<(Bytes, u
         *current_bytes = 0;
     };
     for batch in &batches {
-        let mapping = PubSubMapping::new(&MappingSpec::default(), &batch.schema(), Some(&topic), None)?;
+        let mapping =
+            PubSubMapping::new(&MappingSpec::default(), &batch.schema(), Some(&topic), None)?;
         let mut out = Vec::new();
         mapping.encode_batch(batch, 0, &mut out)?;
         for envelope in out {
@@ -382,19 +387,18 @@ async fn run_ceiling(
     host: &str,
     concurrency: usize,
 ) -> gcp_sql::Result<Measured> {
-    let channel = plaintext_endpoint(host)?
-        .connect()
-        .await
-        .map_err(|e| gcp_sql::Error::Connect {
-            endpoint: host.to_string(),
-            message: e.to_string(),
-        })?;
-    let routing: tonic::metadata::AsciiMetadataValue = format!(
-        "topic={}",
-        topic(plan).replace('/', "%2F")
-    )
-    .parse()
-    .map_err(|_| gcp_sql::Error::Unsupported("routing header".into()))?;
+    let channel =
+        plaintext_endpoint(host)?
+            .connect()
+            .await
+            .map_err(|e| gcp_sql::Error::Connect {
+                endpoint: host.to_string(),
+                message: e.to_string(),
+            })?;
+    let routing: tonic::metadata::AsciiMetadataValue =
+        format!("topic={}", topic(plan).replace('/', "%2F"))
+            .parse()
+            .map_err(|_| gcp_sql::Error::Unsupported("routing header".into()))?;
     let per_request = pool[0].1;
     let requests = plan.rows.div_ceil(per_request);
     let next = Arc::new(AtomicU64::new(0));
@@ -444,8 +448,7 @@ async fn run_ceiling(
         });
     }
     while let Some(done) = tasks.join_next().await {
-        let status = done
-            .map_err(|e| gcp_sql::Error::Failed(format!("ceiling task: {e}")))?;
+        let status = done.map_err(|e| gcp_sql::Error::Failed(format!("ceiling task: {e}")))?;
         status.map_err(|s| gcp_sql::Error::Failed(format!("ceiling publish: {s}")))?;
     }
     let wall = started.elapsed();
@@ -534,7 +537,10 @@ fn serve_child(latency: &str) -> std::process::ExitCode {
         eprintln!("bad latency {latency}");
         return std::process::ExitCode::from(2);
     };
-    let Ok(runtime) = tokio::runtime::Builder::new_multi_thread().enable_all().build() else {
+    let Ok(runtime) = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    else {
         return std::process::ExitCode::FAILURE;
     };
     match runtime.block_on(serve_until_signal(0, NullServerOptions { latency }, None)) {
@@ -599,7 +605,10 @@ async fn bench(args: Args) -> gcp_sql::Result<()> {
                     let measured =
                         run_ceiling(&plan, pool.clone(), &server.host, concurrency.max(1)).await?;
                     measured.print();
-                    if best.as_ref().is_none_or(|b| measured.rows_per_s() > b.rows_per_s()) {
+                    if best
+                        .as_ref()
+                        .is_none_or(|b| measured.rows_per_s() > b.rows_per_s())
+                    {
                         best = Some(measured);
                     }
                 }

@@ -93,7 +93,9 @@ pub enum Error {
         message: String,
     },
     /// Too many consecutive confirmed rejections under a dropping failure policy.
-    #[error("{count} consecutive records were rejected with no success between them (limit set by '{option}')")]
+    #[error(
+        "{count} consecutive records were rejected with no success between them (limit set by '{option}')"
+    )]
     RejectionBreaker {
         /// The option that sets the bound.
         option: &'static str,
@@ -111,7 +113,9 @@ pub enum Error {
         waiting_for: &'static str,
     },
     /// A client release did not finish within its shutdown budget.
-    #[error("releasing {clients} client(s) did not finish within {budget:?} (limit set by '{option}')")]
+    #[error(
+        "releasing {clients} client(s) did not finish within {budget:?} (limit set by '{option}')"
+    )]
     ShutdownTimeout {
         /// The option that sets the budget.
         option: &'static str,
@@ -121,7 +125,9 @@ pub enum Error {
         clients: usize,
     },
     /// A missing destination that recovery did not bring back within its budget.
-    #[error("'{destination}' is still missing after {attempts} attempt(s) (budget set by '{option}'): {message}")]
+    #[error(
+        "'{destination}' is still missing after {attempts} attempt(s) (budget set by '{option}'): {message}"
+    )]
     RecoveryExhausted {
         /// The destination resource name.
         destination: String,
@@ -131,6 +137,18 @@ pub enum Error {
         attempts: u32,
         /// The last status message.
         message: String,
+    },
+    /// A statement failed while some of its admitted rows were still unresolved.
+    #[error(
+        "{source} ({acknowledged} row(s) were acknowledged before the failure; {unresolved} admitted row(s) were not delivered: re-run the statement to send them again)"
+    )]
+    Incomplete {
+        /// The failure.
+        source: Box<Error>,
+        /// Rows acknowledged before the statement ended.
+        acknowledged: u64,
+        /// Admitted rows neither acknowledged nor dropped.
+        unresolved: u64,
     },
     /// Connecting or authenticating failed.
     #[error("cannot connect to {endpoint}: {message}")]
@@ -170,19 +188,32 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Rpc { code, .. } => crate::core::retry::is_transient_code(*code),
-            Error::ProgressTimeout { .. } | Error::ShutdownTimeout { .. } | Error::Connect { .. } => true,
+            Error::ProgressTimeout { .. }
+            | Error::ShutdownTimeout { .. }
+            | Error::Connect { .. } => true,
             _ => false,
         }
     }
 
     /// Shorthand for an [`Error::InvalidOption`].
-    pub fn invalid(option: impl Into<String>, value: impl Into<String>, rule: impl Into<String>) -> Self {
-        Error::InvalidOption { option: option.into(), value: value.into(), rule: rule.into() }
+    pub fn invalid(
+        option: impl Into<String>,
+        value: impl Into<String>,
+        rule: impl Into<String>,
+    ) -> Self {
+        Error::InvalidOption {
+            option: option.into(),
+            value: value.into(),
+            rule: rule.into(),
+        }
     }
 
     /// Shorthand for an [`Error::Schema`].
     pub fn schema(column: impl Into<String>, rule: impl Into<String>) -> Self {
-        Error::Schema { column: column.into(), rule: rule.into() }
+        Error::Schema {
+            column: column.into(),
+            rule: rule.into(),
+        }
     }
 }
 

@@ -30,10 +30,10 @@
 //! ```
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::net::Ipv4Addr;
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -233,11 +233,7 @@ impl tonic::server::UnaryService<CountedPublishRequest> for PublishCall {
         let counted = request.into_inner();
         let now = Instant::now();
         {
-            let mut active = self
-                .state
-                .active
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut active = self.state.active.lock().unwrap_or_else(|p| p.into_inner());
             let first = active.map_or(now, |(first, _)| first);
             *active = Some((first, now));
         }
@@ -246,7 +242,8 @@ impl tonic::server::UnaryService<CountedPublishRequest> for PublishCall {
         c.messages.fetch_add(counted.messages, Ordering::Relaxed);
         c.message_bytes
             .fetch_add(counted.message_bytes, Ordering::Relaxed);
-        c.request_bytes.fetch_add(counted.body_bytes, Ordering::Relaxed);
+        c.request_bytes
+            .fetch_add(counted.body_bytes, Ordering::Relaxed);
         let first = self.next_id.fetch_add(counted.messages, Ordering::Relaxed);
         let latency = self.state.options.latency;
         let response = NullPublishResponse {
@@ -312,7 +309,10 @@ pub struct NullServer {
 impl NullServer {
     /// Binds `addr` (port 0 picks a free port) and serves on the current tokio runtime until
     /// the server is dropped.
-    pub async fn start(addr: SocketAddr, options: NullServerOptions) -> std::io::Result<NullServer> {
+    pub async fn start(
+        addr: SocketAddr,
+        options: NullServerOptions,
+    ) -> std::io::Result<NullServer> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let state = Arc::new(State {
@@ -541,9 +541,10 @@ mod tests {
 
     #[tokio::test]
     async fn generated_client_publishes_and_the_server_counts() {
-        let server = NullServer::start("127.0.0.1:0".parse().unwrap(), NullServerOptions::default())
-            .await
-            .unwrap();
+        let server =
+            NullServer::start("127.0.0.1:0".parse().unwrap(), NullServerOptions::default())
+                .await
+                .unwrap();
         let mut client = PublisherClient::connect(format!("http://{}", server.addr()))
             .await
             .unwrap();
@@ -561,9 +562,10 @@ mod tests {
 
     #[tokio::test]
     async fn methods_other_than_publish_are_unimplemented() {
-        let server = NullServer::start("127.0.0.1:0".parse().unwrap(), NullServerOptions::default())
-            .await
-            .unwrap();
+        let server =
+            NullServer::start("127.0.0.1:0".parse().unwrap(), NullServerOptions::default())
+                .await
+                .unwrap();
         let mut client = PublisherClient::connect(format!("http://{}", server.addr()))
             .await
             .unwrap();
@@ -575,7 +577,11 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unimplemented);
-        assert!(status.message().contains("CreateTopic"), "{}", status.message());
+        assert!(
+            status.message().contains("CreateTopic"),
+            "{}",
+            status.message()
+        );
     }
 
     #[tokio::test(start_paused = true)]

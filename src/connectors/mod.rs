@@ -13,7 +13,11 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::SendableRecordBatchStream;
 
-use crate::core::SinkMetrics;
+use datafusion::arrow::record_batch::RecordBatch;
+use futures::StreamExt;
+
+use crate::core::{Envelope, FlowWriter, SinkMetrics, Transport};
+use crate::error::Error;
 use crate::error::Result;
 use crate::options::{ConnectorKind, RawOptions};
 
@@ -29,7 +33,11 @@ pub trait SinkConnector: Debug + Send + Sync {
 
     /// Writes every row of `input` and returns how many rows the service acknowledged.
     /// Every admitted record is resolved before this returns, whether it returns `Ok` or not.
-    async fn write_all(&self, input: SendableRecordBatchStream, metrics: SinkMetrics) -> Result<u64>;
+    async fn write_all(
+        &self,
+        input: SendableRecordBatchStream,
+        metrics: SinkMetrics,
+    ) -> Result<u64>;
 }
 
 /// Builds the sink of `kind` from its options, checking them and the schema.
@@ -41,11 +49,15 @@ pub fn build_sink(
 ) -> Result<Arc<dyn SinkConnector>> {
     crate::options::validate_names(kind, raw)?;
     match kind {
-        ConnectorKind::PubSub => Ok(Arc::new(pubsub::writer::PubSubSink::try_new(schema, location, raw)?)),
-        ConnectorKind::CloudTasks => {
-            Ok(Arc::new(cloud_tasks::writer::CloudTasksSink::try_new(schema, location, raw)?))
-        }
-        ConnectorKind::Bigtable => Ok(Arc::new(bigtable::writer::BigtableSink::try_new(schema, location, raw)?)),
+        ConnectorKind::PubSub => Ok(Arc::new(pubsub::writer::PubSubSink::try_new(
+            schema, location, raw,
+        )?)),
+        ConnectorKind::CloudTasks => Ok(Arc::new(cloud_tasks::writer::CloudTasksSink::try_new(
+            schema, location, raw,
+        )?)),
+        ConnectorKind::Bigtable => Ok(Arc::new(bigtable::writer::BigtableSink::try_new(
+            schema, location, raw,
+        )?)),
     }
 }
 
@@ -57,4 +69,62 @@ pub fn build_sink(
 pub fn install_crypto_provider() {
     // An Err only says that a provider is installed already, which is what we want.
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Drives one statement's input through a writer: encodes each batch with `encode`, writes
+/// what encodes and hands what does not to the failure policy, flushes, and closes.
+///
+/// `encode` appends one entry per row, in row order, for the batch whose first row has the
+/// given index within the statement. On failure the writer sends nothing new, lets the sends
+/// already under way finish (within the shutdown budget) and the error says how many rows were
+/// acknowledged and how many were not delivered ([`Error::Incomplete`]).
+pub(crate) async fn write_stream<T, F>(
+    mut writer: FlowWriter<T>,
+    mut input: SendableRecordBatchStream,
+    mut encode: F,
+) -> Result<u64>
+where
+    T: Transport,
+    F: FnMut(&RecordBatch, u64, &mut Vec<Result<Envelope<T::Record>>>) -> Result<()> + Send,
+{
+    let mut encoded = Vec::new();
+    let result: Result<()> = async {
+        let mut first_row = 0u64;
+        while let Some(batch) = input.next().await {
+            let batch = batch?;
+            encode(&batch, first_row, &mut encoded)?;
+            for record in encoded.drain(..) {
+                match record {
+                    Ok(envelope) => writer.write(envelope).await?,
+                    Err(rejected) => writer.reject_encoded(rejected)?,
+                }
+            }
+            first_row += batch.num_rows() as u64;
+        }
+        writer.flush().await
+    }
+    .await;
+    match result {
+        Ok(()) => {
+            let delivered = writer.delivered();
+            writer.close().await?;
+            Ok(delivered)
+        }
+        Err(error) => {
+            let unresolved = writer.settle().await;
+            let acknowledged = writer.delivered();
+            if let Err(close) = writer.close().await {
+                tracing::warn!(error = %close, "releasing clients after a failed statement");
+            }
+            if unresolved == 0 {
+                Err(error)
+            } else {
+                Err(Error::Incomplete {
+                    source: Box::new(error),
+                    acknowledged,
+                    unresolved,
+                })
+            }
+        }
+    }
 }

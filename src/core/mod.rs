@@ -190,7 +190,11 @@ pub trait Transport: Send + Sync + 'static {
 
     /// Creates a missing destination (the auto-create recovery). Returns `Ok(true)` when it
     /// created it, `Ok(false)` when it already existed.
-    async fn create_destination(&self, client: &Self::Client, destination: &Destination) -> Result<bool>;
+    async fn create_destination(
+        &self,
+        client: &Self::Client,
+        destination: &Destination,
+    ) -> Result<bool>;
 
     /// Releases a client. The core bounds the wait by the shutdown budget.
     async fn close(&self, client: Self::Client);

@@ -117,6 +117,9 @@ impl<T: Transport> std::fmt::Debug for FlowWriter<T> {
     }
 }
 
+/// How often [`FlowWriter::settle`] looks whether the running sends have finished.
+const SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
 impl<T: Transport> FlowWriter<T> {
     /// A writer over `transport`. No side effects: spawns nothing, opens nothing.
     pub fn new(transport: Arc<T>, config: FlowConfig, metrics: SinkMetrics) -> Self {
@@ -211,6 +214,39 @@ impl<T: Transport> FlowWriter<T> {
     pub async fn close(mut self) -> Result<()> {
         self.closed = true;
         shutdown(self.shared.clone()).await
+    }
+
+    /// After a failure: sends nothing new, waits (at most `shutdown_timeout`) for the sends
+    /// already under way to finish, and returns how many admitted records are still unresolved
+    /// (never sent, or still in an RPC when the budget ran out).
+    ///
+    /// A failed statement calls this before [`FlowWriter::close`], so that records already on
+    /// the wire are acknowledged or reported instead of being cut off mid-RPC.
+    pub async fn settle(&mut self) -> u64 {
+        let shared = &self.shared;
+        let running = || {
+            lock(&shared.pool)
+                .dests
+                .values()
+                .map(|d| d.leases)
+                .sum::<usize>()
+        };
+        let wait = async {
+            // Leases end when send tasks finish; poll, as a lease ends without a notification.
+            while running() > 0 {
+                tokio::time::sleep(SETTLE_POLL).await;
+            }
+        };
+        if tokio::time::timeout(shared.config.shutdown_timeout, wait)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                sends = running(),
+                "sends still running when the shutdown budget ran out; they are cut off"
+            );
+        }
+        shared.gate.in_flight().0
     }
 
     /// Records the service acknowledged so far (delivered and de-duplicated).

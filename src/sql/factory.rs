@@ -38,9 +38,17 @@ impl SinkTableFactory {
         // have collapsed into one entry (the last one wins). Statements that go through
         // `crate::sql` are checked for that before planning (`check_raw_option_names`); the
         // statement text in `cmd.definition` does not carry the options, so it cannot help here.
-        let pairs: Vec<(String, String)> = cmd.options.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let pairs: Vec<(String, String)> = cmd
+            .options
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let raw = RawOptions::from_pairs(pairs)?;
-        let location = cmd.locations.first().map(String::as_str).filter(|l| !l.is_empty());
+        let location = cmd
+            .locations
+            .first()
+            .map(String::as_str)
+            .filter(|l| !l.is_empty());
         let schema = Arc::new(cmd.schema.as_arrow().clone());
         let sink = connectors::build_sink(self.kind, schema, location, &raw)?;
         Ok(SinkTable::new(cmd.name.to_string(), sink))

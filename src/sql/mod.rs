@@ -31,23 +31,26 @@ use datafusion::catalog::{TableFunction, TableFunctionImpl};
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::dataframe::DataFrame;
+use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionContext;
-use datafusion::error::DataFusionError;
 use datafusion::sql::parser::{DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
-use crate::error::{Error, Result};
 use crate::connectors::pubsub::inspect::{PubSubPullFunction, PubSubSubscribeFunction};
+use crate::error::{Error, Result};
 use crate::options::ConnectorKind;
 
 pub use factory::SinkTableFactory;
 pub use table::{SinkTable, TableSink};
 
 /// Every connector this crate registers.
-pub const CONNECTORS: [ConnectorKind; 3] =
-    [ConnectorKind::PubSub, ConnectorKind::CloudTasks, ConnectorKind::Bigtable];
+pub const CONNECTORS: [ConnectorKind; 3] = [
+    ConnectorKind::PubSub,
+    ConnectorKind::CloudTasks,
+    ConnectorKind::Bigtable,
+];
 
 /// Installs the three sink factories (`STORED AS PUBSUB | CLOUD_TASKS | BIGTABLE`) and the
 /// helper table functions into an existing context.
@@ -61,9 +64,10 @@ pub fn register(ctx: &SessionContext) {
         let state = ctx.state_ref();
         let mut state = state.write();
         for kind in CONNECTORS {
-            state
-                .table_factories_mut()
-                .insert(kind.stored_as().to_string(), Arc::new(SinkTableFactory::new(kind)));
+            state.table_factories_mut().insert(
+                kind.stored_as().to_string(),
+                Arc::new(SinkTableFactory::new(kind)),
+            );
         }
     }
     for (name, function) in table_functions() {
@@ -89,12 +93,17 @@ fn table_functions() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
 /// ```
 pub fn with_gcp_sinks(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     for kind in CONNECTORS {
-        builder = builder
-            .with_table_factory(kind.stored_as().to_string(), Arc::new(SinkTableFactory::new(kind)));
+        builder = builder.with_table_factory(
+            kind.stored_as().to_string(),
+            Arc::new(SinkTableFactory::new(kind)),
+        );
     }
     let functions = builder.table_functions().get_or_insert_with(HashMap::new);
     for (name, function) in table_functions() {
-        functions.insert(name.to_string(), Arc::new(TableFunction::new(name.to_string(), function)));
+        functions.insert(
+            name.to_string(),
+            Arc::new(TableFunction::new(name.to_string(), function)),
+        );
     }
     builder
 }
@@ -209,21 +218,27 @@ mod tests {
     #[tokio::test]
     async fn refuses_several_statements_in_statement_to_dataframe() {
         let ctx = new_context();
-        let err = statement_to_dataframe(&ctx, "SELECT 1; SELECT 2").await.unwrap_err();
+        let err = statement_to_dataframe(&ctx, "SELECT 1; SELECT 2")
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("one statement"), "{err}");
     }
 
     #[tokio::test]
     async fn with_form_without_connector_is_left_to_datafusion() {
         let ctx = new_context();
-        let err = run(&ctx, "CREATE TABLE t (a INT) WITH (foo = 'bar')").await.unwrap_err();
+        let err = run(&ctx, "CREATE TABLE t (a INT) WITH (foo = 'bar')")
+            .await
+            .unwrap_err();
         assert!(!err.to_string().contains("connector"), "{err}");
     }
 
     #[tokio::test]
     async fn unknown_connector_names_the_known_ones() {
         let ctx = new_context();
-        let err = run(&ctx, "CREATE TABLE t (a INT) WITH (connector = 'kafka')").await.unwrap_err();
+        let err = run(&ctx, "CREATE TABLE t (a INT) WITH (connector = 'kafka')")
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("kafka"), "{err}");
     }
 

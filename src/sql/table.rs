@@ -10,8 +10,8 @@ use datafusion::datasource::TableType;
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::error::Result as DFResult;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::dml::InsertOp;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 
@@ -29,7 +29,10 @@ pub struct SinkTable {
 impl SinkTable {
     /// Wraps a connector under a table name (used in messages).
     pub fn new(name: impl Into<String>, sink: Arc<dyn SinkConnector>) -> Self {
-        Self { name: name.into(), sink }
+        Self {
+            name: name.into(),
+            sink,
+        }
     }
 
     /// The connector behind the table.
@@ -98,13 +101,22 @@ pub struct TableSink {
 impl TableSink {
     /// A sink writing to `sink`, reporting as table `table`.
     pub fn new(table: String, sink: Arc<dyn SinkConnector>) -> Self {
-        Self { table, sink, metrics: ExecutionPlanMetricsSet::new() }
+        Self {
+            table,
+            sink,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
     }
 }
 
 impl DisplayAs for TableSink {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "GcpSink: connector={} table={}", self.sink.kind().name(), self.table)
+        write!(
+            f,
+            "GcpSink: connector={} table={}",
+            self.sink.kind().name(),
+            self.table
+        )
     }
 }
 

@@ -33,7 +33,10 @@ pub(crate) fn rewrite_with_form(stmt: DFStatement) -> Result<DFStatement> {
         };
         options.push((key.value.to_lowercase(), option_value(&key.value, value)?));
     }
-    let Some(connector) = options.iter().find(|(k, _)| k == "connector").map(|(_, v)| v.clone())
+    let Some(connector) = options
+        .iter()
+        .find(|(k, _)| k == "connector")
+        .map(|(_, v)| v.clone())
     else {
         // Not ours: let DataFusion report what it makes of it.
         return Ok(stmt);
@@ -80,10 +83,21 @@ fn option_value(key: &str, value: &Expr) -> Result<String> {
             Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => Ok(s.clone()),
             Value::Number(n, _) => Ok(n.to_string()),
             Value::Boolean(b) => Ok(b.to_string()),
-            other => Err(Error::invalid(key, other.to_string(), "expected a quoted string, a number or a boolean")),
+            other => Err(Error::invalid(
+                key,
+                other.to_string(),
+                "expected a quoted string, a number or a boolean",
+            )),
         },
         Expr::Identifier(ident) => Ok(ident.value.clone()),
-        Expr::UnaryOp { op: UnaryOperator::Minus, expr } => Ok(format!("-{}", option_value(key, expr)?)),
-        other => Err(Error::invalid(key, other.to_string(), "expected a quoted string, a number or a boolean")),
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => Ok(format!("-{}", option_value(key, expr)?)),
+        other => Err(Error::invalid(
+            key,
+            other.to_string(),
+            "expected a quoted string, a number or a boolean",
+        )),
     }
 }

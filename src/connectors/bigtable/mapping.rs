@@ -80,7 +80,6 @@
 //! ```
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::buffer::NullBuffer;
@@ -412,7 +411,7 @@ impl BigtableMapping {
         let mut cells = Vec::new();
         let mut families: Vec<String> = Vec::new();
         let mut seen: HashSet<(String, String)> = HashSet::new();
-        let mut add_family = |f: &str, families: &mut Vec<String>| {
+        let add_family = |f: &str, families: &mut Vec<String>| {
             if !families.iter().any(|x| x == f) {
                 families.push(f.to_string());
             }
@@ -547,10 +546,13 @@ impl BigtableMapping {
     ) -> Result<()> {
         let prepared = self.prepare(batch)?;
         let bound = Bound::new(self, &prepared)?;
-        let clock = now_micros.div_euclid(TIMESTAMP_GRANULARITY_MICROS) * TIMESTAMP_GRANULARITY_MICROS;
+        let clock =
+            now_micros.div_euclid(TIMESTAMP_GRANULARITY_MICROS) * TIMESTAMP_GRANULARITY_MICROS;
         let mut scratch = Scratch::default();
-        let mut destinations: HashMap<(Option<&str>, Option<&str>), std::result::Result<Destination, String>> =
-            HashMap::new();
+        let mut destinations: HashMap<
+            (Option<&str>, Option<&str>),
+            std::result::Result<Destination, String>,
+        > = HashMap::new();
         out.reserve(batch.num_rows());
         for row in 0..batch.num_rows() {
             let row_index = first_row_index + row as u64;
@@ -558,7 +560,8 @@ impl BigtableMapping {
                 .row_destination(&bound, row, &mut destinations)
                 .and_then(|destination| {
                     let ts = self.row_timestamp(&bound, row, clock)?;
-                    let (record, bytes) = self.encode_row(&bound, row, row_index, ts, &mut scratch)?;
+                    let (record, bytes) =
+                        self.encode_row(&bound, row, row_index, ts, &mut scratch)?;
                     Ok(Envelope {
                         record,
                         bytes,
@@ -647,7 +650,10 @@ impl BigtableMapping {
         &self,
         bound: &Bound<'a>,
         row: usize,
-        cache: &mut HashMap<(Option<&'a str>, Option<&'a str>), std::result::Result<Destination, String>>,
+        cache: &mut HashMap<
+            (Option<&'a str>, Option<&'a str>),
+            std::result::Result<Destination, String>,
+        >,
     ) -> std::result::Result<Destination, String> {
         if let TablePlan::Fixed(t) = &self.tables {
             return Ok(t.clone());
@@ -664,7 +670,12 @@ impl BigtableMapping {
             .clone()
     }
 
-    fn row_timestamp(&self, bound: &Bound<'_>, row: usize, clock: i64) -> std::result::Result<i64, String> {
+    fn row_timestamp(
+        &self,
+        bound: &Bound<'_>,
+        row: usize,
+        clock: i64,
+    ) -> std::result::Result<i64, String> {
         let (Some((_, name, unit)), Some(values)) = (&self.timestamp, bound.timestamp) else {
             return Ok(clock);
         };

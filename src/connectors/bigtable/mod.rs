@@ -1,4 +1,11 @@
-//! The bigtable connector: rows written as mutations.
+//! The Bigtable connector: rows written as row mutations (`MutateRows`), one entry per row.
+//!
+//! Split like every connector: [`options`] (the typed options and their builder), [`mapping`]
+//! (Arrow rows to serialized entries, pure), [`client`] (the gRPC side, a
+//! [`Transport`](crate::core::Transport)) and [`writer`] (the glue onto the flow-control core).
+//! See `docs/bigtable.md` for the user's view.
 
+pub mod client;
+pub mod mapping;
 pub mod options;
 pub mod writer;

@@ -1,33 +1,170 @@
-//! The bigtable sink as seen by the SQL layer.
+//! The Bigtable sink: rows in, applied row mutations out, through the shared core.
+//!
+//! This file is glue: the options become a [`FlowConfig`], the mapping encodes each batch into
+//! `MutateRows` entries, and the core admits, batches, sends, retries and resolves.
+//!
+//! # Settings that are not options
+//!
+//! The seed (`BigtableWriterOptions.Builder`) has no retry, delay, progress or shutdown options;
+//! these are constants:
+//!
+//! | setting | value | from |
+//! |---|---|---|
+//! | batch delay | [`BATCH_DELAY_THRESHOLD`] (1 s) | the Java client's batcher default |
+//! | `MutateRows` retry | [`mutate_rows_retry`]: 10 ms first delay, ×2, at most 60 s, 60 s attempt deadline, 10 min in total, jittered | the Bigtable client defaults for idempotent calls |
+//! | progress budget | [`PROGRESS_TIMEOUT`] (10 min) | Pub/Sub's `publish_progress_timeout` default; [`BigtableSink::with_progress_timeout`] changes it |
+//! | shutdown budget | [`SHUTDOWN_TIMEOUT`] (30 s) | Pub/Sub's `shutdown_timeout` default; [`BigtableSink::with_shutdown_timeout`] changes it |
+//! | open tables | [`MAX_OPEN_TABLES`] | ADR 0020: the core's pool is per table; the instance cap lives in the transport |
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::SendableRecordBatchStream;
+use futures::StreamExt;
 
-use super::options::BigtableSinkOptions;
+use super::client::{BigtableTransport, ClientSettings};
+use super::mapping::{self, BigtableMapping};
+use super::options::{
+    BATCH_DELAY_THRESHOLD, BigtableSinkOptions, PROGRESS_TIMEOUT, SHUTDOWN_TIMEOUT,
+};
 use crate::connectors::SinkConnector;
-use crate::core::SinkMetrics;
-use crate::error::{Error, Result};
+use crate::core::{
+    Backoff, BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
+};
+use crate::error::Result;
 use crate::options::{ConnectorKind, RawOptions};
 
-/// A declared bigtable sink: its options and schema, checked.
+/// Tables one writer keeps batching state for at once. The seed bounds per-table state only by
+/// `destination_idle_timeout`, which is swept after a flush; a statement flushes once, at its
+/// end, so this cap keeps a statement spread over very many tables (date-suffixed ones) bounded.
+/// At the cap the least recently used table with nothing pending is released. Our number:
+/// far above the tables a statement usually writes, far below what its state would weigh.
+pub const MAX_OPEN_TABLES: usize = 1_000;
+
+/// The name reported when the progress budget runs out (it is not a table option).
+pub const PROGRESS_BUDGET_NAME: &str =
+    "bigtable progress budget (BigtableSink::with_progress_timeout)";
+/// The name reported when a release overruns its budget (it is not a table option).
+pub const SHUTDOWN_BUDGET_NAME: &str =
+    "bigtable shutdown budget (BigtableSink::with_shutdown_timeout)";
+
+/// Most entry bytes one batch may carry: one byte under the 100 MiB the client's flow control
+/// admits (the `batch_request_byte_threshold` ceiling), less what the request adds around them
+/// (table name, profile and per-entry framing are small next to it, so a 64 KiB margin is ample).
+const BATCH_BYTE_CEILING: u64 = super::options::MAX_BATCH_REQUEST_BYTE_THRESHOLD as u64 - 64 * 1024;
+
+/// Retry timing of `MutateRows`: the Bigtable client defaults for idempotent calls (first delay
+/// 10 ms, multiplier 2, at most 60 s; a 60 s attempt deadline; 10 minutes in total), with the
+/// delay jittered. Entries are idempotent here because every cell has an explicit timestamp.
+pub fn mutate_rows_retry() -> RetrySettings {
+    RetrySettings {
+        total_timeout: Duration::from_secs(600),
+        max_attempts: 0,
+        initial_retry_delay: Duration::from_millis(10),
+        retry_delay_multiplier: 2.0,
+        max_retry_delay: Duration::from_secs(60),
+        initial_rpc_timeout: Duration::from_secs(60),
+        rpc_timeout_multiplier: 1.0,
+        max_rpc_timeout: Duration::from_secs(60),
+        jitter: true,
+    }
+}
+
+/// A declared Bigtable sink: its options, checked against the table schema.
 #[derive(Debug)]
 pub struct BigtableSink {
     schema: SchemaRef,
     options: BigtableSinkOptions,
+    mapping: BigtableMapping,
+    flow: FlowConfig,
 }
 
 impl BigtableSink {
     /// Checks the options and the schema; contacts no service.
     pub fn try_new(schema: SchemaRef, location: Option<&str>, raw: &RawOptions) -> Result<Self> {
-        let options = BigtableSinkOptions::from_raw(location, raw)?;
-        options.validate_schema(&schema)?;
-        Ok(Self { schema, options })
+        Self::from_options(schema, BigtableSinkOptions::from_raw(location, raw)?)
+    }
+
+    /// Builds the sink from typed options (the Rust API, without SQL).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    /// use gcp_sql::connectors::bigtable::options::BigtableSinkOptions;
+    /// use gcp_sql::connectors::bigtable::writer::BigtableSink;
+    /// use gcp_sql::options::RawOptions;
+    ///
+    /// let raw = RawOptions::from_pairs([
+    ///     ("table".to_string(), "projects/demo/instances/main/tables/users".to_string()),
+    ///     ("row_key".to_string(), "id".to_string()),
+    ///     ("batch_element_count_threshold".to_string(), "500".to_string()),
+    /// ]).unwrap();
+    /// let options = BigtableSinkOptions::from_raw(None, &raw).unwrap();
+    /// let schema = Arc::new(Schema::new(vec![
+    ///     Field::new("id", DataType::Utf8, false),
+    ///     Field::new("name", DataType::Utf8, true),
+    /// ]));
+    /// let sink = BigtableSink::from_options(schema, options).unwrap();
+    /// assert_eq!(sink.flow_config().batch.max_records, 500);
+    /// assert_eq!(sink.flow_config().max_in_flight_records, 1000);
+    /// ```
+    pub fn from_options(schema: SchemaRef, options: BigtableSinkOptions) -> Result<Self> {
+        let mapping = BigtableMapping::new(&options, &schema)?;
+        let flow = flow_config(&options, &mapping);
+        Ok(Self {
+            schema,
+            options,
+            mapping,
+            flow,
+        })
+    }
+
+    /// Replaces the progress budget (default [`PROGRESS_TIMEOUT`]): how long the writer waits
+    /// with no send completing before it fails the statement. For embedders and tests; it is not
+    /// a table option.
+    pub fn with_progress_timeout(mut self, budget: Duration) -> Self {
+        self.flow.progress_timeout = Some(budget);
+        self
+    }
+
+    /// Replaces the shutdown budget (default [`SHUTDOWN_TIMEOUT`]) of each release of clients.
+    /// For embedders and tests; it is not a table option.
+    pub fn with_shutdown_timeout(mut self, budget: Duration) -> Self {
+        self.flow.shutdown_timeout = budget;
+        self
     }
 
     /// The parsed options.
     pub fn options(&self) -> &BigtableSinkOptions {
         &self.options
+    }
+
+    /// The row mapping.
+    pub fn mapping(&self) -> &BigtableMapping {
+        &self.mapping
+    }
+
+    /// The flow-control settings the options translate to.
+    pub fn flow_config(&self) -> &FlowConfig {
+        &self.flow
+    }
+
+    /// The connection settings the transport is built from.
+    pub fn client_settings(&self) -> ClientSettings {
+        let connection = &self.options.connection;
+        ClientSettings {
+            endpoint: connection.endpoint.clone(),
+            emulator_host: connection.emulator.as_ref().map(|e| e.host.clone()),
+            credentials_file: connection.credentials_file.clone(),
+            app_profile_id: self.options.app_profile_id.clone(),
+            auto_create_table: self.options.auto_create_table,
+            families: self.mapping.families().to_vec(),
+            max_active_instances: usize::try_from(self.options.writer.max_active_instances())
+                .unwrap_or(1)
+                .max(1),
+        }
     }
 }
 
@@ -41,10 +178,219 @@ impl SinkConnector for BigtableSink {
         &self.schema
     }
 
-    async fn write_all(&self, _input: SendableRecordBatchStream, _metrics: SinkMetrics) -> Result<u64> {
-        // The declaration surface is complete; the writer on the shared core lands separately.
-        Err(Error::Unsupported(
-            "INSERT into a bigtable sink is not available in this release: the bigtable writer is not built yet (tables can be declared and their options checked)".into(),
-        ))
+    async fn write_all(
+        &self,
+        mut input: SendableRecordBatchStream,
+        metrics: SinkMetrics,
+    ) -> Result<u64> {
+        let transport = Arc::new(BigtableTransport::connect(&self.client_settings()).await?);
+        let mut writer = FlowWriter::new(transport, self.flow.clone(), metrics);
+        let mut first_row = 0u64;
+        let mut encoded = Vec::new();
+        let result: Result<()> = async {
+            while let Some(batch) = input.next().await {
+                let batch = batch?;
+                self.mapping.encode_batch(&batch, first_row, &mut encoded)?;
+                for record in encoded.drain(..) {
+                    match record {
+                        Ok(envelope) => writer.write(envelope).await?,
+                        Err(rejected) => writer.reject_encoded(rejected)?,
+                    }
+                }
+                first_row += batch.num_rows() as u64;
+            }
+            writer.flush().await
+        }
+        .await;
+        let delivered = writer.delivered();
+        let closed = writer.close().await;
+        result?;
+        closed?;
+        Ok(delivered)
+    }
+}
+
+/// Translates the writer options into the core's settings.
+fn flow_config(options: &BigtableSinkOptions, mapping: &BigtableMapping) -> FlowConfig {
+    let w = &options.writer;
+    let max_records = usize::try_from(w.max_in_flight_entries())
+        .unwrap_or(1)
+        .max(1);
+    // The service refuses a request of more than 100,000 mutations: with every entry carrying
+    // at most `max_mutations_per_entry`, this many entries always fit.
+    let mutation_guard =
+        (mapping::MAX_MUTATIONS_PER_REQUEST / mapping.max_mutations_per_entry()).max(1);
+    FlowConfig {
+        max_in_flight_records: max_records,
+        max_in_flight_bytes: u64::try_from(w.max_in_flight_bytes())
+            .unwrap_or(u64::MAX)
+            .max(1),
+        in_flight_option: "max_in_flight_entries",
+        progress_timeout: Some(PROGRESS_TIMEOUT),
+        progress_option: PROGRESS_BUDGET_NAME,
+        shutdown_timeout: SHUTDOWN_TIMEOUT,
+        shutdown_option: SHUTDOWN_BUDGET_NAME,
+        max_active_destinations: MAX_OPEN_TABLES,
+        destination_idle_timeout: w.destination_idle_timeout(),
+        per_destination_metrics: w.per_destination_metrics(),
+        max_consecutive_rejections: w.rejection_limit(),
+        breaker_option: "max_consecutive_rejections",
+        batch: BatchThresholds {
+            max_records: usize::try_from(w.batch_element_count_threshold())
+                .unwrap_or(usize::MAX)
+                .clamp(1, mutation_guard),
+            max_bytes: u64::try_from(w.batch_request_byte_threshold())
+                .unwrap_or(u64::MAX)
+                .clamp(1, BATCH_BYTE_CEILING),
+            max_delay: BATCH_DELAY_THRESHOLD,
+        },
+        retry: mutate_rows_retry(),
+        not_found: options.auto_create_table.then(|| RecoverySettings {
+            backoff: Backoff {
+                initial: w.recovery_initial_backoff(),
+                max: w.recovery_max_backoff(),
+                multiplier: 2.0,
+            },
+            max_attempts: u32::try_from(w.recovery_max_attempts()).unwrap_or(1).max(1),
+            attempts_option: "recovery_max_attempts",
+            create: true,
+        }),
+        failure_policy: options.failure_policy,
+        // Every send carries at least one entry, so the entry cap already bounds this.
+        max_concurrent_sends: max_records,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema};
+
+    use super::*;
+    use crate::core::FailurePolicy;
+
+    fn sink(schema: Schema, pairs: &[(&str, &str)]) -> Result<BigtableSink> {
+        let raw =
+            RawOptions::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))?;
+        BigtableSink::try_new(Arc::new(schema), None, &raw)
+    }
+
+    fn simple() -> Schema {
+        Schema::new(vec![
+            Field::new("id", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, true),
+        ])
+    }
+
+    const TABLE: (&str, &str) = ("table", "projects/p/instances/i/tables/t");
+
+    #[test]
+    fn defaults_follow_the_seed_and_the_client() {
+        let s = sink(simple(), &[TABLE, ("row_key", "id")]).unwrap();
+        let f = s.flow_config();
+        assert_eq!(f.batch.max_records, 100);
+        assert_eq!(f.batch.max_bytes, 20 << 20);
+        assert_eq!(f.batch.max_delay, Duration::from_secs(1));
+        assert_eq!(f.max_in_flight_records, 1000);
+        assert_eq!(f.max_in_flight_bytes, 64 << 20);
+        assert_eq!(f.max_consecutive_rejections, Some(100));
+        assert!(
+            f.not_found.is_none(),
+            "no recovery without auto_create_table"
+        );
+        assert_eq!(f.failure_policy, FailurePolicy::Fail);
+        assert_eq!(s.client_settings().max_active_instances, 16);
+        assert_eq!(s.client_settings().families, vec!["cf".to_string()]);
+    }
+
+    #[test]
+    fn options_reach_the_core_settings() {
+        let s = sink(
+            simple(),
+            &[
+                TABLE,
+                ("row_key", "id"),
+                ("batch_element_count_threshold", "19999"),
+                ("batch_request_byte_threshold", "1000"),
+                ("max_in_flight_entries", "7"),
+                ("max_in_flight_bytes", "4096"),
+                ("max_consecutive_rejections", "-1"),
+                ("auto_create_table", "true"),
+                ("recovery_initial_backoff", "5ms"),
+                ("recovery_max_backoff", "50ms"),
+                ("recovery_max_attempts", "4"),
+                ("destination_idle_timeout", "2s"),
+                ("per_destination_metrics", "true"),
+                ("max_active_instances", "3"),
+                ("failure_policy", "drop"),
+            ],
+        )
+        .unwrap();
+        let f = s.flow_config();
+        assert_eq!(f.batch.max_records, 19_999);
+        assert_eq!(f.batch.max_bytes, 1000);
+        assert_eq!(f.max_in_flight_records, 7);
+        assert_eq!(f.max_in_flight_bytes, 4096);
+        assert_eq!(f.max_consecutive_rejections, None);
+        let recovery = f.not_found.as_ref().unwrap();
+        assert_eq!(recovery.backoff.initial, Duration::from_millis(5));
+        assert_eq!(recovery.backoff.max, Duration::from_millis(50));
+        assert_eq!(recovery.max_attempts, 4);
+        assert_eq!(recovery.attempts_option, "recovery_max_attempts");
+        assert_eq!(f.destination_idle_timeout, Duration::from_secs(2));
+        assert!(f.per_destination_metrics);
+        assert_eq!(f.failure_policy, FailurePolicy::Drop);
+        assert_eq!(s.client_settings().max_active_instances, 3);
+        assert!(s.client_settings().auto_create_table);
+    }
+
+    #[test]
+    fn wide_rows_shrink_the_batch_under_the_mutation_guard() {
+        let mut fields = vec![Field::new("id", DataType::Utf8, false)];
+        fields.extend((0..40).map(|i| Field::new(format!("c{i}"), DataType::Int64, true)));
+        let s = sink(
+            Schema::new(fields),
+            &[
+                TABLE,
+                ("row_key", "id"),
+                ("batch_element_count_threshold", "19999"),
+            ],
+        )
+        .unwrap();
+        // 40 mutations per entry: 100,000 / 40 entries fit in one request.
+        assert_eq!(s.flow_config().batch.max_records, 2_500);
+    }
+
+    #[test]
+    fn struct_columns_add_their_families() {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, true),
+            Field::new(
+                "stats",
+                DataType::Struct(Fields::from(vec![Field::new("n", DataType::Int32, true)])),
+                true,
+            ),
+        ]);
+        let s = sink(schema, &[TABLE, ("row_key", "id"), ("column_family", "d")]).unwrap();
+        assert_eq!(
+            s.client_settings().families,
+            vec!["d".to_string(), "stats".to_string()]
+        );
+    }
+
+    #[test]
+    fn budgets_can_be_replaced_through_the_rust_api() {
+        let s = sink(simple(), &[TABLE, ("row_key", "id")])
+            .unwrap()
+            .with_progress_timeout(Duration::from_millis(200))
+            .with_shutdown_timeout(Duration::from_secs(1));
+        assert_eq!(
+            s.flow_config().progress_timeout,
+            Some(Duration::from_millis(200))
+        );
+        assert_eq!(s.flow_config().shutdown_timeout, Duration::from_secs(1));
+        assert_eq!(s.flow_config().progress_option, PROGRESS_BUDGET_NAME);
     }
 }

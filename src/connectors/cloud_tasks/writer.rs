@@ -1,33 +1,163 @@
-//! The cloud_tasks sink as seen by the SQL layer.
+//! The Cloud Tasks sink: rows in, created tasks out, through the shared core.
+//!
+//! This file is glue: the options become a [`FlowConfig`], the mapping encodes each batch, and
+//! the core admits, sends, retries and resolves. How each seed option acts:
+//!
+//! | option | here |
+//! |---|---|
+//! | `max_in_flight_tasks` | the core's in-flight record cap (tasks being created plus those waiting out a backoff); the byte cap is off (`u64::MAX`), since a task is at most [`MAX_TASK_BYTES`](super::mapping::MAX_TASK_BYTES) and so the count bounds memory at `max_in_flight_tasks` × 100 KiB |
+//! | `channel_pool_size` | gRPC channels to Google, used in turn ([`client`](super::client)); refused with an emulator |
+//! | `recovery_initial_backoff`, `recovery_max_backoff`, `recovery_max_attempts` | the core's [`RetrySettings`] for `UNAVAILABLE`, `DEADLINE_EXCEEDED` and `RESOURCE_EXHAUSTED`: bounded by attempts only (total timeout zero, which gax reads as "attempts only"), attempts counting the first creation, the backoff doubling from the initial one up to the cap, slept as it is (no jitter) |
+//! | `not_found_recovery_*` | the core's [`RecoverySettings`] for a missing queue, with `create = false`: the task is re-sent after a doubling backoff until the attempts (the first included) run out, then the statement fails naming `not_found_recovery_max_attempts` |
+//! | `per_destination_metrics` | per-queue `records_sent_by_destination` / `send_errors_by_destination` |
+//!
+//! Not seed options, so fixed (see the constants in [`options`](super::options)): the progress
+//! budget [`PROGRESS_TIMEOUT`], the release budget [`SHUTDOWN_TIMEOUT`], the open-queue cap
+//! [`MAX_ACTIVE_QUEUES`] and the idle timeout [`DESTINATION_IDLE_TIMEOUT`]. The seed has no
+//! consecutive-rejection breaker, so under `failure_policy = 'drop'` every confirmed rejection
+//! is dropped and counted, however many there are. Each `CreateTask` carries one task, so the
+//! batch size is 1 and a batch never waits.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::SendableRecordBatchStream;
+use futures::StreamExt;
 
-use super::options::CloudTasksSinkOptions;
+use super::client::{
+    CREATE_TASK_TIMEOUT, ClientSettings, CloudTasksTransport, classify_create_task_status,
+};
+use super::mapping::CloudTasksMapping;
+use super::options::{
+    CloudTasksSinkOptions, CloudTasksWriterOptions, DESTINATION_IDLE_TIMEOUT, MAX_ACTIVE_QUEUES,
+    PROGRESS_TIMEOUT, SHUTDOWN_TIMEOUT,
+};
 use crate::connectors::SinkConnector;
-use crate::core::SinkMetrics;
+use crate::core::{
+    Backoff, BatchThresholds, Class, FlowConfig, FlowWriter, RecoverySettings, RetrySettings,
+    SinkMetrics,
+};
 use crate::error::{Error, Result};
 use crate::options::{ConnectorKind, RawOptions};
 
-/// A declared cloud_tasks sink: its options and schema, checked.
+/// Growth of the transient-failure backoff per retry. The seed gives the first backoff and the
+/// cap but not the growth; doubling is the usual exponential backoff (and what the other
+/// recovery paths of this crate use).
+pub const RECOVERY_BACKOFF_MULTIPLIER: f64 = 2.0;
+/// Growth of the NOT_FOUND backoff per retry; doubling, as for the transient retry.
+pub const NOT_FOUND_BACKOFF_MULTIPLIER: f64 = 2.0;
+/// What the progress watchdog names in its error: the budget is not an option here.
+pub const PROGRESS_BUDGET_NAME: &str =
+    "the Cloud Tasks writer's fixed progress budget (not an option)";
+/// What a release overrun names in its error: the budget is not an option here.
+pub const SHUTDOWN_BUDGET_NAME: &str =
+    "the Cloud Tasks writer's fixed shutdown budget (not an option)";
+
+/// A declared Cloud Tasks sink: its options, checked against the table schema.
 #[derive(Debug)]
 pub struct CloudTasksSink {
     schema: SchemaRef,
     options: CloudTasksSinkOptions,
+    mapping: CloudTasksMapping,
+    flow: FlowConfig,
 }
 
 impl CloudTasksSink {
     /// Checks the options and the schema; contacts no service.
     pub fn try_new(schema: SchemaRef, location: Option<&str>, raw: &RawOptions) -> Result<Self> {
-        let options = CloudTasksSinkOptions::from_raw(location, raw)?;
-        options.validate_schema(&schema)?;
-        Ok(Self { schema, options })
+        Self::from_options(schema, CloudTasksSinkOptions::from_raw(location, raw)?)
+    }
+
+    /// Builds the sink from typed options (the Rust API, without SQL). Checks the schema
+    /// against the mapping; contacts no service.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    /// use gcp_sql::connectors::cloud_tasks::options::CloudTasksSinkOptions;
+    /// use gcp_sql::connectors::cloud_tasks::writer::CloudTasksSink;
+    /// use gcp_sql::options::RawOptions;
+    ///
+    /// let raw = RawOptions::from_pairs([
+    ///     ("queue".to_string(), "projects/demo/locations/us-central1/queues/jobs".to_string()),
+    ///     ("url".to_string(), "https://worker.example.com/run".to_string()),
+    ///     ("max_in_flight_tasks".to_string(), "200".to_string()),
+    /// ])?;
+    /// let options = CloudTasksSinkOptions::from_raw(None, &raw)?;
+    /// let schema = Arc::new(Schema::new(vec![Field::new("user_id", DataType::Int64, false)]));
+    /// let sink = CloudTasksSink::from_options(schema, options)?;
+    /// assert_eq!(sink.flow_config().max_in_flight_records, 200);
+    /// assert_eq!(sink.flow_config().batch.max_records, 1);
+    /// # Ok::<(), gcp_sql::Error>(())
+    /// ```
+    pub fn from_options(schema: SchemaRef, options: CloudTasksSinkOptions) -> Result<Self> {
+        options.validate()?;
+        let mapping = CloudTasksMapping::new(&options, &schema)?;
+        let flow = flow_config(&options);
+        Ok(Self {
+            schema,
+            options,
+            mapping,
+            flow,
+        })
     }
 
     /// The parsed options.
     pub fn options(&self) -> &CloudTasksSinkOptions {
         &self.options
+    }
+
+    /// The validated row mapping.
+    pub fn mapping(&self) -> &CloudTasksMapping {
+        &self.mapping
+    }
+
+    /// The flow-control settings the options translate to.
+    pub fn flow_config(&self) -> &FlowConfig {
+        &self.flow
+    }
+
+    /// The connection settings the options translate to.
+    pub fn client_settings(&self) -> ClientSettings {
+        let connection = &self.options.connection;
+        ClientSettings {
+            endpoint: connection.endpoint.clone(),
+            emulator_host: connection.emulator.as_ref().map(|e| e.host.clone()),
+            credentials_file: connection.credentials_file.clone(),
+            channel_pool_size: self
+                .options
+                .writer
+                .channel_pool_size()
+                .map(|n| usize::try_from(n).unwrap_or(1)),
+        }
+    }
+
+    /// Names the option behind a spent transient-failure budget: the core reports the last
+    /// status and the attempts; the option that set them is the connector's to name.
+    fn explain(&self, error: Error) -> Error {
+        match error {
+            Error::Rpc {
+                operation,
+                destination,
+                code,
+                message,
+                attempts,
+            } if classify_create_task_status(&tonic::Status::new(code, "")) == Class::Retryable => {
+                Error::Rpc {
+                    operation,
+                    destination,
+                    code,
+                    message: format!(
+                        "{message} (the transient-failure retry budget is spent: 'recovery_max_attempts' = {})",
+                        self.options.writer.recovery_max_attempts()
+                    ),
+                    attempts,
+                }
+            }
+            other => other,
+        }
     }
 }
 
@@ -41,10 +171,258 @@ impl SinkConnector for CloudTasksSink {
         &self.schema
     }
 
-    async fn write_all(&self, _input: SendableRecordBatchStream, _metrics: SinkMetrics) -> Result<u64> {
-        // The declaration surface is complete; the writer on the shared core lands separately.
-        Err(Error::Unsupported(
-            "INSERT into a cloud_tasks sink is not available in this release: the cloud_tasks writer is not built yet (tables can be declared and their options checked)".into(),
-        ))
+    /// Creates one task per row and returns how many the service acknowledged (a named task
+    /// that already existed counts as delivered, and in `records_deduplicated`).
+    async fn write_all(
+        &self,
+        mut input: SendableRecordBatchStream,
+        metrics: SinkMetrics,
+    ) -> Result<u64> {
+        let transport = Arc::new(CloudTasksTransport::connect(&self.client_settings()).await?);
+        let mut writer = FlowWriter::new(transport, self.flow.clone(), metrics);
+        let mut first_row = 0u64;
+        let mut encoded = Vec::new();
+        let result: Result<()> = async {
+            while let Some(batch) = input.next().await {
+                let batch = batch?;
+                self.mapping.encode_batch(&batch, first_row, &mut encoded)?;
+                for record in encoded.drain(..) {
+                    match record {
+                        Ok(envelope) => writer.write(envelope).await?,
+                        Err(rejected) => writer.reject_encoded(rejected)?,
+                    }
+                }
+                first_row += batch.num_rows() as u64;
+            }
+            writer.flush().await
+        }
+        .await;
+        let delivered = writer.delivered();
+        let closed = writer.close().await;
+        result.map_err(|e| self.explain(e))?;
+        closed?;
+        Ok(delivered)
+    }
+}
+
+/// The transient-failure retry of the seed as the core's retry settings.
+pub fn retry_settings(writer: &CloudTasksWriterOptions) -> RetrySettings {
+    RetrySettings {
+        // Zero: bounded by attempts only (gax's reading, see `core::retry`).
+        total_timeout: Duration::ZERO,
+        max_attempts: u32::try_from(writer.recovery_max_attempts())
+            .unwrap_or(1)
+            .max(1),
+        initial_retry_delay: writer.recovery_initial_backoff(),
+        retry_delay_multiplier: RECOVERY_BACKOFF_MULTIPLIER,
+        max_retry_delay: writer.recovery_max_backoff(),
+        initial_rpc_timeout: CREATE_TASK_TIMEOUT,
+        rpc_timeout_multiplier: 1.0,
+        max_rpc_timeout: CREATE_TASK_TIMEOUT,
+        // The seed sets "the backoff"; it is slept as it is.
+        jitter: false,
+    }
+}
+
+/// The NOT_FOUND retry of the seed as the core's recovery settings (never creating the queue).
+pub fn not_found_settings(writer: &CloudTasksWriterOptions) -> RecoverySettings {
+    RecoverySettings {
+        backoff: Backoff {
+            initial: writer.not_found_recovery_initial_backoff(),
+            max: writer.not_found_recovery_max_backoff(),
+            multiplier: NOT_FOUND_BACKOFF_MULTIPLIER,
+        },
+        max_attempts: u32::try_from(writer.not_found_recovery_max_attempts())
+            .unwrap_or(1)
+            .max(1),
+        attempts_option: "not_found_recovery_max_attempts",
+        create: false,
+    }
+}
+
+/// Translates the sink options into the core's settings; see the module docs.
+pub fn flow_config(options: &CloudTasksSinkOptions) -> FlowConfig {
+    let w = &options.writer;
+    let max_tasks = usize::try_from(w.max_in_flight_tasks()).unwrap_or(1).max(1);
+    FlowConfig {
+        max_in_flight_records: max_tasks,
+        // Count only: each task is at most MAX_TASK_BYTES, so the count bounds the bytes.
+        max_in_flight_bytes: u64::MAX,
+        in_flight_option: "max_in_flight_tasks",
+        progress_timeout: Some(PROGRESS_TIMEOUT),
+        progress_option: PROGRESS_BUDGET_NAME,
+        shutdown_timeout: SHUTDOWN_TIMEOUT,
+        shutdown_option: SHUTDOWN_BUDGET_NAME,
+        max_active_destinations: MAX_ACTIVE_QUEUES,
+        destination_idle_timeout: DESTINATION_IDLE_TIMEOUT,
+        per_destination_metrics: w.per_destination_metrics(),
+        // The seed has no breaker: a dropping policy drops every confirmed rejection.
+        max_consecutive_rejections: None,
+        breaker_option: "failure_policy",
+        batch: BatchThresholds {
+            // CreateTask takes one task.
+            max_records: 1,
+            max_bytes: u64::MAX,
+            max_delay: Duration::ZERO,
+        },
+        retry: retry_settings(w),
+        not_found: Some(not_found_settings(w)),
+        failure_policy: options.failure_policy,
+        // Every send carries one task, so the task cap is the concurrency cap.
+        max_concurrent_sends: max_tasks,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::FailurePolicy;
+
+    fn options(pairs: &[(&str, &str)]) -> CloudTasksSinkOptions {
+        let mut all = vec![
+            ("queue", "projects/demo/locations/us-central1/queues/jobs"),
+            ("url", "https://w.example.com/"),
+        ];
+        all.extend_from_slice(pairs);
+        let raw = RawOptions::from_pairs(all.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .unwrap();
+        CloudTasksSinkOptions::from_raw_with_env(None, &raw, &|_| None).unwrap()
+    }
+
+    #[test]
+    fn defaults_translate_to_the_seed_values() {
+        let flow = flow_config(&options(&[]));
+        assert_eq!(flow.max_in_flight_records, 1000);
+        assert_eq!(flow.max_concurrent_sends, 1000);
+        assert_eq!(flow.max_in_flight_bytes, u64::MAX);
+        assert_eq!(flow.batch.max_records, 1);
+        assert_eq!(flow.retry.total_timeout, Duration::ZERO);
+        assert_eq!(flow.retry.max_attempts, 8);
+        assert_eq!(flow.retry.initial_retry_delay, Duration::from_millis(100));
+        assert_eq!(flow.retry.max_retry_delay, Duration::from_secs(10));
+        assert!(!flow.retry.jitter);
+        let nf = flow.not_found.expect("NOT_FOUND recovery");
+        assert_eq!(nf.max_attempts, 3);
+        assert_eq!(nf.backoff.initial, Duration::from_millis(500));
+        assert_eq!(nf.backoff.max, Duration::from_secs(2));
+        assert_eq!(nf.attempts_option, "not_found_recovery_max_attempts");
+        assert!(!nf.create, "a missing queue is never created");
+        assert_eq!(flow.max_consecutive_rejections, None);
+        assert!(!flow.per_destination_metrics);
+        assert_eq!(flow.failure_policy, FailurePolicy::Fail);
+    }
+
+    #[test]
+    fn every_writer_option_reaches_the_core() {
+        let flow = flow_config(&options(&[
+            ("max_in_flight_tasks", "7"),
+            ("recovery_initial_backoff", "3ms"),
+            ("recovery_max_backoff", "40ms"),
+            ("recovery_max_attempts", "2"),
+            ("not_found_recovery_initial_backoff", "5ms"),
+            ("not_found_recovery_max_backoff", "9ms"),
+            ("not_found_recovery_max_attempts", "6"),
+            ("per_destination_metrics", "true"),
+            ("failure_policy", "drop"),
+        ]));
+        assert_eq!(flow.max_in_flight_records, 7);
+        assert_eq!(flow.retry.max_attempts, 2);
+        assert_eq!(flow.retry.initial_retry_delay, Duration::from_millis(3));
+        assert_eq!(flow.retry.max_retry_delay, Duration::from_millis(40));
+        let nf = flow.not_found.unwrap();
+        assert_eq!(nf.max_attempts, 6);
+        assert_eq!(nf.backoff.initial, Duration::from_millis(5));
+        assert_eq!(nf.backoff.max, Duration::from_millis(9));
+        assert!(flow.per_destination_metrics);
+        assert_eq!(flow.failure_policy, FailurePolicy::Drop);
+    }
+
+    #[test]
+    fn transient_backoff_doubles_up_to_the_cap_and_stops_at_the_attempt_budget() {
+        let settings = retry_settings(
+            &CloudTasksWriterOptions::builder()
+                .recovery_initial_backoff(Duration::from_millis(100))
+                .recovery_max_backoff(Duration::from_millis(300))
+                .recovery_max_attempts(4)
+                .build()
+                .unwrap(),
+        );
+        let now = tokio::time::Instant::now();
+        let mut state = settings.start(now);
+        let mut delays = Vec::new();
+        loop {
+            assert_eq!(state.begin_attempt(now), Some(CREATE_TASK_TIMEOUT));
+            match state.next_delay(now) {
+                Some(d) => delays.push(d),
+                None => break,
+            }
+        }
+        // Four attempts, the first included: three backoffs.
+        assert_eq!(state.attempts(), 4);
+        assert_eq!(
+            delays,
+            [
+                Duration::from_millis(100),
+                Duration::from_millis(200),
+                Duration::from_millis(300)
+            ]
+        );
+    }
+
+    #[test]
+    fn one_attempt_means_no_transient_retry() {
+        let settings = retry_settings(
+            &CloudTasksWriterOptions::builder()
+                .recovery_max_attempts(1)
+                .build()
+                .unwrap(),
+        );
+        let now = tokio::time::Instant::now();
+        let mut state = settings.start(now);
+        state.begin_attempt(now);
+        assert_eq!(state.next_delay(now), None);
+    }
+
+    #[test]
+    fn a_spent_transient_budget_names_recovery_max_attempts() {
+        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+            datafusion::arrow::datatypes::Field::new(
+                "id",
+                datafusion::arrow::datatypes::DataType::Int64,
+                true,
+            ),
+        ]));
+        let sink = CloudTasksSink::from_options(schema, options(&[("recovery_max_attempts", "3")]))
+            .unwrap();
+        let rpc = |code| Error::Rpc {
+            operation: "CreateTask",
+            destination: "q".into(),
+            code,
+            message: "busy".into(),
+            attempts: 3,
+        };
+        let explained = sink.explain(rpc(tonic::Code::Unavailable)).to_string();
+        assert!(
+            explained.contains("'recovery_max_attempts' = 3") && explained.contains("3 attempt(s)"),
+            "{explained}"
+        );
+        let fatal = sink.explain(rpc(tonic::Code::PermissionDenied)).to_string();
+        assert!(!fatal.contains("recovery_max_attempts"), "{fatal}");
+    }
+
+    #[test]
+    fn channel_pool_size_reaches_the_client_settings() {
+        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+            datafusion::arrow::datatypes::Field::new(
+                "id",
+                datafusion::arrow::datatypes::DataType::Int64,
+                true,
+            ),
+        ]));
+        let sink =
+            CloudTasksSink::from_options(schema, options(&[("channel_pool_size", "4")])).unwrap();
+        let settings = sink.client_settings();
+        assert_eq!(settings.channel_pool_size, Some(4));
+        assert_eq!(settings.emulator_host, None);
     }
 }

@@ -209,7 +209,7 @@ impl PubSubTransport {
 }
 
 /// Builds credentials from a JSON credentials file, by its `type`.
-fn credentials_from_file(path: &Path) -> std::result::Result<Credentials, String> {
+pub fn credentials_from_file(path: &Path) -> std::result::Result<Credentials, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read credentials_file '{}': {e}", path.display()))?;
     let json: serde_json::Value = serde_json::from_str(&text)

@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray, TimestampMicrosecondArray};
+use datafusion::arrow::array::{
+    ArrayRef, BooleanArray, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::ScalarValue;
@@ -29,8 +31,8 @@ use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::Result as DFResult;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
-use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
 use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
+use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
 use gcloud_sdk::google::pubsub::v1::{AcknowledgeRequest, PullRequest, Subscription, Topic};
 use tonic::Code;
 use tonic::transport::Channel;
@@ -59,7 +61,11 @@ impl TableFunctionImpl for PubSubPullFunction {
         let subscription = string_arg("pubsub_pull", exprs, 0, "subscription")?;
         let max = match exprs.get(1) {
             None => 100,
-            Some(Expr::Literal(ScalarValue::Int64(Some(n)), _)) if (1..=MAX_PULL_MESSAGES).contains(n) => *n,
+            Some(Expr::Literal(ScalarValue::Int64(Some(n)), _))
+                if (1..=MAX_PULL_MESSAGES).contains(n) =>
+            {
+                *n
+            }
             Some(other) => {
                 return Err(Error::invalid(
                     "pubsub_pull max_messages",
@@ -69,7 +75,12 @@ impl TableFunctionImpl for PubSubPullFunction {
                 .into());
             }
         };
-        Ok(Arc::new(LazyTable { action: Action::Pull { subscription, max: max as usize } }))
+        Ok(Arc::new(LazyTable {
+            action: Action::Pull {
+                subscription,
+                max: max as usize,
+            },
+        }))
     }
 }
 
@@ -78,13 +89,20 @@ impl TableFunctionImpl for PubSubSubscribeFunction {
         let exprs = args.exprs();
         let topic = string_arg("pubsub_subscribe", exprs, 0, "topic")?;
         let subscription = string_arg("pubsub_subscribe", exprs, 1, "subscription")?;
-        Ok(Arc::new(LazyTable { action: Action::Subscribe { topic, subscription } }))
+        Ok(Arc::new(LazyTable {
+            action: Action::Subscribe {
+                topic,
+                subscription,
+            },
+        }))
     }
 }
 
 fn string_arg(function: &str, exprs: &[Expr], index: usize, name: &str) -> DFResult<String> {
     match exprs.get(index) {
-        Some(Expr::Literal(ScalarValue::Utf8(Some(s)) | ScalarValue::Utf8View(Some(s)), _)) => Ok(s.clone()),
+        Some(Expr::Literal(ScalarValue::Utf8(Some(s)) | ScalarValue::Utf8View(Some(s)), _)) => {
+            Ok(s.clone())
+        }
         other => Err(Error::invalid(
             format!("{function} {name}"),
             other.map(|e| e.to_string()).unwrap_or_default(),
@@ -109,7 +127,11 @@ struct LazyTable {
 fn pull_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("message_id", DataType::Utf8, false),
-        Field::new("publish_time", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true),
+        Field::new(
+            "publish_time",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
         Field::new("ordering_key", DataType::Utf8, true),
         Field::new("attributes", DataType::Utf8, false),
         Field::new("data", DataType::Utf8, false),
@@ -145,10 +167,17 @@ impl TableProvider for LazyTable {
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         let batch = match &self.action {
             Action::Pull { subscription, max } => pull(subscription, *max).await?,
-            Action::Subscribe { topic, subscription } => subscribe(topic, subscription).await?,
+            Action::Subscribe {
+                topic,
+                subscription,
+            } => subscribe(topic, subscription).await?,
         };
         let schema = batch.schema();
-        Ok(MemorySourceConfig::try_new_exec(&[vec![batch]], schema, projection.cloned())?)
+        Ok(MemorySourceConfig::try_new_exec(
+            &[vec![batch]],
+            schema,
+            projection.cloned(),
+        )?)
     }
 }
 
@@ -157,11 +186,16 @@ async fn subscriber() -> Result<SubscriberClient<Channel>> {
 }
 
 fn emulator_channel() -> Result<Channel> {
-    match std::env::var(EMULATOR_HOST_ENV).ok().filter(|h| !h.trim().is_empty()) {
+    match std::env::var(EMULATOR_HOST_ENV)
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+    {
         Some(host) => Ok(crate::emulators::plaintext_endpoint(&host)?.connect_lazy()),
         None => Err(Error::Connect {
             endpoint: DEFAULT_ENDPOINT.to_string(),
-            message: format!("pubsub_pull and pubsub_subscribe talk to an emulator only: set {EMULATOR_HOST_ENV}"),
+            message: format!(
+                "pubsub_pull and pubsub_subscribe talk to an emulator only: set {EMULATOR_HOST_ENV}"
+            ),
         }),
     }
 }
@@ -191,7 +225,13 @@ async fn subscribe(topic: &str, subscription: &str) -> Result<RecordBatch> {
             // The sink may create the topic only at its first publish; make it now so the
             // subscription exists before that publish.
             let mut publisher = PublisherClient::new(emulator_channel()?);
-            match publisher.create_topic(Topic { name: topic.to_string(), ..Default::default() }).await {
+            match publisher
+                .create_topic(Topic {
+                    name: topic.to_string(),
+                    ..Default::default()
+                })
+                .await
+            {
                 Ok(_) => {}
                 Err(status) if status.code() == Code::AlreadyExists => {}
                 Err(status) => return Err(rpc_error("CreateTopic", topic, status)),
@@ -223,7 +263,11 @@ async fn pull(subscription: &str, max: usize) -> Result<RecordBatch> {
             max_messages: i32::try_from(max - rows.len()).unwrap_or(i32::MAX),
             ..Default::default()
         });
-        request.set_timeout(if rows.is_empty() { FIRST_PULL_TIMEOUT } else { NEXT_PULL_TIMEOUT });
+        request.set_timeout(if rows.is_empty() {
+            FIRST_PULL_TIMEOUT
+        } else {
+            NEXT_PULL_TIMEOUT
+        });
         let response = match client.pull(request).await {
             Ok(r) => r.into_inner(),
             Err(status) if status.code() == Code::DeadlineExceeded => break,
@@ -236,7 +280,9 @@ async fn pull(subscription: &str, max: usize) -> Result<RecordBatch> {
         for received in response.received_messages {
             ack_ids.push(received.ack_id);
             let Some(m) = received.message else { continue };
-            let publish_time = m.publish_time.map(|t| t.seconds * 1_000_000 + i64::from(t.nanos) / 1_000);
+            let publish_time = m
+                .publish_time
+                .map(|t| t.seconds * 1_000_000 + i64::from(t.nanos) / 1_000);
             let mut attributes: Vec<_> = m.attributes.into_iter().collect();
             attributes.sort();
             let attributes = serde_json::to_string(
@@ -245,21 +291,38 @@ async fn pull(subscription: &str, max: usize) -> Result<RecordBatch> {
                     .map(|(k, v)| (k, serde_json::Value::String(v)))
                     .collect::<serde_json::Map<_, _>>(),
             )
-                .unwrap_or_default();
+            .unwrap_or_default();
             let key = (!m.ordering_key.is_empty()).then_some(m.ordering_key);
-            rows.push((m.message_id, publish_time, key, attributes, String::from_utf8_lossy(&m.data).into_owned()));
+            rows.push((
+                m.message_id,
+                publish_time,
+                key,
+                attributes,
+                String::from_utf8_lossy(&m.data).into_owned(),
+            ));
         }
         client
-            .acknowledge(AcknowledgeRequest { subscription: subscription.to_string(), ack_ids })
+            .acknowledge(AcknowledgeRequest {
+                subscription: subscription.to_string(),
+                ack_ids,
+            })
             .await
             .map_err(|status| rpc_error("Acknowledge", subscription, status))?;
     }
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0.as_str()))),
-        Arc::new(TimestampMicrosecondArray::from_iter(rows.iter().map(|r| r.1)).with_timezone("UTC")),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.0.as_str()),
+        )),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter(rows.iter().map(|r| r.1)).with_timezone("UTC"),
+        ),
         Arc::new(StringArray::from_iter(rows.iter().map(|r| r.2.as_deref()))),
-        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.3.as_str()))),
-        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.4.as_str()))),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.3.as_str()),
+        )),
+        Arc::new(StringArray::from_iter_values(
+            rows.iter().map(|r| r.4.as_str()),
+        )),
     ];
     Ok(RecordBatch::try_new(pull_schema(), columns)?)
 }

@@ -8,12 +8,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::SendableRecordBatchStream;
-use futures::StreamExt;
 
 use super::client::{ClientSettings, PubSubTransport};
 use super::mapping::{self, MappingSpec, PubSubMapping};
 use super::options::PubSubSinkOptions;
-use crate::connectors::SinkConnector;
+use crate::connectors::{SinkConnector, write_stream};
 use crate::core::{
     Backoff, BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
 };
@@ -58,7 +57,12 @@ impl PubSubSink {
             options.connection.project.as_deref(),
         )?;
         let flow = flow_config(&options);
-        Ok(Self { schema, options, mapping, flow })
+        Ok(Self {
+            schema,
+            options,
+            mapping,
+            flow,
+        })
     }
 
     /// The parsed options.
@@ -92,38 +96,32 @@ impl SinkConnector for PubSubSink {
         &self.schema
     }
 
-    async fn write_all(&self, mut input: SendableRecordBatchStream, metrics: SinkMetrics) -> Result<u64> {
+    async fn write_all(
+        &self,
+        input: SendableRecordBatchStream,
+        metrics: SinkMetrics,
+    ) -> Result<u64> {
         let transport = Arc::new(PubSubTransport::connect(&self.client_settings()).await?);
-        let mut writer = FlowWriter::new(transport, self.flow.clone(), metrics);
+        let writer = FlowWriter::new(transport, self.flow.clone(), metrics);
         let ordering = self.options.publisher.enable_message_ordering();
-        let mut first_row = 0u64;
-        let mut encoded = Vec::new();
-        let result: Result<()> = async {
-            while let Some(batch) = input.next().await {
-                let batch = batch?;
-                self.mapping.encode_batch(&batch, first_row, &mut encoded)?;
-                for (i, record) in encoded.drain(..).enumerate() {
-                    match record {
-                        Ok(envelope) if !ordering && envelope.sequence_key.is_some() => {
-                            writer.reject_encoded(Error::Encode {
-                                row: first_row + i as u64,
-                                reason: "the row has an ordering key but 'enable_message_ordering' is false".into(),
-                            })?;
-                        }
-                        Ok(envelope) => writer.write(envelope).await?,
-                        Err(rejected) => writer.reject_encoded(rejected)?,
+        write_stream(writer, input, |batch, first_row, out| {
+            let start = out.len();
+            self.mapping.encode_batch(batch, first_row, out)?;
+            if !ordering {
+                for (i, entry) in out[start..].iter_mut().enumerate() {
+                    if matches!(entry, Ok(envelope) if envelope.sequence_key.is_some()) {
+                        *entry = Err(Error::Encode {
+                            row: first_row + i as u64,
+                            reason:
+                                "the row has an ordering key but 'enable_message_ordering' is false"
+                                    .into(),
+                        });
                     }
                 }
-                first_row += batch.num_rows() as u64;
             }
-            writer.flush().await
-        }
-        .await;
-        let delivered = writer.delivered();
-        let closed = writer.close().await;
-        result?;
-        closed?;
-        Ok(delivered)
+            Ok(())
+        })
+        .await
     }
 }
 
@@ -169,8 +167,14 @@ fn flow_config(options: &PubSubSinkOptions) -> FlowConfig {
     };
     // With ordering, the SDK publisher never gives up on a publish: giving up would break the
     // order of the key. The progress timeout is then what ends an outage.
-    let retry = if p.enable_message_ordering() { RetrySettings::unlimited(&retry) } else { retry };
-    let max_records = usize::try_from(p.max_in_flight_messages()).unwrap_or(1).max(1);
+    let retry = if p.enable_message_ordering() {
+        RetrySettings::unlimited(&retry)
+    } else {
+        retry
+    };
+    let max_records = usize::try_from(p.max_in_flight_messages())
+        .unwrap_or(1)
+        .max(1);
     FlowConfig {
         max_in_flight_records: max_records,
         max_in_flight_bytes: p.in_flight_byte_cap(),
@@ -179,7 +183,9 @@ fn flow_config(options: &PubSubSinkOptions) -> FlowConfig {
         progress_option: "publish_progress_timeout",
         shutdown_timeout: p.shutdown_timeout(),
         shutdown_option: "shutdown_timeout",
-        max_active_destinations: usize::try_from(p.max_active_publishers()).unwrap_or(1).max(1),
+        max_active_destinations: usize::try_from(p.max_active_publishers())
+            .unwrap_or(1)
+            .max(1),
         destination_idle_timeout: p.destination_idle_timeout(),
         per_destination_metrics: p.per_destination_metrics(),
         max_consecutive_rejections: p.rejection_limit(),

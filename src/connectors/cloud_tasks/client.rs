@@ -1,0 +1,550 @@
+//! The gRPC side of the Cloud Tasks sink: a [`Transport`] over the
+//! `google.cloud.tasks.v2.CloudTasks` service, one `CreateTask` per record.
+//!
+//! # Connections
+//!
+//! - **Emulator** (`emulator_host`, else `CLOUD_TASKS_EMULATOR_HOST`, resolved when the options
+//!   are built): one plaintext channel from [`crate::emulators::plaintext_endpoint`], without
+//!   HTTP/2 keepalive pings and without credentials. A channel pool is refused with an emulator
+//!   when the sink is declared (the option `channel_pool_size`), and again here.
+//! - **Google** (`endpoint`, default [`DEFAULT_ENDPOINT`]): TLS with the webpki roots and OAuth
+//!   tokens through gcloud-sdk's auth middleware, with credentials from `credentials_file` or
+//!   Application Default Credentials (as for Pub/Sub). `channel_pool_size` channels are opened,
+//!   all sharing one token source; sends take them in turn (round robin). One HTTP/2 channel
+//!   carries about 100 concurrent calls, so a writer with more creations in flight needs about
+//!   one channel per 100.
+//!
+//! Every queue of a transport shares its channels; [`Transport::open`] hands out a cheap
+//! per-queue handle carrying the queue's routing header.
+//!
+//! # Creating tasks
+//!
+//! A batch always holds one task (the writer's batch size is 1, since `CreateTask` takes one).
+//! Its `CreateTaskRequest` body is the queue name and the pre-serialized task, concatenated
+//! (see [`write_create_task_request`]); the response is read only for its task name. The
+//! per-attempt deadline, [`CREATE_TASK_TIMEOUT`] unless the core gives another, travels as
+//! `grpc-timeout`.
+//!
+//! # Classification
+//!
+//! | status | class |
+//! |---|---|
+//! | `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` | [`Class::Retryable`] (the seed's transient-failure retry, `recovery_*`) |
+//! | `NOT_FOUND` | [`Class::NotFound`] (the queue is missing: re-sent under `not_found_recovery_*`; never created) |
+//! | `FAILED_PRECONDITION` whose message says the queue does not exist | [`Class::NotFound`]: the emulator's answer for a missing queue (GCP_FACTS.md, Emulators) |
+//! | `ALREADY_EXISTS` | [`Class::Duplicate`]: a named task that exists or ran recently, i.e. delivered before (only named tasks can collide) |
+//! | `INVALID_ARGUMENT` | [`Class::Rejected`] (the service refuses the task itself) |
+//! | anything else (`PERMISSION_DENIED`, `UNAUTHENTICATED`, other `FAILED_PRECONDITION`s, `INTERNAL`, ...) | [`Class::Fatal`] |
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gcloud_sdk::{GoogleApi, GoogleAuthMiddleware, RequestTimeouts};
+use tonic::Code;
+use tonic::codegen::{Body, Bytes, StdError, http};
+use tonic::metadata::{AsciiMetadataValue, MetadataValue};
+use tonic::transport::Channel;
+
+use super::mapping::{TaskRecord, create_task_request_len, write_create_task_request};
+use crate::connectors::pubsub::client::credentials_from_file;
+use crate::core::{Class, Destination, SendOutcome, Transport};
+use crate::error::{Error, Result};
+
+/// The Cloud Tasks service endpoint used when no `endpoint` is set.
+pub const DEFAULT_ENDPOINT: &str = "https://cloudtasks.googleapis.com";
+/// The environment variable read for an emulator address (when the options are built).
+pub const EMULATOR_HOST_ENV: &str = "CLOUD_TASKS_EMULATOR_HOST";
+/// Deadline of one `CreateTask` attempt. Source: googleapis
+/// `google/cloud/tasks/v2/cloudtasks_grpc_service_config.json`, which gives `CreateTask` a
+/// 20 s timeout (and no retry policy).
+pub const CREATE_TASK_TIMEOUT: Duration = Duration::from_secs(20);
+/// The `CreateTask` method path.
+pub const CREATE_TASK_PATH: &str = "/google.cloud.tasks.v2.CloudTasks/CreateTask";
+
+const ROUTING_HEADER: &str = "x-goog-request-params";
+
+/// Connection settings of a [`CloudTasksTransport`], as plain values (filled from the table's
+/// connection and writer options).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientSettings {
+    /// The service endpoint (`endpoint`); [`DEFAULT_ENDPOINT`] when `None`.
+    pub endpoint: Option<String>,
+    /// The emulator address, `host:port` (`emulator_host` or `CLOUD_TASKS_EMULATOR_HOST`).
+    pub emulator_host: Option<String>,
+    /// A credentials JSON file (`credentials_file`); Application Default Credentials when `None`.
+    pub credentials_file: Option<PathBuf>,
+    /// gRPC channels to open to Google (`channel_pool_size`; `None`: one).
+    pub channel_pool_size: Option<usize>,
+}
+
+#[derive(Clone)]
+enum Service {
+    Plaintext(Channel),
+    Google(GoogleAuthMiddleware),
+}
+
+/// The channels of a transport and the round-robin cursor over them.
+struct Channels {
+    services: Vec<Service>,
+    next: AtomicUsize,
+}
+
+impl Channels {
+    fn pick(&self) -> Option<&Service> {
+        let n = self.services.len();
+        if n == 0 {
+            return None;
+        }
+        self.services
+            .get(self.next.fetch_add(1, Ordering::Relaxed) % n)
+    }
+}
+
+/// The Cloud Tasks [`Transport`]: one channel, or a pool of channels to Google, shared by every
+/// queue; a [`QueueClient`] handle per queue.
+#[derive(Clone)]
+pub struct CloudTasksTransport {
+    channels: Arc<Channels>,
+    endpoint: String,
+    emulator: bool,
+}
+
+impl std::fmt::Debug for CloudTasksTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CloudTasksTransport")
+            .field("endpoint", &self.endpoint)
+            .field("emulator", &self.emulator)
+            .field("channels", &self.channels.services.len())
+            .finish()
+    }
+}
+
+/// A per-queue handle: the shared channels plus the queue's routing header.
+#[derive(Clone)]
+pub struct QueueClient {
+    channels: Arc<Channels>,
+    routing: AsciiMetadataValue,
+}
+
+impl std::fmt::Debug for QueueClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueClient")
+            .field("routing", &self.routing)
+            .finish()
+    }
+}
+
+impl CloudTasksTransport {
+    /// Prepares the connection.
+    ///
+    /// For an emulator the channel connects lazily, on the first call. For Google, the
+    /// credentials are loaded and every channel of the pool is connected here; failures are
+    /// [`Error::Connect`] naming the endpoint.
+    pub async fn connect(settings: &ClientSettings) -> Result<Self> {
+        if let Some(host) = settings
+            .emulator_host
+            .as_deref()
+            .filter(|h| !h.trim().is_empty())
+        {
+            if let Some(pool) = settings.channel_pool_size {
+                return Err(Error::invalid(
+                    "channel_pool_size",
+                    pool.to_string(),
+                    format!(
+                        "cannot be combined with an emulator endpoint ('{host}'): the emulator always uses one \
+                         plaintext channel, so the pool would be silently ignored"
+                    ),
+                ));
+            }
+            let channel = crate::emulators::plaintext_endpoint(host)?.connect_lazy();
+            return Ok(Self::from_channel(channel, host));
+        }
+        let endpoint = settings
+            .endpoint
+            .clone()
+            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
+        crate::connectors::install_crypto_provider();
+        let connect_error = |message: String| Error::Connect {
+            endpoint: endpoint.clone(),
+            message,
+        };
+        let api: GoogleApi<GoogleAuthMiddleware> = match &settings.credentials_file {
+            Some(path) => {
+                let credentials = credentials_from_file(path).map_err(connect_error)?;
+                GoogleApi::from_function_with_credentials(
+                    std::convert::identity,
+                    &endpoint,
+                    None,
+                    credentials,
+                )
+                .await
+            }
+            None => GoogleApi::from_function(std::convert::identity, &endpoint, None).await,
+        }
+        .map_err(|e| connect_error(e.to_string()))?;
+        let size = settings.channel_pool_size.unwrap_or(1).max(1);
+        let mut services = Vec::with_capacity(size);
+        services.push(Service::Google(api.get()));
+        for _ in 1..size {
+            // Another channel to the same endpoint, sharing the first one's token source.
+            let more = api
+                .connect_with_endpoint(std::convert::identity, &endpoint, None)
+                .await
+                .map_err(|e| connect_error(e.to_string()))?;
+            services.push(Service::Google(more.get()));
+        }
+        Ok(CloudTasksTransport {
+            channels: Arc::new(Channels {
+                services,
+                next: AtomicUsize::new(0),
+            }),
+            endpoint,
+            emulator: false,
+        })
+    }
+
+    /// Builds a transport on an existing plaintext channel (an emulator or a fake server).
+    pub fn from_channel(channel: Channel, endpoint: impl Into<String>) -> Self {
+        CloudTasksTransport {
+            channels: Arc::new(Channels {
+                services: vec![Service::Plaintext(channel)],
+                next: AtomicUsize::new(0),
+            }),
+            endpoint: endpoint.into(),
+            emulator: true,
+        }
+    }
+
+    /// The endpoint or emulator address this transport talks to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// How many channels the transport spreads its calls over.
+    pub fn channel_count(&self) -> usize {
+        self.channels.services.len()
+    }
+}
+
+/// The `x-goog-request-params` value routing a call to `queue`'s backend (`parent=...`,
+/// percent-encoded).
+pub fn routing_value(queue: &str) -> std::result::Result<AsciiMetadataValue, String> {
+    let mut value = String::with_capacity(queue.len() + 16);
+    value.push_str("parent=");
+    for b in queue.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            value.push(b as char);
+        } else {
+            value.push_str(&format!("%{b:02X}"));
+        }
+    }
+    MetadataValue::try_from(value).map_err(|e| e.to_string())
+}
+
+/// A `CreateTaskRequest` already serialized: written to the wire as it is.
+struct EncodedCreateTaskRequest(Vec<u8>);
+
+impl prost::Message for EncodedCreateTaskRequest {
+    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
+        buf.put_slice(&self.0);
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl prost::bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> std::result::Result<(), prost::DecodeError> {
+        // Only ever encoded; a decode (which nothing does) would skip every field.
+        prost::encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// The part of the `Task` a `CreateTask` answers with that the sink reads: its name.
+#[derive(Clone, PartialEq, prost::Message)]
+struct CreatedTask {
+    #[prost(string, tag = "1")]
+    name: String,
+}
+
+async fn create_on<T>(
+    service: T,
+    request: tonic::Request<EncodedCreateTaskRequest>,
+) -> std::result::Result<tonic::Response<CreatedTask>, tonic::Status>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<StdError>,
+    T::ResponseBody: Body<Data = Bytes> + Send + 'static,
+    <T::ResponseBody as Body>::Error: Into<StdError> + Send,
+{
+    let mut grpc = tonic::client::Grpc::new(service);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("channel not ready: {}", e.into())))?;
+    let codec = tonic_prost::ProstCodec::<EncodedCreateTaskRequest, CreatedTask>::default();
+    grpc.unary(
+        request,
+        http::uri::PathAndQuery::from_static(CREATE_TASK_PATH),
+        codec,
+    )
+    .await
+}
+
+/// Whether a `FAILED_PRECONDITION` message says that the queue does not exist: the emulator's
+/// answer for a missing queue ("Queue projects/.../queues/q does not exist.").
+pub fn says_queue_is_missing(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("queue") && m.contains("does not exist")
+}
+
+/// The class of a `CreateTask` status; see the module docs.
+pub fn classify_create_task_status(status: &tonic::Status) -> Class {
+    match status.code() {
+        Code::Ok => Class::Ok,
+        Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted => Class::Retryable,
+        Code::NotFound => Class::NotFound,
+        Code::FailedPrecondition if says_queue_is_missing(status.message()) => Class::NotFound,
+        Code::AlreadyExists => Class::Duplicate,
+        Code::InvalidArgument => Class::Rejected,
+        _ => Class::Fatal,
+    }
+}
+
+#[async_trait]
+impl Transport for CloudTasksTransport {
+    type Record = TaskRecord;
+    type Client = QueueClient;
+
+    fn operation(&self) -> &'static str {
+        "CreateTask"
+    }
+
+    async fn open(&self, destination: &Destination) -> Result<QueueClient> {
+        let routing = routing_value(destination).map_err(|e| {
+            Error::invalid(
+                "queue",
+                destination.to_string(),
+                format!("cannot route to it: {e}"),
+            )
+        })?;
+        Ok(QueueClient {
+            channels: self.channels.clone(),
+            routing,
+        })
+    }
+
+    async fn send(
+        &self,
+        client: &QueueClient,
+        destination: &Destination,
+        batch: &[&TaskRecord],
+        timeout: Option<Duration>,
+    ) -> SendOutcome {
+        // One task per call; a larger batch (which the writer never forms) is sent task by
+        // task, so each still gets its own status.
+        let mut statuses = Vec::with_capacity(batch.len());
+        for record in batch {
+            statuses.push(create_one(client, destination, record, timeout).await);
+        }
+        match statuses.len() {
+            1 => SendOutcome::Whole(statuses.remove(0)),
+            _ => SendOutcome::PerRecord(statuses),
+        }
+    }
+
+    fn classify(&self, status: &tonic::Status, _solo: bool) -> Class {
+        classify_create_task_status(status)
+    }
+
+    async fn create_destination(
+        &self,
+        _client: &QueueClient,
+        destination: &Destination,
+    ) -> Result<bool> {
+        // The writer's recovery never asks (its `create` is false); answer clearly if anything
+        // ever does, rather than create a queue nobody configured.
+        Err(Error::Unsupported(format!(
+            "queue '{destination}' is missing, and the Cloud Tasks sink never creates queues: create it first \
+             (gcloud tasks queues create), then run the statement again"
+        )))
+    }
+
+    async fn close(&self, client: QueueClient) {
+        // The channels are shared; dropping the handle releases nothing else.
+        drop(client);
+    }
+}
+
+async fn create_one(
+    client: &QueueClient,
+    destination: &Destination,
+    record: &TaskRecord,
+    timeout: Option<Duration>,
+) -> std::result::Result<(), tonic::Status> {
+    let Some(service) = client.channels.pick() else {
+        return Err(tonic::Status::unavailable("the transport has no channel"));
+    };
+    let mut body = Vec::with_capacity(create_task_request_len(destination, record.encoded_len()));
+    write_create_task_request(&mut body, destination, record.encoded());
+    let mut request = tonic::Request::new(EncodedCreateTaskRequest(body));
+    // The core always gives a deadline; a zero or absent one falls back to the service config's.
+    let timeout = timeout
+        .filter(|t| !t.is_zero())
+        .unwrap_or(CREATE_TASK_TIMEOUT);
+    request.set_timeout(timeout);
+    if matches!(service, Service::Google(_)) {
+        // Also bounds the token fetch the auth middleware does before the call.
+        request
+            .extensions_mut()
+            .insert(RequestTimeouts::new().with_total(timeout));
+    }
+    request
+        .metadata_mut()
+        .insert(ROUTING_HEADER, client.routing.clone());
+    let result = match service {
+        Service::Plaintext(channel) => create_on(channel.clone(), request).await,
+        Service::Google(service) => create_on(service.clone(), request).await,
+    };
+    result.map(|response| {
+        tracing::trace!(task = %response.get_ref().name, "created a task");
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: Code, message: &str) -> tonic::Status {
+        tonic::Status::new(code, message)
+    }
+
+    #[test]
+    fn classifies_create_task_statuses() {
+        let cases = [
+            (Code::Unavailable, "", Class::Retryable),
+            (Code::DeadlineExceeded, "", Class::Retryable),
+            (Code::ResourceExhausted, "", Class::Retryable),
+            (Code::NotFound, "Queue not found", Class::NotFound),
+            (
+                Code::FailedPrecondition,
+                "Queue projects/p/locations/l/queues/q does not exist.",
+                Class::NotFound,
+            ),
+            (
+                Code::FailedPrecondition,
+                "The queue is being deleted",
+                Class::Fatal,
+            ),
+            (Code::AlreadyExists, "", Class::Duplicate),
+            (Code::InvalidArgument, "", Class::Rejected),
+            (Code::PermissionDenied, "", Class::Fatal),
+            (Code::Unauthenticated, "", Class::Fatal),
+            (Code::Internal, "", Class::Fatal),
+            (Code::Aborted, "", Class::Fatal),
+        ];
+        for (code, message, class) in cases {
+            assert_eq!(
+                classify_create_task_status(&status(code, message)),
+                class,
+                "{code:?} {message}"
+            );
+        }
+    }
+
+    #[test]
+    fn routing_header_percent_encodes_the_queue() {
+        let value = routing_value("projects/p/locations/us-central1/queues/q-1").unwrap();
+        assert_eq!(
+            value.to_str().unwrap(),
+            "parent=projects%2Fp%2Flocations%2Fus-central1%2Fqueues%2Fq-1"
+        );
+    }
+
+    #[tokio::test]
+    async fn refuses_a_channel_pool_with_an_emulator() {
+        let err = CloudTasksTransport::connect(&ClientSettings {
+            endpoint: None,
+            emulator_host: Some("127.0.0.1:1".into()),
+            credentials_file: None,
+            channel_pool_size: Some(2),
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("channel_pool_size") && err.contains("emulator"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_emulator_transport_has_one_lazy_channel() {
+        let transport = CloudTasksTransport::connect(&ClientSettings {
+            endpoint: None,
+            emulator_host: Some("127.0.0.1:1".into()),
+            credentials_file: None,
+            channel_pool_size: None,
+        })
+        .await
+        .unwrap();
+        assert_eq!(transport.channel_count(), 1);
+        assert_eq!(transport.endpoint(), "127.0.0.1:1");
+    }
+
+    #[tokio::test]
+    async fn never_creates_a_missing_queue() {
+        let transport = CloudTasksTransport::from_channel(
+            crate::emulators::plaintext_endpoint("127.0.0.1:1")
+                .unwrap()
+                .connect_lazy(),
+            "127.0.0.1:1",
+        );
+        let queue = Destination::from("projects/p/locations/l/queues/q");
+        let client = transport.open(&queue).await.unwrap();
+        let err = transport
+            .create_destination(&client, &queue)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("never creates queues") && err.contains("queues/q"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn round_robin_visits_every_channel() {
+        let channel = || {
+            Service::Plaintext(
+                tonic::transport::Endpoint::from_static("http://127.0.0.1:1").connect_lazy(),
+            )
+        };
+        let channels = Channels {
+            services: vec![channel(), channel(), channel()],
+            next: AtomicUsize::new(0),
+        };
+        let picks: Vec<usize> = (0..6)
+            .map(|_| {
+                let picked = channels.pick().unwrap() as *const Service;
+                channels
+                    .services
+                    .iter()
+                    .position(|s| std::ptr::eq(s, picked))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
+    }
+}
