@@ -50,6 +50,7 @@ impl PubSubSink {
     /// assert_eq!(sink.flow_config().max_in_flight_records, 1000);
     /// ```
     pub fn from_options(schema: SchemaRef, options: PubSubSinkOptions) -> Result<Self> {
+        options.validate()?;
         let mapping = PubSubMapping::new(
             &mapping_spec(&options),
             &schema,
