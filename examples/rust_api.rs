@@ -58,6 +58,9 @@ async fn main() -> gcp_sql::Result<()> {
         "INSERT INTO people SELECT value, 'person ' || CAST(value AS VARCHAR) FROM generate_series(1, 1000)",
     )
     .await?;
-    println!("{}", datafusion::arrow::util::pretty::pretty_format_batches(&batches)?);
+    println!(
+        "{}",
+        datafusion::arrow::util::pretty::pretty_format_batches(&batches)?
+    );
     Ok(())
 }

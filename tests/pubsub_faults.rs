@@ -335,7 +335,8 @@ async fn a_rejection_under_the_fail_policy_leaves_no_concurrent_batch_unresolved
         .filter(|_| error.contains("were not delivered"))
         .and_then(|head| head.rsplit(' ').next())
         .map_or(0, |n| {
-            n.parse::<usize>().expect("a count before 'admitted row(s)'")
+            n.parse::<usize>()
+                .expect("a count before 'admitted row(s)'")
         });
     assert_eq!(
         acked + not_delivered,

@@ -124,7 +124,7 @@ impl ClientSettings {
 /// How channels are made.
 #[derive(Clone)]
 enum Connection {
-    Emulator(Endpoint),
+    Emulator(Box<Endpoint>),
     /// The authenticated data-endpoint client; instance and admin channels reuse its auth.
     Google(GoogleApi<GoogleAuthMiddleware>),
 }
@@ -295,7 +295,7 @@ impl BigtableTransport {
         if let Some(host) = settings.effective_emulator_host() {
             let endpoint = crate::emulators::plaintext_endpoint(&host)?;
             return Ok(Self::with_connection(
-                Connection::Emulator(endpoint),
+                Connection::Emulator(Box::new(endpoint)),
                 host.clone(),
                 host,
                 settings,
@@ -340,7 +340,7 @@ impl BigtableTransport {
     pub fn plaintext(host: &str, settings: &ClientSettings) -> Result<Self> {
         let endpoint = crate::emulators::plaintext_endpoint(host)?;
         Ok(Self::with_connection(
-            Connection::Emulator(endpoint),
+            Connection::Emulator(Box::new(endpoint)),
             host.to_string(),
             host.to_string(),
             settings,

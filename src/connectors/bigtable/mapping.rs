@@ -318,6 +318,10 @@ struct CellPlan {
     prefix: Box<[u8]>,
 }
 
+/// Per batch: the table of each (table value, instance value) pair seen, or why it has none.
+type TableCache<'a> =
+    HashMap<(Option<&'a str>, Option<&'a str>), std::result::Result<Destination, String>>;
+
 /// Where rows go.
 #[derive(Debug, Clone)]
 enum TablePlan {
@@ -549,10 +553,7 @@ impl BigtableMapping {
         let clock =
             now_micros.div_euclid(TIMESTAMP_GRANULARITY_MICROS) * TIMESTAMP_GRANULARITY_MICROS;
         let mut scratch = Scratch::default();
-        let mut destinations: HashMap<
-            (Option<&str>, Option<&str>),
-            std::result::Result<Destination, String>,
-        > = HashMap::new();
+        let mut destinations: TableCache<'_> = HashMap::new();
         out.reserve(batch.num_rows());
         for row in 0..batch.num_rows() {
             let row_index = first_row_index + row as u64;
@@ -650,10 +651,7 @@ impl BigtableMapping {
         &self,
         bound: &Bound<'a>,
         row: usize,
-        cache: &mut HashMap<
-            (Option<&'a str>, Option<&'a str>),
-            std::result::Result<Destination, String>,
-        >,
+        cache: &mut TableCache<'a>,
     ) -> std::result::Result<Destination, String> {
         if let TablePlan::Fixed(t) = &self.tables {
             return Ok(t.clone());

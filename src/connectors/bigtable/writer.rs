@@ -22,14 +22,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::SendableRecordBatchStream;
-use futures::StreamExt;
 
 use super::client::{BigtableTransport, ClientSettings};
 use super::mapping::{self, BigtableMapping};
 use super::options::{
     BATCH_DELAY_THRESHOLD, BigtableSinkOptions, PROGRESS_TIMEOUT, SHUTDOWN_TIMEOUT,
 };
-use crate::connectors::SinkConnector;
+use crate::connectors::{SinkConnector, write_stream};
 use crate::core::{
     Backoff, BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
 };
@@ -180,33 +179,15 @@ impl SinkConnector for BigtableSink {
 
     async fn write_all(
         &self,
-        mut input: SendableRecordBatchStream,
+        input: SendableRecordBatchStream,
         metrics: SinkMetrics,
     ) -> Result<u64> {
         let transport = Arc::new(BigtableTransport::connect(&self.client_settings()).await?);
-        let mut writer = FlowWriter::new(transport, self.flow.clone(), metrics);
-        let mut first_row = 0u64;
-        let mut encoded = Vec::new();
-        let result: Result<()> = async {
-            while let Some(batch) = input.next().await {
-                let batch = batch?;
-                self.mapping.encode_batch(&batch, first_row, &mut encoded)?;
-                for record in encoded.drain(..) {
-                    match record {
-                        Ok(envelope) => writer.write(envelope).await?,
-                        Err(rejected) => writer.reject_encoded(rejected)?,
-                    }
-                }
-                first_row += batch.num_rows() as u64;
-            }
-            writer.flush().await
-        }
-        .await;
-        let delivered = writer.delivered();
-        let closed = writer.close().await;
-        result?;
-        closed?;
-        Ok(delivered)
+        let writer = FlowWriter::new(transport, self.flow.clone(), metrics);
+        write_stream(writer, input, |batch, first_row, out| {
+            self.mapping.encode_batch(batch, first_row, out)
+        })
+        .await
     }
 }
 

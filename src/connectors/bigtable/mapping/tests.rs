@@ -5,7 +5,9 @@ use arrow::array::{
     Float32Array, Int8Array, Int32Array, Int64Array, ListArray, NullArray, StringArray,
     StructArray, TimestampMillisecondArray, TimestampNanosecondArray, UInt64Array,
 };
-use arrow::datatypes::{DataType, Field, Fields, Int32Type, Int8Type, Schema, TimeUnit, UnionFields, UnionMode};
+use arrow::datatypes::{
+    DataType, Field, Fields, Int8Type, Int32Type, Schema, TimeUnit, UnionFields, UnionMode,
+};
 use gcloud_sdk::google::bigtable::v2::mutation::{self, DeleteFromColumn, SetCell};
 use gcloud_sdk::google::bigtable::v2::{Mutation, mutate_rows_request::Entry};
 
@@ -27,12 +29,18 @@ fn mapping(schema: &Schema, pairs: &[(&str, &str)]) -> Result<BigtableMapping> {
 
 fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
     RecordBatch::try_from_iter_with_nullable(
-        columns.into_iter().map(|(n, a)| (n, a, true)).collect::<Vec<_>>(),
+        columns
+            .into_iter()
+            .map(|(n, a)| (n, a, true))
+            .collect::<Vec<_>>(),
     )
     .expect("batch")
 }
 
-fn encode(m: &BigtableMapping, b: &RecordBatch) -> Vec<std::result::Result<Envelope<BigtableEntry>, Error>> {
+fn encode(
+    m: &BigtableMapping,
+    b: &RecordBatch,
+) -> Vec<std::result::Result<Envelope<BigtableEntry>, Error>> {
     let mut out = Vec::new();
     m.encode_batch_at(b, 100, NOW, &mut out).expect("encode");
     out
@@ -70,7 +78,11 @@ fn hand_written_entry_bytes_match_prost() {
     ]);
     let m = mapping(
         &schema,
-        &[("table", TABLE), ("row_key", "id"), ("null_handling", "delete")],
+        &[
+            ("table", TABLE),
+            ("row_key", "id"),
+            ("null_handling", "delete"),
+        ],
     )
     .unwrap();
     let b = batch(vec![
@@ -103,7 +115,10 @@ fn hand_written_entry_bytes_match_prost() {
         ],
         idempotency: None,
     };
-    assert_eq!(envelope.record.encoded(), expected.encode_to_vec().as_slice());
+    assert_eq!(
+        envelope.record.encoded(),
+        expected.encode_to_vec().as_slice()
+    );
     assert_eq!(envelope.bytes, expected.encoded_len() as u64);
     assert_eq!(envelope.record.row(), 100);
     assert_eq!(envelope.record.row_key(), b"k1");
@@ -114,11 +129,25 @@ fn hand_written_entry_bytes_match_prost() {
 #[test]
 fn request_bytes_match_prost() {
     use gcloud_sdk::google::bigtable::v2::MutateRowsRequest;
-    let e1 = Entry { row_key: b"a".to_vec(), ..Default::default() };
-    let e2 = Entry { row_key: b"bb".to_vec(), ..Default::default() };
-    let (r1, r2) = (BigtableEntry::from_entry(0, &e1), BigtableEntry::from_entry(1, &e2));
+    let e1 = Entry {
+        row_key: b"a".to_vec(),
+        ..Default::default()
+    };
+    let e2 = Entry {
+        row_key: b"bb".to_vec(),
+        ..Default::default()
+    };
+    let (r1, r2) = (
+        BigtableEntry::from_entry(0, &e1),
+        BigtableEntry::from_entry(1, &e2),
+    );
     let mut ours = Vec::new();
-    write_mutate_rows_request(&mut ours, TABLE, "prof", [r1.encoded(), r2.encoded()].into_iter());
+    write_mutate_rows_request(
+        &mut ours,
+        TABLE,
+        "prof",
+        [r1.encoded(), r2.encoded()].into_iter(),
+    );
     let request = MutateRowsRequest {
         table_name: TABLE.into(),
         app_profile_id: "prof".into(),
@@ -134,7 +163,8 @@ fn request_bytes_match_prost() {
 
 #[test]
 fn values_are_encoded_per_arrow_type() {
-    let list = ListArray::from_iter_primitive::<Int32Type, _, _>(vec![Some(vec![Some(1), Some(2)])]);
+    let list =
+        ListArray::from_iter_primitive::<Int32Type, _, _>(vec![Some(vec![Some(1), Some(2)])]);
     let dict: DictionaryArray<Int8Type> = vec!["red"].into_iter().collect();
     let schema = Schema::new(vec![
         Field::new("id", DataType::Utf8, false),
@@ -163,7 +193,11 @@ fn values_are_encoded_per_arrow_type() {
             Arc::new(BinaryArray::from(vec![&[0u8, 255][..]])),
             Arc::new(Date32Array::from(vec![19_000])),
             Arc::new(TimestampMillisecondArray::from(vec![1_234])),
-            Arc::new(Decimal128Array::from(vec![12_345]).with_precision_and_scale(10, 2).unwrap()),
+            Arc::new(
+                Decimal128Array::from(vec![12_345])
+                    .with_precision_and_scale(10, 2)
+                    .unwrap(),
+            ),
             Arc::new(list),
             Arc::new(dict),
         ],
@@ -177,7 +211,10 @@ fn values_are_encoded_per_arrow_type() {
             let s = set_cell(mu);
             assert_eq!(s.family_name, "cf");
             assert_eq!(s.timestamp_micros, NOW_MS_ALIGNED);
-            (String::from_utf8(s.column_qualifier.clone()).unwrap(), s.value.clone())
+            (
+                String::from_utf8(s.column_qualifier.clone()).unwrap(),
+                s.value.clone(),
+            )
         })
         .collect();
     let expect: Vec<(&str, Vec<u8>)> = vec![
@@ -193,7 +230,10 @@ fn values_are_encoded_per_arrow_type() {
         ("tags", b"[1,2]".to_vec()),
         ("color", b"red".to_vec()),
     ];
-    let expect: Vec<(String, Vec<u8>)> = expect.into_iter().map(|(q, v)| (q.to_string(), v)).collect();
+    let expect: Vec<(String, Vec<u8>)> = expect
+        .into_iter()
+        .map(|(q, v)| (q.to_string(), v))
+        .collect();
     assert_eq!(values, expect);
 }
 
@@ -206,12 +246,22 @@ fn composite_key_joins_parts_with_the_delimiter_and_integers_as_text() {
     ]);
     let m = mapping(
         &schema,
-        &[("table", TABLE), ("row_key", "user, n"), ("row_key_delimiter", "|")],
+        &[
+            ("table", TABLE),
+            ("row_key", "user, n"),
+            ("row_key_delimiter", "|"),
+        ],
     )
     .unwrap();
     let b = batch(vec![
-        ("user", Arc::new(StringArray::from(vec![Some("ann"), None, Some("")])) as ArrayRef),
-        ("n", Arc::new(Int32Array::from(vec![Some(-7), Some(1), Some(2)]))),
+        (
+            "user",
+            Arc::new(StringArray::from(vec![Some("ann"), None, Some("")])) as ArrayRef,
+        ),
+        (
+            "n",
+            Arc::new(Int32Array::from(vec![Some(-7), Some(1), Some(2)])),
+        ),
         ("v", Arc::new(StringArray::from(vec!["x", "y", "z"]))),
     ]);
     let out = encode(&m, &b);
@@ -232,7 +282,10 @@ fn empty_and_oversized_row_keys_are_refused_naming_the_limit() {
     let long = "k".repeat(MAX_ROW_KEY_BYTES + 1);
     let fits = "k".repeat(MAX_ROW_KEY_BYTES);
     let b = batch(vec![
-        ("id", Arc::new(StringArray::from(vec!["", long.as_str(), fits.as_str()])) as ArrayRef),
+        (
+            "id",
+            Arc::new(StringArray::from(vec!["", long.as_str(), fits.as_str()])) as ArrayRef,
+        ),
         ("v", Arc::new(StringArray::from(vec!["x", "y", "z"]))),
     ]);
     let out = encode(&m, &b);
@@ -267,7 +320,10 @@ fn nulls_are_ignored_or_deleted_and_an_all_null_row_is_refused() {
     ]);
     let cols = || {
         vec![
-            ("id", Arc::new(StringArray::from(vec!["k1", "k2"])) as ArrayRef),
+            (
+                "id",
+                Arc::new(StringArray::from(vec!["k1", "k2"])) as ArrayRef,
+            ),
             ("a", Arc::new(Int64Array::from(vec![Some(1), None]))),
             ("b", Arc::new(NullArray::new(2))),
         ]
@@ -279,7 +335,11 @@ fn nulls_are_ignored_or_deleted_and_an_all_null_row_is_refused() {
 
     let delete = mapping(
         &schema,
-        &[("table", TABLE), ("row_key", "id"), ("null_handling", "delete")],
+        &[
+            ("table", TABLE),
+            ("row_key", "id"),
+            ("null_handling", "delete"),
+        ],
     )
     .unwrap();
     let e = entries(&delete, &batch(cols()));
@@ -313,14 +373,20 @@ fn struct_column_is_a_family_of_its_fields() {
     )
     .unwrap();
     let b = batch(vec![
-        ("id", Arc::new(StringArray::from(vec!["k1", "k2"])) as ArrayRef),
+        (
+            "id",
+            Arc::new(StringArray::from(vec!["k1", "k2"])) as ArrayRef,
+        ),
         ("stats", Arc::new(s)),
     ]);
     let out = encode(&m, &b);
     let e = out[0].as_ref().unwrap().record.to_entry().unwrap();
     assert_eq!(e.mutations.len(), 1);
     let c = set_cell(&e.mutations[0]);
-    assert_eq!((c.family_name.as_str(), c.column_qualifier.as_slice()), ("stats", &b"n"[..]));
+    assert_eq!(
+        (c.family_name.as_str(), c.column_qualifier.as_slice()),
+        ("stats", &b"n"[..])
+    );
     assert_eq!(c.value, 5i64.to_be_bytes());
     // A null struct: every field is null, so nothing is left to write.
     assert!(reason(&out[1]).contains("no cell"));
@@ -335,14 +401,25 @@ fn timestamp_column_sets_millisecond_aligned_versions() {
     ]);
     let m = mapping(
         &schema,
-        &[("table", TABLE), ("row_key", "id"), ("timestamp_column", "at")],
+        &[
+            ("table", TABLE),
+            ("row_key", "id"),
+            ("timestamp_column", "at"),
+        ],
     )
     .unwrap();
     let b = batch(vec![
-        ("id", Arc::new(StringArray::from(vec!["a", "b", "c"])) as ArrayRef),
+        (
+            "id",
+            Arc::new(StringArray::from(vec!["a", "b", "c"])) as ArrayRef,
+        ),
         (
             "at",
-            Arc::new(TimestampNanosecondArray::from(vec![Some(1_500_123_456_789), None, Some(-5)])),
+            Arc::new(TimestampNanosecondArray::from(vec![
+                Some(1_500_123_456_789),
+                None,
+                Some(-5),
+            ])),
         ),
         ("v", Arc::new(StringArray::from(vec!["x", "y", "z"]))),
     ]);
@@ -359,7 +436,11 @@ fn timestamp_column_sets_millisecond_aligned_versions() {
     ]);
     let m = mapping(
         &int_schema,
-        &[("table", TABLE), ("row_key", "id"), ("timestamp_column", "at")],
+        &[
+            ("table", TABLE),
+            ("row_key", "id"),
+            ("timestamp_column", "at"),
+        ],
     )
     .unwrap();
     let b = batch(vec![
@@ -409,7 +490,10 @@ fn per_row_tables_resolve_in_the_row_instance() {
     )
     .unwrap();
     let b = batch(vec![
-        ("id", Arc::new(StringArray::from(vec!["a", "b", "c", "d"])) as ArrayRef),
+        (
+            "id",
+            Arc::new(StringArray::from(vec!["a", "b", "c", "d"])) as ArrayRef,
+        ),
         (
             "tbl",
             Arc::new(StringArray::from(vec![
@@ -419,16 +503,34 @@ fn per_row_tables_resolve_in_the_row_instance() {
                 Some("bad/name"),
             ])),
         ),
-        ("inst", Arc::new(StringArray::from(vec![Some("i1"), Some("i1"), Some("i1"), Some("i1")]))),
+        (
+            "inst",
+            Arc::new(StringArray::from(vec![
+                Some("i1"),
+                Some("i1"),
+                Some("i1"),
+                Some("i1"),
+            ])),
+        ),
         ("v", Arc::new(StringArray::from(vec!["x", "y", "z", "w"]))),
     ]);
     let out = encode(&m, &b);
-    assert_eq!(&*out[0].as_ref().unwrap().destination, "projects/p/instances/i1/tables/t1");
-    assert_eq!(&*out[1].as_ref().unwrap().destination, "projects/q/instances/j/tables/t2");
+    assert_eq!(
+        &*out[0].as_ref().unwrap().destination,
+        "projects/p/instances/i1/tables/t1"
+    );
+    assert_eq!(
+        &*out[1].as_ref().unwrap().destination,
+        "projects/q/instances/j/tables/t2"
+    );
     assert!(reason(&out[2]).contains("table column 'tbl' is null"));
     assert!(reason(&out[3]).contains("bad/name"), "{}", reason(&out[3]));
     let e = out[0].as_ref().unwrap().record.to_entry().unwrap();
-    assert_eq!(e.mutations.len(), 1, "table and instance columns are not cells");
+    assert_eq!(
+        e.mutations.len(),
+        1,
+        "table and instance columns are not cells"
+    );
 }
 
 #[test]
@@ -458,7 +560,8 @@ fn schema_problems_are_refused_at_create_naming_the_column() {
         Field::new(
             "u",
             DataType::Union(
-                UnionFields::try_new(vec![0], vec![Field::new("a", DataType::Int32, true)]).unwrap(),
+                UnionFields::try_new(vec![0], vec![Field::new("a", DataType::Int32, true)])
+                    .unwrap(),
                 UnionMode::Dense,
             ),
             true,
@@ -477,5 +580,8 @@ fn schema_problems_are_refused_at_create_naming_the_column() {
         ),
     ]);
     let err = mapping(&collision, &opts).unwrap_err().to_string();
-    assert!(err.contains("same family and qualifier") || err.contains("also written"), "{err}");
+    assert!(
+        err.contains("same family and qualifier") || err.contains("also written"),
+        "{err}"
+    );
 }
