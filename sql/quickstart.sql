@@ -50,3 +50,18 @@ SELECT 'user-' || CAST(user_id AS VARCHAR), url, user_id, ts FROM clicks_csv ORD
 SELECT ordering_key, attributes, data
 FROM pubsub_pull('projects/demo/subscriptions/by-user', 100)
 ORDER BY ordering_key;
+
+-- 7. The same clicks as Bigtable rows: one row per user, the url as a cell of family 'c' with
+--    one version per click (the click time is the cell version, so re-running this is
+--    idempotent: the same versions are written again).
+CREATE TABLE clicks_bt (user_id BIGINT, ts TIMESTAMP, url VARCHAR)
+WITH (
+  connector = 'bigtable',
+  table = 'projects/demo/instances/quickstart/tables/clicks',
+  row_key = 'user_id',
+  column_family = 'c',
+  timestamp_column = 'ts',
+  auto_create_table = true
+);
+
+INSERT INTO clicks_bt SELECT user_id, ts, url FROM clicks_csv;
