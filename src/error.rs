@@ -138,6 +138,14 @@ pub enum Error {
         /// The last status message.
         message: String,
     },
+    /// Transient failures outlasted the retry budget.
+    #[error("{source} (retry budget set by '{option}')")]
+    RetryExhausted {
+        /// The last failure.
+        source: Box<Error>,
+        /// The option(s) that set the budget.
+        option: &'static str,
+    },
     /// A statement failed while some of its admitted rows were still unresolved.
     #[error(
         "{source} ({acknowledged} row(s) were acknowledged before the failure; {unresolved} admitted row(s) were not delivered: re-run the statement to send them again)"
@@ -188,6 +196,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Rpc { code, .. } => crate::core::retry::is_transient_code(*code),
+            Error::RetryExhausted { source, .. } | Error::Incomplete { source, .. } => source.is_retryable(),
             Error::ProgressTimeout { .. }
             | Error::ShutdownTimeout { .. }
             | Error::Connect { .. } => true,

@@ -150,6 +150,9 @@ pub struct FlowConfig {
     pub batch: BatchThresholds,
     /// Retry of [`Class::Retryable`] outcomes.
     pub retry: RetrySettings,
+    /// The option(s) that set the retry budget, named when it runs out; `None` when the budget
+    /// is fixed by the connector rather than set by an option.
+    pub retry_option: Option<&'static str>,
     /// Recovery of [`Class::NotFound`] outcomes; `None` makes NOT_FOUND fatal.
     pub not_found: Option<RecoverySettings>,
     /// Failure policy for rejected records.

@@ -584,9 +584,14 @@ impl<T: Transport> Shared<T> {
         let Some(client) = lease.client.clone() else {
             return;
         };
-        if let Err(e) = self.resolve(&destination, &client, batch.items).await {
+        // Records leave the gate (their permits drop) only after their outcome is counted and,
+        // for a failure, after the writer is marked failed: a waiting write must neither see a
+        // delivered count that lags the permits nor slip in past a failure.
+        let mut retired = Vec::new();
+        if let Err(e) = self.resolve(&destination, &client, batch.items, &mut retired).await {
             self.fail(e);
         }
+        drop(retired);
         drop(client);
         if let Some(key) = &batch.key {
             self.key_done(&destination, key);
@@ -658,6 +663,7 @@ impl<T: Transport> Shared<T> {
         destination: &Destination,
         client: &T::Client,
         mut items: Vec<Item<T::Record>>,
+        retired: &mut Vec<Item<T::Record>>,
     ) -> Result<()> {
         let cfg = &self.config;
         let operation = self.transport.operation();
@@ -681,10 +687,14 @@ impl<T: Transport> Shared<T> {
                     Err(status) => (self.transport.classify(&status, solo), Some(status)),
                 };
                 match class {
-                    Class::Ok => acked += 1,
+                    Class::Ok => {
+                        acked += 1;
+                        retired.push(item);
+                    }
                     Class::Duplicate => {
                         acked += 1;
                         duplicates += 1;
+                        retired.push(item);
                     }
                     _ => {
                         let status = status.unwrap_or_else(|| tonic::Status::unknown("no status"));
@@ -704,7 +714,10 @@ impl<T: Transport> Shared<T> {
                                 rejected.push((item, status.clone()));
                                 continue;
                             }
-                            _ => fatal = Some(status.clone()),
+                            _ => {
+                                fatal = Some(status.clone());
+                                retired.push(item);
+                            }
                         }
                         last = Some(status);
                     }
@@ -716,15 +729,17 @@ impl<T: Transport> Shared<T> {
                 self.breaker.on_success();
             }
             if let Some(status) = fatal {
+                retired.append(&mut again);
+                retired.extend(rejected.into_iter().map(|(item, _)| item));
                 return Err(rpc_error(operation, destination, &status, retry.attempts()));
             }
             for (item, status) in rejected {
                 let outcome = if solo {
-                    drop(item);
+                    retired.push(item);
                     self.confirmed_rejection(destination, &status)
                 } else {
                     tracing::warn!(%destination, code = code_name(status.code()), "isolating a rejected record by sending it alone");
-                    Box::pin(self.resolve(destination, client, vec![item])).await
+                    Box::pin(self.resolve(destination, client, vec![item], retired)).await
                 };
                 match outcome {
                     Ok(()) => {}
@@ -734,7 +749,10 @@ impl<T: Transport> Shared<T> {
                     Err(e @ Error::Rejected { .. }) => {
                         first_rejection.get_or_insert(e);
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        retired.append(&mut again);
+                        return Err(e);
+                    }
                 }
             }
             if again.is_empty() {
@@ -743,10 +761,12 @@ impl<T: Transport> Shared<T> {
             let status = last.unwrap_or_else(|| tonic::Status::unknown("no status"));
             let delay = if missing {
                 let Some(recovery) = &cfg.not_found else {
+                    retired.append(&mut again);
                     return Err(rpc_error(operation, destination, &status, retry.attempts()));
                 };
                 recovery_attempts += 1;
                 if recovery_attempts >= recovery.max_attempts {
+                    retired.append(&mut again);
                     return Err(Error::RecoveryExhausted {
                         destination: destination.to_string(),
                         option: recovery.attempts_option,
@@ -755,11 +775,14 @@ impl<T: Transport> Shared<T> {
                     });
                 }
                 if recovery.create && !created {
-                    if self
-                        .transport
-                        .create_destination(client, destination)
-                        .await?
-                    {
+                    let made = match self.transport.create_destination(client, destination).await {
+                        Ok(made) => made,
+                        Err(e) => {
+                            retired.append(&mut again);
+                            return Err(e);
+                        }
+                    };
+                    if made {
                         tracing::info!(%destination, "created a missing destination");
                         self.metrics.resource_created();
                     }
@@ -772,7 +795,11 @@ impl<T: Transport> Shared<T> {
                 match retry.next_delay(Instant::now()) {
                     Some(d) => d,
                     None => {
-                        return Err(rpc_error(operation, destination, &status, retry.attempts()));
+                        retired.append(&mut again);
+                        return Err(retry_exhausted(
+                            rpc_error(operation, destination, &status, retry.attempts()),
+                            cfg.retry_option,
+                        ));
                     }
                 }
             };
@@ -801,6 +828,14 @@ impl<T: Transport> Shared<T> {
                 self.breaker.on_confirmed_rejection()
             }
         }
+    }
+}
+
+/// Names the option behind a spent retry budget, when the connector has one.
+fn retry_exhausted(error: Error, option: Option<&'static str>) -> Error {
+    match option {
+        Some(option) => Error::RetryExhausted { source: Box::new(error), option },
+        None => error,
     }
 }
 
@@ -882,6 +917,7 @@ mod tests {
                 max_rpc_timeout: Duration::ZERO,
                 jitter: false,
             },
+            retry_option: Some("retry_max_attempts"),
             not_found: None,
             failure_policy: FailurePolicy::Fail,
             max_concurrent_sends: 10,
@@ -1044,13 +1080,11 @@ mod tests {
         h.fake.respond_with(|_| FakeReply::code(Code::Unavailable));
         h.write(1, "projects/p/topics/t").await.expect("write");
         match h.writer.flush().await {
-            Err(Error::Rpc {
-                operation,
-                destination,
-                code,
-                attempts,
-                ..
-            }) => {
+            Err(Error::RetryExhausted { source, option }) => {
+                assert_eq!(option, "retry_max_attempts");
+                let Error::Rpc { operation, destination, code, attempts, .. } = *source else {
+                    panic!("unexpected {source:?}");
+                };
                 assert_eq!(operation, "FakeSend");
                 assert_eq!(destination, "projects/p/topics/t");
                 assert_eq!(code, Code::Unavailable);
@@ -1105,6 +1139,30 @@ mod tests {
             })
         ));
         assert!(matches!(h.writer.flush().await, Err(Error::Failed(_))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_waiting_at_the_cap_does_not_slip_in_past_a_failure() {
+        let mut c = config();
+        c.max_in_flight_records = 1;
+        c.batch.max_records = 1;
+        let mut h = Harness::new(c);
+        h.fake.push(FakeReply::code(Code::PermissionDenied));
+        h.write(1, "d").await.expect("the first write is admitted");
+        // The second write waits for the first record's permit; that permit is released only
+        // after the writer is marked failed, so the second record is never sent.
+        assert!(h.write(2, "d").await.is_err());
+        assert_eq!(h.fake.batches(), vec![vec![1]]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delivered_is_final_when_flush_returns() {
+        let mut h = Harness::new(config());
+        h.fake.respond_with(|_| FakeReply::Delay(Duration::from_millis(5), Box::new(FakeReply::Ok)));
+        h.write_all(1..=50, "d").await.expect("write");
+        h.writer.flush().await.expect("flush");
+        assert_eq!(h.writer.delivered(), 50);
+        assert_eq!(h.metric(names::RECORDS_ACKED), 50);
     }
 
     #[tokio::test(start_paused = true)]

@@ -226,6 +226,7 @@ fn flow_config(options: &BigtableSinkOptions, mapping: &BigtableMapping) -> Flow
             max_delay: BATCH_DELAY_THRESHOLD,
         },
         retry: mutate_rows_retry(),
+        retry_option: None,
         not_found: options.auto_create_table.then(|| RecoverySettings {
             backoff: Backoff {
                 initial: w.recovery_initial_backoff(),

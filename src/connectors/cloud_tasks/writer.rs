@@ -26,7 +26,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::SendableRecordBatchStream;
 
 use super::client::{
-    CREATE_TASK_TIMEOUT, ClientSettings, CloudTasksTransport, classify_create_task_status,
+    CREATE_TASK_TIMEOUT, ClientSettings, CloudTasksTransport,
 };
 use super::mapping::CloudTasksMapping;
 use super::options::{
@@ -35,10 +35,10 @@ use super::options::{
 };
 use crate::connectors::{SinkConnector, write_stream};
 use crate::core::{
-    Backoff, BatchThresholds, Class, FlowConfig, FlowWriter, RecoverySettings, RetrySettings,
+    Backoff, BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings,
     SinkMetrics,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::options::{ConnectorKind, RawOptions};
 
 /// Growth of the transient-failure backoff per retry. The seed gives the first backoff and the
@@ -132,41 +132,6 @@ impl CloudTasksSink {
                 .map(|n| usize::try_from(n).unwrap_or(1)),
         }
     }
-
-    /// Names the option behind a spent transient-failure budget: the core reports the last
-    /// status and the attempts; the option that set them is the connector's to name.
-    fn explain(&self, error: Error) -> Error {
-        match error {
-            Error::Rpc {
-                operation,
-                destination,
-                code,
-                message,
-                attempts,
-            } if classify_create_task_status(&tonic::Status::new(code, "")) == Class::Retryable => {
-                Error::Rpc {
-                    operation,
-                    destination,
-                    code,
-                    message: format!(
-                        "{message} (the transient-failure retry budget is spent: 'recovery_max_attempts' = {})",
-                        self.options.writer.recovery_max_attempts()
-                    ),
-                    attempts,
-                }
-            }
-            Error::Incomplete {
-                source,
-                acknowledged,
-                unresolved,
-            } => Error::Incomplete {
-                source: Box::new(self.explain(*source)),
-                acknowledged,
-                unresolved,
-            },
-            other => other,
-        }
-    }
 }
 
 #[async_trait]
@@ -187,25 +152,8 @@ impl SinkConnector for CloudTasksSink {
         metrics: SinkMetrics,
     ) -> Result<u64> {
         let transport = Arc::new(CloudTasksTransport::connect(&self.client_settings()).await?);
-        // The count is read from `records_acked` once the writer is closed (every send task
-        // joined), not from `FlowWriter::delivered` right after `flush`: the core releases a
-        // record's permit, which is what `flush` waits for, a moment before it counts the
-        // record as delivered, so a count taken right after `flush` can miss the last
-        // acknowledgements (seen as 18 of 20 in `get_tasks_carry_no_body_...`).
-        let acked_before = metrics.snapshot().records_acked;
-        let counted = metrics.clone();
         let writer = FlowWriter::new(transport, self.flow.clone(), metrics);
-        match write_stream(writer, input, |batch, first_row, out| {
-            self.mapping.encode_batch(batch, first_row, out)
-        })
-        .await
-        {
-            Ok(_) => Ok(counted
-                .snapshot()
-                .records_acked
-                .saturating_sub(acked_before)),
-            Err(error) => Err(self.explain(error)),
-        }
+        write_stream(writer, input, |batch, first_row, out| self.mapping.encode_batch(batch, first_row, out)).await
     }
 }
 
@@ -270,6 +218,7 @@ pub fn flow_config(options: &CloudTasksSinkOptions) -> FlowConfig {
             max_delay: Duration::ZERO,
         },
         retry: retry_settings(w),
+        retry_option: Some("recovery_max_attempts"),
         not_found: Some(not_found_settings(w)),
         failure_policy: options.failure_policy,
         // Every send carries one task, so the task cap is the concurrency cap.
@@ -388,30 +337,10 @@ mod tests {
     }
 
     #[test]
-    fn a_spent_transient_budget_names_recovery_max_attempts() {
-        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
-            datafusion::arrow::datatypes::Field::new(
-                "id",
-                datafusion::arrow::datatypes::DataType::Int64,
-                true,
-            ),
-        ]));
-        let sink = CloudTasksSink::from_options(schema, options(&[("recovery_max_attempts", "3")]))
-            .unwrap();
-        let rpc = |code| Error::Rpc {
-            operation: "CreateTask",
-            destination: "q".into(),
-            code,
-            message: "busy".into(),
-            attempts: 3,
-        };
-        let explained = sink.explain(rpc(tonic::Code::Unavailable)).to_string();
-        assert!(
-            explained.contains("'recovery_max_attempts' = 3") && explained.contains("3 attempt(s)"),
-            "{explained}"
-        );
-        let fatal = sink.explain(rpc(tonic::Code::PermissionDenied)).to_string();
-        assert!(!fatal.contains("recovery_max_attempts"), "{fatal}");
+    fn the_transient_budget_is_named_by_recovery_max_attempts() {
+        let config = flow_config(&options(&[("recovery_max_attempts", "3")]));
+        assert_eq!(config.retry_option, Some("recovery_max_attempts"));
+        assert_eq!(config.retry.max_attempts, 3);
     }
 
     #[test]
