@@ -4,6 +4,7 @@
 
 pub mod bigtable;
 pub mod cloud_tasks;
+pub mod google;
 pub mod pubsub;
 
 use std::fmt::Debug;

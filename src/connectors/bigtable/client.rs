@@ -58,7 +58,7 @@ use gcloud_sdk::google::bigtable::admin::v2::{
     ColumnFamily, CreateTableRequest, GetTableRequest, ModifyColumnFamiliesRequest, Table, table,
 };
 use gcloud_sdk::google::bigtable::v2::MutateRowsResponse;
-use gcloud_sdk::{GoogleApi, GoogleAuthMiddleware, RequestTimeouts};
+use gcloud_sdk::{GoogleApi, GoogleAuthMiddleware};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Code;
 use tonic::codegen::{Body, Bytes, StdError, http};
@@ -68,6 +68,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::mapping::{
     BigtableEntry, request_base_len, request_entry_len, write_mutate_rows_request,
 };
+use crate::connectors::google::{self, PreEncoded, ROUTING_HEADER, routing_value, with_deadline};
 use crate::core::{Class, Destination, SendOutcome, Transport};
 use crate::error::{Error, Result};
 use crate::options::names;
@@ -84,7 +85,6 @@ pub const EMULATOR_HOST_ENV: &str = "BIGTABLE_EMULATOR_HOST";
 pub const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 const MUTATE_ROWS_PATH: &str = "/google.bigtable.v2.Bigtable/MutateRows";
-const ROUTING_HEADER: &str = "x-goog-request-params";
 /// Metadata key marking a status as one entry's (not the whole call's), for classification.
 const ENTRY_SCOPE_KEY: &str = "x-gcp-sql-entry-status";
 
@@ -308,26 +308,7 @@ impl BigtableTransport {
                 DEFAULT_ADMIN_ENDPOINT.to_string(),
             ),
         };
-        crate::connectors::install_crypto_provider();
-        let connect_error = |message: String| Error::Connect {
-            endpoint: endpoint.clone(),
-            message,
-        };
-        let api = match &settings.credentials_file {
-            Some(path) => {
-                let credentials = crate::connectors::pubsub::client::credentials_from_file(path)
-                    .map_err(connect_error)?;
-                GoogleApi::from_function_with_credentials(
-                    std::convert::identity,
-                    &endpoint,
-                    None,
-                    credentials,
-                )
-                .await
-            }
-            None => GoogleApi::from_function(std::convert::identity, &endpoint, None).await,
-        }
-        .map_err(|e| connect_error(e.to_string()))?;
+        let api = google::connect(&endpoint, settings.credentials_file.as_deref()).await?;
         Ok(Self::with_connection(
             Connection::Google(api),
             endpoint.clone(),
@@ -442,58 +423,10 @@ impl BigtableTransport {
     }
 }
 
-/// Percent-encodes a routing header value (`a=b&c=d` pairs).
-fn routing_value(pairs: &[(&str, &str)]) -> std::result::Result<AsciiMetadataValue, String> {
-    let mut value = String::new();
-    for (n, (key, v)) in pairs.iter().enumerate() {
-        if n > 0 {
-            value.push('&');
-        }
-        value.push_str(key);
-        value.push('=');
-        for b in v.bytes() {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                value.push(b as char);
-            } else {
-                value.push_str(&format!("%{b:02X}"));
-            }
-        }
-    }
-    MetadataValue::try_from(value).map_err(|e| e.to_string())
-}
-
-/// A `MutateRowsRequest` already serialized: written to the wire as it is.
-struct EncodedMutateRowsRequest(Vec<u8>);
-
-impl prost::Message for EncodedMutateRowsRequest {
-    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
-        buf.put_slice(&self.0);
-    }
-
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: prost::encoding::WireType,
-        buf: &mut impl prost::bytes::Buf,
-        ctx: prost::encoding::DecodeContext,
-    ) -> std::result::Result<(), prost::DecodeError> {
-        // Only ever encoded; a decode (which nothing does) would skip every field.
-        prost::encoding::skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn clear(&mut self) {
-        self.0.clear();
-    }
-}
-
 /// One `MutateRows` call: the statuses of the entries, by index (`None`: not reported).
 async fn mutate_rows_on<T>(
     service: T,
-    request: tonic::Request<EncodedMutateRowsRequest>,
+    request: tonic::Request<PreEncoded>,
     statuses: &mut [Option<std::result::Result<(), tonic::Status>>],
     describe: impl Fn(usize, tonic::Status) -> tonic::Status,
 ) -> std::result::Result<(), tonic::Status>
@@ -503,11 +436,8 @@ where
     T::ResponseBody: Body<Data = Bytes> + Send + 'static,
     <T::ResponseBody as Body>::Error: Into<StdError> + Send,
 {
-    let mut grpc = tonic::client::Grpc::new(service);
-    grpc.ready()
-        .await
-        .map_err(|e| tonic::Status::unavailable(format!("channel not ready: {}", e.into())))?;
-    let codec = tonic_prost::ProstCodec::<EncodedMutateRowsRequest, MutateRowsResponse>::default();
+    let mut grpc = google::ready(service).await?;
+    let codec = tonic_prost::ProstCodec::<PreEncoded, MutateRowsResponse>::default();
     let mut stream = grpc
         .server_streaming(
             request,
@@ -541,24 +471,6 @@ where
         }
     }
     Ok(())
-}
-
-/// Applies the per-attempt deadline. A zero timeout means no deadline, as it does in gax.
-fn with_deadline<M>(
-    mut request: tonic::Request<M>,
-    timeout: Option<Duration>,
-    google: bool,
-) -> tonic::Request<M> {
-    if let Some(timeout) = timeout.filter(|t| !t.is_zero()) {
-        request.set_timeout(timeout);
-        if google {
-            // Also bounds the token fetch the auth middleware does before the call.
-            request
-                .extensions_mut()
-                .insert(RequestTimeouts::new().with_total(timeout));
-        }
-    }
-    request
 }
 
 /// Whether a status is one entry's (as opposed to the whole call's).
@@ -743,11 +655,7 @@ impl Transport for BigtableTransport {
             batch.iter().map(|e| e.encoded()),
         );
         let google = matches!(slot.service, Service::Google(_));
-        let mut request = with_deadline(
-            tonic::Request::new(EncodedMutateRowsRequest(body)),
-            timeout,
-            google,
-        );
+        let mut request = with_deadline(tonic::Request::new(PreEncoded(body)), timeout, google);
         request
             .metadata_mut()
             .insert(ROUTING_HEADER, client.routing.clone());
@@ -899,16 +807,28 @@ mod tests {
         );
     }
 
-    #[test]
-    fn routing_header_percent_encodes_the_table_and_profile() {
-        let v = routing_value(&[
-            ("table_name", "projects/p/instances/i/tables/t"),
-            ("app_profile_id", "batch"),
-        ])
-        .unwrap();
+    #[tokio::test]
+    async fn a_table_client_routes_by_table_name_and_app_profile() {
+        let settings = ClientSettings {
+            app_profile_id: Some("batch".into()),
+            max_active_instances: 1,
+            ..Default::default()
+        };
+        let transport = BigtableTransport::plaintext("127.0.0.1:9", &settings).unwrap();
+        let table: Destination = Arc::from("projects/p/instances/i/tables/t");
+        let client = transport.open(&table).await.unwrap();
         assert_eq!(
-            v.to_str().unwrap(),
+            client.routing.to_str().unwrap(),
             "table_name=projects%2Fp%2Finstances%2Fi%2Ftables%2Ft&app_profile_id=batch"
+        );
+        let plain = BigtableTransport::plaintext("127.0.0.1:9", &ClientSettings::default())
+            .unwrap()
+            .open(&table)
+            .await
+            .unwrap();
+        assert_eq!(
+            plain.routing.to_str().unwrap(),
+            "table_name=projects%2Fp%2Finstances%2Fi%2Ftables%2Ft"
         );
     }
 

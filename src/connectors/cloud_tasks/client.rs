@@ -42,14 +42,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use gcloud_sdk::{GoogleApi, GoogleAuthMiddleware, RequestTimeouts};
+use gcloud_sdk::GoogleAuthMiddleware;
 use tonic::Code;
-use tonic::codegen::{Body, Bytes, StdError, http};
-use tonic::metadata::{AsciiMetadataValue, MetadataValue};
+use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 use super::mapping::{TaskRecord, create_task_request_len, write_create_task_request};
-use crate::connectors::pubsub::client::credentials_from_file;
+use crate::connectors::google::{
+    self, PreEncoded, ROUTING_HEADER, unary_pre_encoded, with_deadline,
+};
 use crate::core::{Class, Destination, SendOutcome, Transport};
 use crate::error::{Error, Result};
 
@@ -63,8 +64,6 @@ pub const EMULATOR_HOST_ENV: &str = "CLOUD_TASKS_EMULATOR_HOST";
 pub const CREATE_TASK_TIMEOUT: Duration = Duration::from_secs(20);
 /// The `CreateTask` method path.
 pub const CREATE_TASK_PATH: &str = "/google.cloud.tasks.v2.CloudTasks/CreateTask";
-
-const ROUTING_HEADER: &str = "x-goog-request-params";
 
 /// Connection settings of a [`CloudTasksTransport`], as plain values (filled from the table's
 /// connection and writer options).
@@ -166,25 +165,7 @@ impl CloudTasksTransport {
             .endpoint
             .clone()
             .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
-        crate::connectors::install_crypto_provider();
-        let connect_error = |message: String| Error::Connect {
-            endpoint: endpoint.clone(),
-            message,
-        };
-        let api: GoogleApi<GoogleAuthMiddleware> = match &settings.credentials_file {
-            Some(path) => {
-                let credentials = credentials_from_file(path).map_err(connect_error)?;
-                GoogleApi::from_function_with_credentials(
-                    std::convert::identity,
-                    &endpoint,
-                    None,
-                    credentials,
-                )
-                .await
-            }
-            None => GoogleApi::from_function(std::convert::identity, &endpoint, None).await,
-        }
-        .map_err(|e| connect_error(e.to_string()))?;
+        let api = google::connect(&endpoint, settings.credentials_file.as_deref()).await?;
         let size = settings.channel_pool_size.unwrap_or(1).max(1);
         let mut services = Vec::with_capacity(size);
         services.push(Service::Google(api.get()));
@@ -193,7 +174,10 @@ impl CloudTasksTransport {
             let more = api
                 .connect_with_endpoint(std::convert::identity, &endpoint, None)
                 .await
-                .map_err(|e| connect_error(e.to_string()))?;
+                .map_err(|e| Error::Connect {
+                    endpoint: endpoint.clone(),
+                    message: e.to_string(),
+                })?;
             services.push(Service::Google(more.get()));
         }
         Ok(CloudTasksTransport {
@@ -230,46 +214,9 @@ impl CloudTasksTransport {
 }
 
 /// The `x-goog-request-params` value routing a call to `queue`'s backend (`parent=...`,
-/// percent-encoded).
+/// percent-encoded; see [`google::routing_value`]).
 pub fn routing_value(queue: &str) -> std::result::Result<AsciiMetadataValue, String> {
-    let mut value = String::with_capacity(queue.len() + 16);
-    value.push_str("parent=");
-    for b in queue.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            value.push(b as char);
-        } else {
-            value.push_str(&format!("%{b:02X}"));
-        }
-    }
-    MetadataValue::try_from(value).map_err(|e| e.to_string())
-}
-
-/// A `CreateTaskRequest` already serialized: written to the wire as it is.
-struct EncodedCreateTaskRequest(Vec<u8>);
-
-impl prost::Message for EncodedCreateTaskRequest {
-    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
-        buf.put_slice(&self.0);
-    }
-
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: prost::encoding::WireType,
-        buf: &mut impl prost::bytes::Buf,
-        ctx: prost::encoding::DecodeContext,
-    ) -> std::result::Result<(), prost::DecodeError> {
-        // Only ever encoded; a decode (which nothing does) would skip every field.
-        prost::encoding::skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn clear(&mut self) {
-        self.0.clear();
-    }
+    google::routing_value(&[("parent", queue)])
 }
 
 /// The part of the `Task` a `CreateTask` answers with that the sink reads: its name.
@@ -277,29 +224,6 @@ impl prost::Message for EncodedCreateTaskRequest {
 struct CreatedTask {
     #[prost(string, tag = "1")]
     name: String,
-}
-
-async fn create_on<T>(
-    service: T,
-    request: tonic::Request<EncodedCreateTaskRequest>,
-) -> std::result::Result<tonic::Response<CreatedTask>, tonic::Status>
-where
-    T: tonic::client::GrpcService<tonic::body::Body>,
-    T::Error: Into<StdError>,
-    T::ResponseBody: Body<Data = Bytes> + Send + 'static,
-    <T::ResponseBody as Body>::Error: Into<StdError> + Send,
-{
-    let mut grpc = tonic::client::Grpc::new(service);
-    grpc.ready()
-        .await
-        .map_err(|e| tonic::Status::unavailable(format!("channel not ready: {}", e.into())))?;
-    let codec = tonic_prost::ProstCodec::<EncodedCreateTaskRequest, CreatedTask>::default();
-    grpc.unary(
-        request,
-        http::uri::PathAndQuery::from_static(CREATE_TASK_PATH),
-        codec,
-    )
-    .await
 }
 
 /// Whether a `FAILED_PRECONDITION` message says that the queue does not exist: the emulator's
@@ -398,24 +322,25 @@ async fn create_one(
     };
     let mut body = Vec::with_capacity(create_task_request_len(destination, record.encoded_len()));
     write_create_task_request(&mut body, destination, record.encoded());
-    let mut request = tonic::Request::new(EncodedCreateTaskRequest(body));
     // The core always gives a deadline; a zero or absent one falls back to the service config's.
     let timeout = timeout
         .filter(|t| !t.is_zero())
         .unwrap_or(CREATE_TASK_TIMEOUT);
-    request.set_timeout(timeout);
-    if matches!(service, Service::Google(_)) {
-        // Also bounds the token fetch the auth middleware does before the call.
-        request
-            .extensions_mut()
-            .insert(RequestTimeouts::new().with_total(timeout));
-    }
+    let mut request = with_deadline(
+        tonic::Request::new(PreEncoded(body)),
+        Some(timeout),
+        matches!(service, Service::Google(_)),
+    );
     request
         .metadata_mut()
         .insert(ROUTING_HEADER, client.routing.clone());
-    let result = match service {
-        Service::Plaintext(channel) => create_on(channel.clone(), request).await,
-        Service::Google(service) => create_on(service.clone(), request).await,
+    let result: std::result::Result<tonic::Response<CreatedTask>, _> = match service {
+        Service::Plaintext(channel) => {
+            unary_pre_encoded(channel.clone(), request, CREATE_TASK_PATH).await
+        }
+        Service::Google(service) => {
+            unary_pre_encoded(service.clone(), request, CREATE_TASK_PATH).await
+        }
     };
     result.map(|response| {
         tracing::trace!(task = %response.get_ref().name, "created a task");

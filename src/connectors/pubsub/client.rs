@@ -31,37 +31,35 @@
 //! | `INVALID_ARGUMENT` | [`Class::Rejected`] (the service refuses the messages) |
 //! | anything else (`PERMISSION_DENIED`, `UNAUTHENTICATED`, `FAILED_PRECONDITION`, ...) | [`Class::Fatal`] |
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
 use gcloud_sdk::google::pubsub::v1::{PublishResponse, Topic};
-use gcloud_sdk::google_cloud_auth::credentials::{
-    Credentials, external_account, impersonated, service_account, user_account,
-};
-use gcloud_sdk::{GoogleApi, GoogleAuthMiddleware, RequestTimeouts};
+use gcloud_sdk::{GoogleApi, GoogleAuthMiddleware};
 use tonic::Code;
-use tonic::codegen::{Body, Bytes, StdError, http};
-use tonic::metadata::{AsciiMetadataValue, MetadataValue};
+use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 use super::mapping::{PubsubRecord, request_base_len, request_entry_len, write_publish_request};
+use crate::connectors::google::{
+    self, PreEncoded, ROUTING_HEADER, routing_value, unary_pre_encoded, with_deadline,
+};
 use crate::core::{Class, Destination, SendOutcome, Transport};
 use crate::error::{Error, Result};
+
+pub use crate::connectors::google::{CLOUD_PLATFORM_SCOPE, credentials_from_file};
 
 /// The Pub/Sub service endpoint used when no `endpoint` is set.
 pub const DEFAULT_ENDPOINT: &str = "https://pubsub.googleapis.com";
 /// The environment variable the official clients read for an emulator address.
 pub const EMULATOR_HOST_ENV: &str = "PUBSUB_EMULATOR_HOST";
-/// The OAuth scope requested for credentials read from `credentials_file`.
-pub const CLOUD_PLATFORM_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 /// Deadline of a `CreateTopic` call made by the auto-create recovery. Our bound (the service sets
 /// none); it matches the Java publisher's default maximum RPC timeout of 60 s.
 pub const CREATE_TOPIC_TIMEOUT: Duration = Duration::from_secs(60);
 
 const PUBLISH_PATH: &str = "/google.pubsub.v1.Publisher/Publish";
-const ROUTING_HEADER: &str = "x-goog-request-params";
 
 /// Connection settings of a [`PubSubTransport`], as plain values (filled from the table's
 /// connection options).
@@ -156,25 +154,7 @@ impl PubSubTransport {
             .endpoint
             .clone()
             .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
-        crate::connectors::install_crypto_provider();
-        let connect_error = |message: String| Error::Connect {
-            endpoint: endpoint.clone(),
-            message,
-        };
-        let api = match &settings.credentials_file {
-            Some(path) => {
-                let credentials = credentials_from_file(path).map_err(connect_error)?;
-                GoogleApi::from_function_with_credentials(
-                    std::convert::identity,
-                    &endpoint,
-                    None,
-                    credentials,
-                )
-                .await
-            }
-            None => GoogleApi::from_function(std::convert::identity, &endpoint, None).await,
-        }
-        .map_err(|e| connect_error(e.to_string()))?;
+        let api = google::connect(&endpoint, settings.credentials_file.as_deref()).await?;
         Ok(PubSubTransport {
             connection: Connection::Google(api),
             endpoint,
@@ -208,123 +188,6 @@ impl PubSubTransport {
     }
 }
 
-/// Builds credentials from a JSON credentials file, by its `type`.
-pub fn credentials_from_file(path: &Path) -> std::result::Result<Credentials, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read credentials_file '{}': {e}", path.display()))?;
-    let json: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("credentials_file '{}' is not JSON: {e}", path.display()))?;
-    let kind = json
-        .get("type")
-        .and_then(|t| t.as_str())
-        .unwrap_or_default()
-        .to_string();
-    let scopes = [CLOUD_PLATFORM_SCOPE];
-    let built = match kind.as_str() {
-        "service_account" => service_account::Builder::new(json)
-            .with_access_specifier(service_account::AccessSpecifier::from_scopes(scopes))
-            .build(),
-        "authorized_user" => user_account::Builder::new(json).with_scopes(scopes).build(),
-        "impersonated_service_account" => {
-            impersonated::Builder::new(json).with_scopes(scopes).build()
-        }
-        "external_account" => external_account::Builder::new(json)
-            .with_scopes(scopes)
-            .build(),
-        other => {
-            return Err(format!(
-                "credentials_file '{}' has credential type '{other}'; supported are service_account, \
-                 authorized_user, impersonated_service_account and external_account",
-                path.display()
-            ));
-        }
-    };
-    built.map_err(|e| format!("credentials_file '{}': {e}", path.display()))
-}
-
-/// The `x-goog-request-params` value routing a call to `topic`'s backend.
-fn routing_value(topic: &str) -> std::result::Result<AsciiMetadataValue, String> {
-    let mut value = String::with_capacity(topic.len() + 16);
-    value.push_str("topic=");
-    for b in topic.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            value.push(b as char);
-        } else {
-            value.push_str(&format!("%{b:02X}"));
-        }
-    }
-    MetadataValue::try_from(value).map_err(|e| e.to_string())
-}
-
-/// A `PublishRequest` already serialized: written to the wire as it is.
-struct EncodedPublishRequest(Vec<u8>);
-
-impl prost::Message for EncodedPublishRequest {
-    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
-        buf.put_slice(&self.0);
-    }
-
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: prost::encoding::WireType,
-        buf: &mut impl prost::bytes::Buf,
-        ctx: prost::encoding::DecodeContext,
-    ) -> std::result::Result<(), prost::DecodeError> {
-        // Only ever encoded; a decode (which nothing does) would skip every field.
-        prost::encoding::skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn clear(&mut self) {
-        self.0.clear();
-    }
-}
-
-async fn publish_on<T>(
-    service: T,
-    request: tonic::Request<EncodedPublishRequest>,
-) -> std::result::Result<tonic::Response<PublishResponse>, tonic::Status>
-where
-    T: tonic::client::GrpcService<tonic::body::Body>,
-    T::Error: Into<StdError>,
-    T::ResponseBody: Body<Data = Bytes> + Send + 'static,
-    <T::ResponseBody as Body>::Error: Into<StdError> + Send,
-{
-    let mut grpc = tonic::client::Grpc::new(service);
-    grpc.ready()
-        .await
-        .map_err(|e| tonic::Status::unavailable(format!("channel not ready: {}", e.into())))?;
-    let codec = tonic_prost::ProstCodec::<EncodedPublishRequest, PublishResponse>::default();
-    grpc.unary(
-        request,
-        http::uri::PathAndQuery::from_static(PUBLISH_PATH),
-        codec,
-    )
-    .await
-}
-
-/// Applies the per-attempt deadline. A zero timeout means no deadline, as it does in gax.
-fn with_deadline<M>(
-    mut request: tonic::Request<M>,
-    timeout: Option<Duration>,
-    google: bool,
-) -> tonic::Request<M> {
-    if let Some(timeout) = timeout.filter(|t| !t.is_zero()) {
-        request.set_timeout(timeout);
-        if google {
-            // Also bounds the token fetch the auth middleware does before the call.
-            request
-                .extensions_mut()
-                .insert(RequestTimeouts::new().with_total(timeout));
-        }
-    }
-    request
-}
-
 /// The class of a Publish status; see the module docs.
 pub fn classify_publish_status(code: Code) -> Class {
     match code {
@@ -352,7 +215,7 @@ impl Transport for PubSubTransport {
     }
 
     async fn open(&self, destination: &Destination) -> Result<PubSubClient> {
-        let routing = routing_value(destination).map_err(|e| {
+        let routing = routing_value(&[("topic", &**destination)]).map_err(|e| {
             Error::invalid(
                 "topic",
                 destination.to_string(),
@@ -380,17 +243,18 @@ impl Transport for PubSubTransport {
         let mut body = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
         write_publish_request(&mut body, destination, batch.iter().map(|r| r.encoded()));
         let google = matches!(client.service, Service::Google(_));
-        let mut request = with_deadline(
-            tonic::Request::new(EncodedPublishRequest(body)),
-            timeout,
-            google,
-        );
+        let mut request = with_deadline(tonic::Request::new(PreEncoded(body)), timeout, google);
         request
             .metadata_mut()
             .insert(ROUTING_HEADER, client.routing.clone());
-        let result = match &client.service {
-            Service::Emulator(channel) => publish_on(channel.clone(), request).await,
-            Service::Google(service) => publish_on(service.clone(), request).await,
+        let result: std::result::Result<tonic::Response<PublishResponse>, _> = match &client.service
+        {
+            Service::Emulator(channel) => {
+                unary_pre_encoded(channel.clone(), request, PUBLISH_PATH).await
+            }
+            Service::Google(service) => {
+                unary_pre_encoded(service.clone(), request, PUBLISH_PATH).await
+            }
         };
         SendOutcome::Whole(result.and_then(|response| {
             let ids = response.get_ref().message_ids.len();
@@ -431,15 +295,8 @@ impl Transport for PubSubTransport {
         );
         request.metadata_mut().insert(
             ROUTING_HEADER,
-            routing_value(destination)
-                .and_then(|v| {
-                    // CreateTopic routes by the topic's `name`.
-                    let text = v
-                        .to_str()
-                        .map_err(|e| e.to_string())?
-                        .replacen("topic=", "name=", 1);
-                    MetadataValue::try_from(text).map_err(|e| e.to_string())
-                })
+            // CreateTopic routes by the topic's `name`.
+            routing_value(&[("name", &**destination)])
                 .map_err(|e| Error::invalid("topic", destination.to_string(), e))?,
         );
         let result = match &client.service {

@@ -55,37 +55,14 @@ fn classifies_statuses_like_the_official_publish_retry_settings() {
     }
 }
 
-#[test]
-fn the_attempt_timeout_travels_as_grpc_timeout_and_zero_means_none() {
-    let timed = with_deadline(
-        tonic::Request::new(()),
-        Some(Duration::from_millis(1_500)),
-        true,
-    );
-    assert!(timed.metadata().get("grpc-timeout").is_some());
+#[tokio::test]
+async fn a_topic_client_routes_by_the_percent_encoded_topic() {
+    let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:1").connect_lazy();
+    let transport = PubSubTransport::from_channel(channel, "127.0.0.1:1", false);
+    let client = transport.open(&topic("a+b")).await.unwrap();
     assert_eq!(
-        timed.extensions().get::<RequestTimeouts>(),
-        Some(&RequestTimeouts::new().with_total(Duration::from_millis(1_500)))
-    );
-    let plain = with_deadline(tonic::Request::new(()), Some(Duration::from_secs(1)), false);
-    assert!(plain.metadata().get("grpc-timeout").is_some());
-    assert!(plain.extensions().get::<RequestTimeouts>().is_none());
-    for none in [None, Some(Duration::ZERO)] {
-        let request = with_deadline(tonic::Request::new(()), none, true);
-        assert!(request.metadata().get("grpc-timeout").is_none(), "{none:?}");
-        assert!(
-            request.extensions().get::<RequestTimeouts>().is_none(),
-            "{none:?}"
-        );
-    }
-}
-
-#[test]
-fn routing_header_percent_encodes_the_topic() {
-    let value = routing_value("projects/p/topics/a+b%c").unwrap();
-    assert_eq!(
-        value.to_str().unwrap(),
-        "topic=projects%2Fp%2Ftopics%2Fa%2Bb%25c"
+        client.routing.to_str().unwrap(),
+        "topic=projects%2Fclient-tests%2Ftopics%2Fa%2Bb"
     );
 }
 
@@ -98,26 +75,6 @@ fn settings_prefer_the_explicit_emulator_host() {
     assert_eq!(
         settings.effective_emulator_host().as_deref(),
         Some("127.0.0.1:1")
-    );
-}
-
-#[test]
-fn refuses_a_credentials_file_of_an_unknown_type() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("creds.json");
-    std::fs::write(&path, r#"{"type": "mystery"}"#).unwrap();
-    let err = credentials_from_file(&path).unwrap_err();
-    assert!(
-        err.contains("mystery") && err.contains("service_account"),
-        "{err}"
-    );
-    let missing = credentials_from_file(&dir.path().join("absent.json")).unwrap_err();
-    assert!(missing.contains("cannot read"), "{missing}");
-    std::fs::write(&path, "not json").unwrap();
-    assert!(
-        credentials_from_file(&path)
-            .unwrap_err()
-            .contains("not JSON")
     );
 }
 

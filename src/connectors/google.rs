@@ -1,0 +1,377 @@
+//! gRPC plumbing the three connectors' clients share when they talk to Google: the
+//! authenticated TLS connection, credentials files, the `x-goog-request-params` routing header,
+//! per-attempt deadlines, and request bodies that are already serialized.
+//!
+//! What is specific to a service (its endpoints, method paths, how statuses are classified,
+//! how many channels it opens) stays in that connector's `client` module.
+
+use std::fmt::Debug;
+use std::path::Path;
+use std::time::Duration;
+
+use gcloud_sdk::google_cloud_auth::credentials::{
+    Credentials, external_account, impersonated, service_account, user_account,
+};
+use gcloud_sdk::{GoogleApi, GoogleAuthMiddleware, RequestTimeouts};
+use tonic::codegen::{Body, Bytes, StdError, http};
+use tonic::metadata::{AsciiMetadataValue, MetadataValue};
+
+use crate::error::{Error, Result};
+
+/// The OAuth scope requested for credentials read from `credentials_file`.
+pub const CLOUD_PLATFORM_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
+
+/// The metadata key of the routing header Google front ends use to send a call to the backend
+/// that owns its resource (AIP-4222).
+pub const ROUTING_HEADER: &str = "x-goog-request-params";
+
+/// Opens an authenticated TLS connection to a Google endpoint.
+///
+/// Installs the process-wide crypto provider first
+/// ([`install_crypto_provider`](crate::connectors::install_crypto_provider)). Credentials come
+/// from `credentials_file` when given (see [`credentials_from_file`]), else from Application
+/// Default Credentials. The channel is connected here, so every failure — an unreadable
+/// credentials file as much as an unreachable endpoint — is an [`Error::Connect`] naming
+/// `endpoint`.
+///
+/// More channels sharing the same token source can be opened from the result with
+/// `GoogleApi::connect_with_endpoint`.
+pub async fn connect(
+    endpoint: &str,
+    credentials_file: Option<&Path>,
+) -> Result<GoogleApi<GoogleAuthMiddleware>> {
+    crate::connectors::install_crypto_provider();
+    let connect_error = |message: String| Error::Connect {
+        endpoint: endpoint.to_string(),
+        message,
+    };
+    match credentials_file {
+        Some(path) => {
+            let credentials = credentials_from_file(path).map_err(connect_error)?;
+            GoogleApi::from_function_with_credentials(
+                std::convert::identity,
+                endpoint,
+                None,
+                credentials,
+            )
+            .await
+        }
+        None => GoogleApi::from_function(std::convert::identity, endpoint, None).await,
+    }
+    .map_err(|e| connect_error(e.to_string()))
+}
+
+/// Builds credentials from a JSON credentials file, by its `type`: `service_account`,
+/// `authorized_user`, `impersonated_service_account` or `external_account`, each asking for
+/// [`CLOUD_PLATFORM_SCOPE`].
+///
+/// The error is a sentence naming the file: it cannot be read, is not JSON, has another
+/// `type`, or its contents are refused by the credentials builder.
+///
+/// # Example
+///
+/// ```
+/// use gcp_sql::connectors::google::credentials_from_file;
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("key.json");
+/// std::fs::write(&path, r#"{"type": "api_key"}"#).unwrap();
+/// let err = credentials_from_file(&path).unwrap_err();
+/// assert!(err.contains("credential type 'api_key'"));
+/// ```
+pub fn credentials_from_file(path: &Path) -> std::result::Result<Credentials, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read credentials_file '{}': {e}", path.display()))?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("credentials_file '{}' is not JSON: {e}", path.display()))?;
+    let kind = json
+        .get("type")
+        .and_then(|t| t.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let scopes = [CLOUD_PLATFORM_SCOPE];
+    let built = match kind.as_str() {
+        "service_account" => service_account::Builder::new(json)
+            .with_access_specifier(service_account::AccessSpecifier::from_scopes(scopes))
+            .build(),
+        "authorized_user" => user_account::Builder::new(json).with_scopes(scopes).build(),
+        "impersonated_service_account" => {
+            impersonated::Builder::new(json).with_scopes(scopes).build()
+        }
+        "external_account" => external_account::Builder::new(json)
+            .with_scopes(scopes)
+            .build(),
+        other => {
+            return Err(format!(
+                "credentials_file '{}' has credential type '{other}'; supported are service_account, \
+                 authorized_user, impersonated_service_account and external_account",
+                path.display()
+            ));
+        }
+    };
+    built.map_err(|e| format!("credentials_file '{}': {e}", path.display()))
+}
+
+/// The value of an [`ROUTING_HEADER`] header: `key=value` pairs joined by `&`, each value
+/// percent-encoded (every byte except ASCII letters, digits and `-_.~`). Keys are written as
+/// they are.
+///
+/// # Example
+///
+/// ```
+/// use gcp_sql::connectors::google::routing_value;
+///
+/// let value = routing_value(&[("topic", "projects/p/topics/t")]).unwrap();
+/// assert_eq!(value.to_str().unwrap(), "topic=projects%2Fp%2Ftopics%2Ft");
+/// ```
+pub fn routing_value(pairs: &[(&str, &str)]) -> std::result::Result<AsciiMetadataValue, String> {
+    let mut value =
+        String::with_capacity(pairs.iter().map(|(key, v)| key.len() + v.len() + 16).sum());
+    for (n, (key, v)) in pairs.iter().enumerate() {
+        if n > 0 {
+            value.push('&');
+        }
+        value.push_str(key);
+        value.push('=');
+        for b in v.bytes() {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                value.push(b as char);
+            } else {
+                value.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
+    MetadataValue::try_from(value).map_err(|e| e.to_string())
+}
+
+/// Applies the per-attempt deadline `timeout` to `request`: it travels as `grpc-timeout`, and
+/// on an authenticated channel (`google`) it also bounds the token fetch the auth middleware
+/// makes before the call. A zero or absent timeout means no deadline, as it does in gax.
+pub fn with_deadline<M>(
+    mut request: tonic::Request<M>,
+    timeout: Option<Duration>,
+    google: bool,
+) -> tonic::Request<M> {
+    if let Some(timeout) = timeout.filter(|t| !t.is_zero()) {
+        request.set_timeout(timeout);
+        if google {
+            // Also bounds the token fetch the auth middleware does before the call.
+            request
+                .extensions_mut()
+                .insert(RequestTimeouts::new().with_total(timeout));
+        }
+    }
+    request
+}
+
+/// A request message already serialized (by the connector's mapping), written to the wire as
+/// it is, so a batch is sent without building and re-encoding the generated prost types.
+///
+/// `B` is the buffer: a `Vec<u8>` by default, or anything else that reads as bytes (such as
+/// [`Bytes`], to share one body between calls). The type is only ever encoded; decoding one
+/// skips every field.
+///
+/// # Example
+///
+/// ```
+/// use gcp_sql::connectors::google::PreEncoded;
+/// use prost::Message;
+///
+/// // A `Topic` whose `name` (field 1) is "t".
+/// let body = PreEncoded(vec![0x0a, 0x01, b't']);
+/// assert_eq!(body.encoded_len(), 3);
+/// assert_eq!(body.encode_to_vec(), [0x0a, 0x01, b't']);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PreEncoded<B = Vec<u8>>(pub B);
+
+impl<B> prost::Message for PreEncoded<B>
+where
+    B: AsRef<[u8]> + Default + Debug + Send + Sync,
+{
+    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
+        buf.put_slice(self.0.as_ref());
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl prost::bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> std::result::Result<(), prost::DecodeError> {
+        // Only ever encoded; a decode (which nothing does) would skip every field.
+        prost::encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.0.as_ref().len()
+    }
+
+    fn clear(&mut self) {
+        self.0 = B::default();
+    }
+}
+
+/// Waits until `service` can take a call and returns a gRPC client on it; a service that
+/// cannot become ready is `UNAVAILABLE` ("channel not ready: ...").
+pub async fn ready<T>(service: T) -> std::result::Result<tonic::client::Grpc<T>, tonic::Status>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<StdError>,
+    T::ResponseBody: Body<Data = Bytes> + Send + 'static,
+    <T::ResponseBody as Body>::Error: Into<StdError> + Send,
+{
+    let mut grpc = tonic::client::Grpc::new(service);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("channel not ready: {}", e.into())))?;
+    Ok(grpc)
+}
+
+/// Makes one unary call of the method at `path` (`/package.Service/Method`) on `service`,
+/// sending the pre-serialized body of `request` and decoding the response as `R`.
+pub async fn unary_pre_encoded<T, B, R>(
+    service: T,
+    request: tonic::Request<PreEncoded<B>>,
+    path: &'static str,
+) -> std::result::Result<tonic::Response<R>, tonic::Status>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<StdError>,
+    T::ResponseBody: Body<Data = Bytes> + Send + 'static,
+    <T::ResponseBody as Body>::Error: Into<StdError> + Send,
+    B: AsRef<[u8]> + Default + Debug + Send + Sync + 'static,
+    R: prost::Message + Default + Send + 'static,
+{
+    let mut grpc = ready(service).await?;
+    let codec = tonic_prost::ProstCodec::<PreEncoded<B>, R>::default();
+    grpc.unary(request, http::uri::PathAndQuery::from_static(path), codec)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::*;
+
+    #[test]
+    fn routing_value_percent_encodes_reserved_bytes_of_a_value() {
+        let value = routing_value(&[("topic", "projects/p/topics/a+b%c")]).unwrap();
+        assert_eq!(
+            value.to_str().unwrap(),
+            "topic=projects%2Fp%2Ftopics%2Fa%2Bb%25c"
+        );
+    }
+
+    #[test]
+    fn routing_value_joins_pairs_with_an_ampersand() {
+        let value = routing_value(&[
+            ("table_name", "projects/p/instances/i/tables/t"),
+            ("app_profile_id", "batch"),
+        ])
+        .unwrap();
+        assert_eq!(
+            value.to_str().unwrap(),
+            "table_name=projects%2Fp%2Finstances%2Fi%2Ftables%2Ft&app_profile_id=batch"
+        );
+    }
+
+    #[test]
+    fn routing_value_percent_encodes_non_ascii_and_separator_bytes() {
+        let value = routing_value(&[("name", "é &=x y")]).unwrap();
+        assert_eq!(value.to_str().unwrap(), "name=%C3%A9%20%26%3Dx%20y");
+    }
+
+    #[test]
+    fn routing_value_of_no_pairs_is_empty() {
+        assert_eq!(routing_value(&[]).unwrap().to_str().unwrap(), "");
+    }
+
+    #[test]
+    fn the_attempt_timeout_travels_as_grpc_timeout_and_zero_means_none() {
+        let timed = with_deadline(
+            tonic::Request::new(()),
+            Some(Duration::from_millis(1_500)),
+            true,
+        );
+        assert!(timed.metadata().get("grpc-timeout").is_some());
+        assert_eq!(
+            timed.extensions().get::<RequestTimeouts>(),
+            Some(&RequestTimeouts::new().with_total(Duration::from_millis(1_500)))
+        );
+        let plain = with_deadline(tonic::Request::new(()), Some(Duration::from_secs(1)), false);
+        assert!(plain.metadata().get("grpc-timeout").is_some());
+        assert!(plain.extensions().get::<RequestTimeouts>().is_none());
+        for none in [None, Some(Duration::ZERO)] {
+            let request = with_deadline(tonic::Request::new(()), none, true);
+            assert!(request.metadata().get("grpc-timeout").is_none(), "{none:?}");
+            assert!(
+                request.extensions().get::<RequestTimeouts>().is_none(),
+                "{none:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn refuses_a_credentials_file_of_an_unknown_type() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("creds.json");
+        std::fs::write(&path, r#"{"type": "mystery"}"#).unwrap();
+        let err = credentials_from_file(&path).unwrap_err();
+        assert!(
+            err.contains("mystery") && err.contains("service_account"),
+            "{err}"
+        );
+        let missing = credentials_from_file(&dir.path().join("absent.json")).unwrap_err();
+        assert!(missing.contains("cannot read"), "{missing}");
+        std::fs::write(&path, "not json").unwrap();
+        assert!(
+            credentials_from_file(&path)
+                .unwrap_err()
+                .contains("not JSON")
+        );
+    }
+
+    #[test]
+    fn refuses_a_credentials_file_without_a_type() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("creds.json");
+        std::fs::write(&path, r#"{"client_email": "a@b"}"#).unwrap();
+        let err = credentials_from_file(&path).unwrap_err();
+        assert!(err.contains("credential type ''"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_credentials_file_fails_the_connection_naming_the_endpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent.json");
+        let result = connect("https://pubsub.googleapis.com", Some(&absent)).await;
+        match result {
+            Err(Error::Connect { endpoint, message }) => {
+                assert_eq!(endpoint, "https://pubsub.googleapis.com");
+                assert!(message.contains("cannot read"), "{message}");
+            }
+            Err(other) => panic!("expected a connect error, got {other:?}"),
+            Ok(_) => panic!("connected with a credentials file that does not exist"),
+        }
+    }
+
+    #[test]
+    fn pre_encoded_bytes_go_to_the_wire_unchanged() {
+        let body = vec![0x0a, 0x03, b'a', b'b', b'c', 0x10, 0x01];
+        let message = PreEncoded(body.clone());
+        assert_eq!(message.encoded_len(), body.len());
+        assert_eq!(message.encode_to_vec(), body);
+        let shared = PreEncoded(Bytes::from(body.clone()));
+        assert_eq!(shared.encode_to_vec(), body);
+    }
+
+    #[test]
+    fn decoding_into_pre_encoded_skips_every_field() {
+        let decoded = PreEncoded::<Vec<u8>>::decode(&[0x0a, 0x01, b't', 0x10, 0x05][..]).unwrap();
+        assert!(decoded.0.is_empty());
+        assert!(PreEncoded::<Vec<u8>>::decode(&[0x0a, 0x05, b't'][..]).is_err());
+    }
+}
