@@ -1,6 +1,6 @@
 //! The three connectors. Each is split the same way: `options` (the typed option model and
 //! its builder), `mapping` (Arrow rows to records, pure), `client` (the gRPC side, a
-//! [`Transport`](crate::core::Transport)), `writer` (the glue onto the flow-control core).
+//! [`crate::core::Transport`]), `writer` (the glue onto the flow-control core).
 
 pub mod bigtable;
 pub mod cloud_tasks;

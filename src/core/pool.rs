@@ -7,7 +7,7 @@
 //! drains under the progress watchdog until one is. The replacement opens only after the
 //! release finished. A release asks every client it covers to close before awaiting any, and
 //! the whole release costs the shutdown budget once; an overrun is
-//! [`Error::ShutdownTimeout`](crate::Error::ShutdownTimeout).
+//! [`crate::Error::ShutdownTimeout`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
