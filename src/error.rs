@@ -196,7 +196,9 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Rpc { code, .. } => crate::core::retry::is_transient_code(*code),
-            Error::RetryExhausted { source, .. } | Error::Incomplete { source, .. } => source.is_retryable(),
+            Error::RetryExhausted { source, .. } | Error::Incomplete { source, .. } => {
+                source.is_retryable()
+            }
             Error::ProgressTimeout { .. }
             | Error::ShutdownTimeout { .. }
             | Error::Connect { .. } => true,

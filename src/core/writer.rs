@@ -588,7 +588,10 @@ impl<T: Transport> Shared<T> {
         // for a failure, after the writer is marked failed: a waiting write must neither see a
         // delivered count that lags the permits nor slip in past a failure.
         let mut retired = Vec::new();
-        if let Err(e) = self.resolve(&destination, &client, batch.items, &mut retired).await {
+        if let Err(e) = self
+            .resolve(&destination, &client, batch.items, &mut retired)
+            .await
+        {
             self.fail(e);
         }
         drop(retired);
@@ -834,7 +837,10 @@ impl<T: Transport> Shared<T> {
 /// Names the option behind a spent retry budget, when the connector has one.
 fn retry_exhausted(error: Error, option: Option<&'static str>) -> Error {
     match option {
-        Some(option) => Error::RetryExhausted { source: Box::new(error), option },
+        Some(option) => Error::RetryExhausted {
+            source: Box::new(error),
+            option,
+        },
         None => error,
     }
 }
@@ -1082,7 +1088,14 @@ mod tests {
         match h.writer.flush().await {
             Err(Error::RetryExhausted { source, option }) => {
                 assert_eq!(option, "retry_max_attempts");
-                let Error::Rpc { operation, destination, code, attempts, .. } = *source else {
+                let Error::Rpc {
+                    operation,
+                    destination,
+                    code,
+                    attempts,
+                    ..
+                } = *source
+                else {
                     panic!("unexpected {source:?}");
                 };
                 assert_eq!(operation, "FakeSend");
@@ -1158,7 +1171,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn delivered_is_final_when_flush_returns() {
         let mut h = Harness::new(config());
-        h.fake.respond_with(|_| FakeReply::Delay(Duration::from_millis(5), Box::new(FakeReply::Ok)));
+        h.fake
+            .respond_with(|_| FakeReply::Delay(Duration::from_millis(5), Box::new(FakeReply::Ok)));
         h.write_all(1..=50, "d").await.expect("write");
         h.writer.flush().await.expect("flush");
         assert_eq!(h.writer.delivered(), 50);

@@ -25,9 +25,7 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::SendableRecordBatchStream;
 
-use super::client::{
-    CREATE_TASK_TIMEOUT, ClientSettings, CloudTasksTransport,
-};
+use super::client::{CREATE_TASK_TIMEOUT, ClientSettings, CloudTasksTransport};
 use super::mapping::CloudTasksMapping;
 use super::options::{
     CloudTasksSinkOptions, CloudTasksWriterOptions, DESTINATION_IDLE_TIMEOUT, MAX_ACTIVE_QUEUES,
@@ -35,8 +33,7 @@ use super::options::{
 };
 use crate::connectors::{SinkConnector, write_stream};
 use crate::core::{
-    Backoff, BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings,
-    SinkMetrics,
+    Backoff, BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
 };
 use crate::error::Result;
 use crate::options::{ConnectorKind, RawOptions};
@@ -153,7 +150,10 @@ impl SinkConnector for CloudTasksSink {
     ) -> Result<u64> {
         let transport = Arc::new(CloudTasksTransport::connect(&self.client_settings()).await?);
         let writer = FlowWriter::new(transport, self.flow.clone(), metrics);
-        write_stream(writer, input, |batch, first_row, out| self.mapping.encode_batch(batch, first_row, out)).await
+        write_stream(writer, input, |batch, first_row, out| {
+            self.mapping.encode_batch(batch, first_row, out)
+        })
+        .await
     }
 }
 

@@ -202,7 +202,8 @@ fn flow_config(options: &PubSubSinkOptions) -> FlowConfig {
             max_delay: p.batch_delay_threshold(),
         },
         retry,
-        retry_option: (!p.enable_message_ordering()).then_some("retry_total_timeout' / 'retry_max_attempts"),
+        retry_option: (!p.enable_message_ordering())
+            .then_some("retry_total_timeout' / 'retry_max_attempts"),
         not_found: options.auto_create_topic.then(|| RecoverySettings {
             backoff: Backoff {
                 initial: p.recovery_initial_backoff(),
