@@ -60,7 +60,8 @@ enum Workload {
     /// 2,000,000 rows of ~1 KB through a slow null server (issue 4): peak RSS vs the byte cap.
     #[value(name = "mem-1k")]
     Mem1k,
-    /// 20,000,000 rows of ~200 B (10x W1, issue 5): peak RSS stays near the byte cap.
+    /// 20,000,000 rows of ~200 B (10x W1, issue 5) through a null server answering after 50 ms:
+    /// peak RSS stays near the byte cap.
     #[value(name = "mem-10x")]
     Mem10x,
 }
@@ -83,9 +84,9 @@ struct Args {
     /// The workload: sets rows, row size and keys (each can be overridden)
     #[arg(long, value_enum, default_value_t = Workload::W1)]
     workload: Workload,
-    /// What to send to
-    #[arg(long, value_enum, default_value_t = Target::NullAndCeiling)]
-    target: Target,
+    /// What to send to (default: null-and-ceiling for w1/w1k, null for the memory workloads)
+    #[arg(long, value_enum)]
+    target: Option<Target>,
     /// Rows to insert (default: the workload's)
     #[arg(long)]
     rows: Option<u64>,
@@ -107,9 +108,10 @@ struct Args {
     /// batch_delay_threshold
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10ms")]
     batch_delay: Duration,
-    /// max_in_flight_messages
-    #[arg(long, default_value_t = 10_000)]
-    max_in_flight_messages: u64,
+    /// max_in_flight_messages (default: 10000 for w1/w1k; 1000000 for the memory workloads, so
+    /// that the 64 MiB byte cap is the one that binds)
+    #[arg(long)]
+    max_in_flight_messages: Option<u64>,
     /// max_in_flight_bytes (default: the option's default, 64 MiB)
     #[arg(long)]
     max_in_flight_bytes: Option<u64>,
@@ -132,12 +134,33 @@ struct Plan {
 }
 
 impl Args {
+    fn is_memory_workload(&self) -> bool {
+        matches!(self.workload, Workload::Mem1k | Workload::Mem10x)
+    }
+
+    fn target(&self) -> Target {
+        self.target.unwrap_or(if self.is_memory_workload() {
+            Target::Null
+        } else {
+            Target::NullAndCeiling
+        })
+    }
+
+    fn in_flight_messages(&self) -> u64 {
+        self.max_in_flight_messages
+            .unwrap_or(if self.is_memory_workload() {
+                1_000_000
+            } else {
+                10_000
+            })
+    }
+
     fn plan(&self) -> Plan {
         let (name, rows, row_bytes, keys, latency) = match self.workload {
             Workload::W1 => ("w1", 1_000_000, 200, 0, Duration::ZERO),
             Workload::W1k => ("w1k", 1_000_000, 200, 16, Duration::ZERO),
             Workload::Mem1k => ("mem-1k", 2_000_000, 1_000, 0, Duration::from_millis(200)),
-            Workload::Mem10x => ("mem-10x", 20_000_000, 200, 0, Duration::ZERO),
+            Workload::Mem10x => ("mem-10x", 20_000_000, 200, 0, Duration::from_millis(50)),
         };
         Plan {
             name,
@@ -194,7 +217,7 @@ fn table_sql(args: &Args, plan: &Plan, host: &str) -> String {
             "batch_delay_threshold = '{}'",
             humantime::format_duration(args.batch_delay)
         ),
-        format!("max_in_flight_messages = '{}'", args.max_in_flight_messages),
+        format!("max_in_flight_messages = '{}'", args.in_flight_messages()),
     ];
     if let Some(bytes) = args.max_in_flight_bytes {
         options.push(format!("max_in_flight_bytes = '{bytes}'"));
@@ -376,6 +399,12 @@ async fn request_pool(args: &Args, plan: &Plan) -> gcp_sql::Result<Vec<(Bytes, u
         }
     }
     flush(&mut current, &mut current_bytes, &mut pool);
+    // Cycle through full requests only, so every request carries as many messages as the first
+    // (a short last request would make the message count drift from --rows).
+    if pool.len() > 1 {
+        let full = pool[0].1;
+        pool.retain(|(_, messages, _)| *messages == full);
+    }
     Ok(pool)
 }
 
@@ -579,11 +608,12 @@ async fn bench(args: Args) -> gcp_sql::Result<()> {
         args.batch_count,
         args.batch_bytes,
         args.batch_delay,
-        args.max_in_flight_messages,
+        args.in_flight_messages(),
         args.max_in_flight_bytes
             .map_or("default(64MiB)".to_string(), |b| b.to_string()),
     );
-    match args.target {
+    let target = args.target();
+    match target {
         Target::Emulator => {
             let emulator = Emulator::start(EmulatorKind::PubSub).await?;
             create_topic(emulator.host(), &topic(&plan)).await?;
@@ -593,12 +623,12 @@ async fn bench(args: Args) -> gcp_sql::Result<()> {
         Target::Null | Target::Ceiling | Target::NullAndCeiling => {
             let server = NullChild::start(plan.latency)?;
             let mut sink = None;
-            if args.target != Target::Ceiling {
+            if target != Target::Ceiling {
                 let measured = run_sink(&args, &plan, &server.host, "null").await?;
                 measured.print();
                 sink = Some(measured);
             }
-            if args.target != Target::Null {
+            if target != Target::Null {
                 let pool = Arc::new(request_pool(&args, &plan).await?);
                 let mut best: Option<Measured> = None;
                 for &concurrency in &args.concurrency {

@@ -60,7 +60,7 @@ impl Gate {
         c.bytes = c.bytes.saturating_add(bytes);
         self.metrics.set_in_flight(c.records, c.bytes);
         Some(Permit {
-            gate: self.clone(),
+            gate: Some(self.clone()),
             bytes,
         })
     }
@@ -96,10 +96,12 @@ impl Gate {
         (c.records, c.bytes)
     }
 
-    fn release(&self, bytes: u64) {
+    /// Releases `records` permits holding `bytes` in all: one lock and one completion however
+    /// many, so a resolved batch leaves the gate at the cost of one record.
+    fn release(&self, records: u64, bytes: u64) {
         {
             let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-            c.records = c.records.saturating_sub(1);
+            c.records = c.records.saturating_sub(records);
             c.bytes = c.bytes.saturating_sub(bytes);
             self.metrics.set_in_flight(c.records, c.bytes);
         }
@@ -110,7 +112,8 @@ impl Gate {
 /// One admitted record's share of the gate; released (a completion) when dropped.
 #[derive(Debug)]
 pub struct Permit {
-    gate: Arc<Gate>,
+    /// `None` once released.
+    gate: Option<Arc<Gate>>,
     bytes: u64,
 }
 
@@ -119,11 +122,41 @@ impl Permit {
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
+
+    /// Releases every permit of `permits` with one gate lock and one completion per run of
+    /// permits of the same gate, instead of one per permit (the send path releases a resolved
+    /// batch of up to 1000 records at once). Dropping them one by one has the same effect on the
+    /// counts.
+    pub fn release_all(permits: impl IntoIterator<Item = Permit>) {
+        let mut run: Option<(Arc<Gate>, u64, u64)> = None;
+        for mut permit in permits {
+            let Some(gate) = permit.gate.take() else {
+                continue;
+            };
+            match &mut run {
+                Some((current, records, bytes)) if Arc::ptr_eq(current, &gate) => {
+                    *records += 1;
+                    *bytes = bytes.saturating_add(permit.bytes);
+                }
+                _ => {
+                    if let Some((done, records, bytes)) = run.take() {
+                        done.release(records, bytes);
+                    }
+                    run = Some((gate, 1, permit.bytes));
+                }
+            }
+        }
+        if let Some((gate, records, bytes)) = run {
+            gate.release(records, bytes);
+        }
+    }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.gate.release(self.bytes);
+        if let Some(gate) = self.gate.take() {
+            gate.release(1, self.bytes);
+        }
     }
 }
 
@@ -155,6 +188,32 @@ mod tests {
             .sum_by_name(name)
             .map(|v| v.as_usize())
             .unwrap_or(usize::MAX)
+    }
+
+    #[test]
+    fn releasing_permits_together_frees_their_records_and_bytes() {
+        let (g, set) = gate(10, 1_000);
+        let other_set = ExecutionPlanMetricsSet::new();
+        let other = Gate::new(
+            10,
+            1_000,
+            Arc::new(Progress::new(None, "p")),
+            SinkMetrics::new(&other_set),
+        );
+        let permits: Vec<Permit> = (1..=4)
+            .map(|b| g.try_admit(b * 10).expect("fits"))
+            .collect();
+        let kept = g.try_admit(7).expect("fits");
+        let foreign = other.try_admit(5).expect("fits");
+        assert_eq!(g.in_flight(), (5, 107));
+        // Permits of two gates in one call: each gate gets back exactly its own.
+        Permit::release_all(permits.into_iter().chain(std::iter::once(foreign)));
+        assert_eq!(g.in_flight(), (1, 7));
+        assert_eq!(other.in_flight(), (0, 0));
+        assert_eq!(metric(&set, names::IN_FLIGHT_RECORDS), 1);
+        assert_eq!(metric(&set, names::IN_FLIGHT_BYTES), 7);
+        drop(kept);
+        assert_eq!(g.in_flight(), (0, 0));
     }
 
     #[tokio::test(start_paused = true)]

@@ -68,6 +68,9 @@ struct Open<R> {
 #[derive(Debug)]
 struct KeyQueue<R> {
     pending: VecDeque<Item<R>>,
+    /// Sum of `pending`'s bytes, kept as records come and go (summing the queue at every push
+    /// cost time proportional to its length per record).
+    pending_bytes: u64,
     generation: u64,
     in_flight: bool,
 }
@@ -150,19 +153,17 @@ impl<R> DestBatches<R> {
                 let generation = self.next_generation + 1;
                 let q = self.keys.entry(key.clone()).or_insert_with(|| KeyQueue {
                     pending: VecDeque::new(),
+                    pending_bytes: 0,
                     generation: 0,
                     in_flight: false,
                 });
                 let opened = q.pending.is_empty();
+                q.pending_bytes = q.pending_bytes.saturating_add(item.envelope.bytes);
                 q.pending.push_back(item);
                 if q.in_flight {
                     return Pushed { ready, timer: None };
                 }
-                let bytes: u64 = q
-                    .pending
-                    .iter()
-                    .map(|i| i.envelope.bytes)
-                    .fold(0, u64::saturating_add);
+                let bytes = q.pending_bytes;
                 if q.pending.len() >= t.max_records || bytes >= t.max_bytes {
                     ready.extend(self.take_key(&key));
                     return Pushed { ready, timer: None };
@@ -216,6 +217,7 @@ impl<R> DestBatches<R> {
                 items.push(item);
             }
         }
+        q.pending_bytes = q.pending_bytes.saturating_sub(bytes);
         q.in_flight = true;
         Some(Batch {
             items,
@@ -308,6 +310,40 @@ mod tests {
             max_bytes: bytes,
             max_delay: Duration::from_millis(10),
         }
+    }
+
+    #[test]
+    fn keyed_byte_threshold_counts_only_records_still_waiting() {
+        let g = gate();
+        let mut b = DestBatches::new(thresholds(100, 100));
+        // 60 + 40 bytes: the second record reaches the threshold and both go.
+        assert!(b.push(item(&g, 1, 60, Some("k"))).ready.is_empty());
+        let first = b.push(item(&g, 2, 40, Some("k"))).ready;
+        assert_eq!(
+            first.iter().map(records).collect::<Vec<_>>(),
+            vec![vec![1, 2]]
+        );
+        // While it is in flight, 40 + 40 + 40 bytes queue up.
+        for n in 3..=5 {
+            assert!(b.push(item(&g, n, 40, Some("k"))).ready.is_empty());
+        }
+        // The next batch takes what fits in 100 bytes; the last 40 bytes go after it.
+        let second = b.key_done(&Arc::from("k")).expect("next batch");
+        assert_eq!(records(&second), vec![3, 4]);
+        assert!(
+            b.key_done(&Arc::from("k"))
+                .is_some_and(|b| records(&b) == vec![5])
+        );
+        assert!(b.key_done(&Arc::from("k")).is_none());
+        // Then 40 + 59 bytes stay below the threshold...
+        assert!(b.push(item(&g, 6, 40, Some("k"))).ready.is_empty());
+        assert!(b.push(item(&g, 7, 59, Some("k"))).ready.is_empty());
+        // ...and one more byte reaches it.
+        let third = b.push(item(&g, 8, 1, Some("k"))).ready;
+        assert_eq!(
+            third.iter().map(records).collect::<Vec<_>>(),
+            vec![vec![6, 7, 8]]
+        );
     }
 
     #[test]

@@ -12,14 +12,14 @@
 //! Send tasks and delay timers run as tasks of one `JoinSet` owned by the writer, so they
 //! make progress while nothing calls the writer, and are aborted when the writer is dropped.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::admission::Gate;
+use super::admission::{Gate, Permit};
 use super::batch::{Batch, Item, TimerTag};
 use super::breaker::Breaker;
 use super::metrics::{SinkMetrics, code_name};
@@ -53,6 +53,8 @@ struct Shared<T: Transport> {
     sends: Semaphore,
     pool: Mutex<Pool<T::Client, T::Record>>,
     failure: Mutex<Failure>,
+    /// Set (under the `failure` lock) once `failure.summary` is; read without the lock.
+    has_failed: AtomicBool,
     tasks: Mutex<Tasks>,
     delivered: AtomicU64,
 }
@@ -142,6 +144,7 @@ impl<T: Transport> FlowWriter<T> {
             gate,
             pool: Mutex::default(),
             failure: Mutex::default(),
+            has_failed: AtomicBool::new(false),
             tasks: Mutex::default(),
             delivered: AtomicU64::new(0),
             config,
@@ -332,6 +335,10 @@ async fn shutdown_with<T: Transport>(shared: Arc<Shared<T>>, mut set: JoinSet<()
 impl<T: Transport> Shared<T> {
     /// The writer's state: `Err` once it has failed (the first error once, then its summary).
     fn check(&self) -> Result<()> {
+        // Fast path for every write: no lock while the writer has not failed.
+        if !self.has_failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let mut f = lock(&self.failure);
         if let Some(e) = f.first.take() {
             return Err(e);
@@ -348,6 +355,7 @@ impl<T: Transport> Shared<T> {
         if f.summary.is_none() {
             tracing::error!(error = %e, "writer failed");
             f.summary = Some(e.to_string());
+            self.has_failed.store(true, Ordering::Release);
         }
         drop(f);
         self.progress.poke();
@@ -361,13 +369,14 @@ impl<T: Transport> Shared<T> {
             tracing::error!(error = %e, "writer failed");
             f.summary = Some(e.to_string());
             f.first = Some(e);
+            self.has_failed.store(true, Ordering::Release);
         }
         drop(f);
         self.progress.poke();
     }
 
     fn is_failed(&self) -> bool {
-        lock(&self.failure).summary.is_some()
+        self.has_failed.load(Ordering::Acquire)
     }
 
     fn spawn(self: &Arc<Self>, fut: impl Future<Output = ()> + Send + 'static) {
@@ -594,7 +603,8 @@ impl<T: Transport> Shared<T> {
         {
             self.fail(e);
         }
-        drop(retired);
+        // One gate release for the whole batch rather than one per record.
+        Permit::release_all(retired.into_iter().map(|item| item.permit));
         drop(client);
         if let Some(key) = &batch.key {
             self.key_done(&destination, key);
