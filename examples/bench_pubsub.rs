@@ -37,6 +37,7 @@ use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
 use gcloud_sdk::google::pubsub::v1::{PublishResponse, Topic};
 use gcp_sql::bench::null_server::{NullServerOptions, serve_until_signal};
 use gcp_sql::bench::{ResourceUsage, peak_rss_bytes, reset_peak_rss};
+use gcp_sql::connectors::google::PreEncoded;
 use gcp_sql::connectors::pubsub::mapping::{
     MappingSpec, PubSubMapping, request_base_len, request_entry_len, write_publish_request,
 };
@@ -326,34 +327,6 @@ async fn run_sink(args: &Args, plan: &Plan, host: &str, target: &str) -> gcp_sql
     })
 }
 
-/// A request body written to the wire as it is.
-#[derive(Debug, Clone, Default)]
-struct PreEncoded(Bytes);
-
-impl prost::Message for PreEncoded {
-    fn encode_raw(&self, buf: &mut impl prost::bytes::BufMut) {
-        buf.put_slice(&self.0);
-    }
-
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: prost::encoding::WireType,
-        buf: &mut impl prost::bytes::Buf,
-        ctx: prost::encoding::DecodeContext,
-    ) -> Result<(), prost::DecodeError> {
-        prost::encoding::skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn clear(&mut self) {
-        self.0 = Bytes::new();
-    }
-}
-
 /// The pool of pre-encoded requests: the first rows of the same SQL through the same mapping,
 /// grouped under the same thresholds. Returns (body, messages, message bytes) per request.
 async fn request_pool(args: &Args, plan: &Plan) -> gcp_sql::Result<Vec<(Bytes, u64, u64)>> {
@@ -460,7 +433,8 @@ async fn run_ceiling(
                 grpc.ready()
                     .await
                     .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-                let codec = tonic_prost::ProstCodec::<PreEncoded, PublishResponse>::default();
+                let codec =
+                    tonic_prost::ProstCodec::<PreEncoded<Bytes>, PublishResponse>::default();
                 let response = grpc
                     .unary(
                         request,
