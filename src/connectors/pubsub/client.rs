@@ -77,13 +77,13 @@ pub struct ClientSettings {
 }
 
 impl ClientSettings {
-    /// The emulator address in effect: the setting, else `PUBSUB_EMULATOR_HOST` (ignored when
-    /// empty).
+    /// The emulator address in effect (an empty one counts as none).
+    ///
+    /// `PUBSUB_EMULATOR_HOST` is not read here: the table options resolved it when the table was
+    /// declared, where an explicit `endpoint` turns it off. Reading it again at connect time
+    /// would send a table with an explicit endpoint to the emulator.
     pub fn effective_emulator_host(&self) -> Option<String> {
-        self.emulator_host
-            .clone()
-            .or_else(|| std::env::var(EMULATOR_HOST_ENV).ok())
-            .filter(|h| !h.trim().is_empty())
+        self.emulator_host.clone().filter(|h| !h.trim().is_empty())
     }
 }
 

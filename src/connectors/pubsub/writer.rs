@@ -219,3 +219,51 @@ fn flow_config(options: &PubSubSinkOptions) -> FlowConfig {
         max_concurrent_sends: max_records,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    fn sink_with_env(pairs: &[(&str, &str)], env: &[(&str, &str)]) -> PubSubSink {
+        let raw = RawOptions::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .expect("raw options");
+        let lookup = |name: &str| {
+            env.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        };
+        let options = PubSubSinkOptions::from_raw_with_env(None, &raw, &lookup).expect("options");
+        let schema = Arc::new(Schema::new(vec![Field::new("data", DataType::Utf8, false)]));
+        PubSubSink::from_options(schema, options).expect("sink")
+    }
+
+    #[test]
+    fn an_explicit_endpoint_is_not_overridden_by_the_emulator_variable() {
+        let sink = sink_with_env(
+            &[
+                ("topic", "projects/demo/topics/clicks"),
+                ("endpoint", "https://europe-west1-pubsub.googleapis.com"),
+            ],
+            &[("PUBSUB_EMULATOR_HOST", "127.0.0.1:8085")],
+        );
+        let settings = sink.client_settings();
+        assert_eq!(settings.effective_emulator_host(), None);
+        assert_eq!(
+            settings.endpoint.as_deref(),
+            Some("https://europe-west1-pubsub.googleapis.com")
+        );
+    }
+
+    #[test]
+    fn the_emulator_variable_is_used_without_an_endpoint() {
+        let sink = sink_with_env(
+            &[("topic", "projects/demo/topics/clicks")],
+            &[("PUBSUB_EMULATOR_HOST", "127.0.0.1:8085")],
+        );
+        assert_eq!(
+            sink.client_settings().effective_emulator_host().as_deref(),
+            Some("127.0.0.1:8085")
+        );
+    }
+}
