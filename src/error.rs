@@ -206,6 +206,22 @@ impl Error {
         }
     }
 
+    /// An [`Error::Rpc`] from the status an RPC answered after `attempts` attempts.
+    pub fn rpc(
+        operation: &'static str,
+        destination: &str,
+        status: &tonic::Status,
+        attempts: u32,
+    ) -> Self {
+        Error::Rpc {
+            operation,
+            destination: destination.to_string(),
+            code: status.code(),
+            message: status.message().to_string(),
+            attempts,
+        }
+    }
+
     /// Shorthand for an [`Error::InvalidOption`].
     pub fn invalid(
         option: impl Into<String>,

@@ -118,6 +118,31 @@ pub struct RecoverySettings {
     pub create: bool,
 }
 
+impl RecoverySettings {
+    /// A recovery whose backoff grows by `multiplier` from `initial` up to `max`, with
+    /// `max_attempts` (the first send included; values below 1 count as 1) named by
+    /// `attempts_option` when they run out.
+    pub fn new(
+        initial: std::time::Duration,
+        max: std::time::Duration,
+        multiplier: f64,
+        max_attempts: i32,
+        attempts_option: &'static str,
+        create: bool,
+    ) -> Self {
+        RecoverySettings {
+            backoff: Backoff {
+                initial,
+                max,
+                multiplier,
+            },
+            max_attempts: u32::try_from(max_attempts).unwrap_or(1).max(1),
+            attempts_option,
+            create,
+        }
+    }
+}
+
 /// Everything the core needs to know, filled from a connector's options.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlowConfig {

@@ -861,13 +861,7 @@ fn rpc_error(
     status: &tonic::Status,
     attempts: u32,
 ) -> Error {
-    Error::Rpc {
-        operation,
-        destination: destination.to_string(),
-        code: status.code(),
-        message: status.message().to_string(),
-        attempts,
-    }
+    Error::rpc(operation, destination, status, attempts)
 }
 
 /// Counts records in `parked_for_retry` while alive (an aborted sleep uncounts them too).

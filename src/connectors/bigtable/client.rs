@@ -510,13 +510,7 @@ pub fn classify_mutate_rows_status(status: &tonic::Status) -> Class {
 }
 
 fn admin_error(operation: &'static str, destination: &str, status: &tonic::Status) -> Error {
-    Error::Rpc {
-        operation,
-        destination: destination.to_string(),
-        code: status.code(),
-        message: status.message().to_string(),
-        attempts: 1,
-    }
+    Error::rpc(operation, destination, status, 1)
 }
 
 fn admin_request<M>(message: M, routing: (&str, &str), google: bool) -> Result<tonic::Request<M>> {

@@ -30,7 +30,7 @@ use super::options::{
 };
 use crate::connectors::{SinkConnector, write_stream};
 use crate::core::{
-    Backoff, BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
+    BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
 };
 use crate::error::Result;
 use crate::options::{ConnectorKind, RawOptions};
@@ -227,15 +227,15 @@ fn flow_config(options: &BigtableSinkOptions, mapping: &BigtableMapping) -> Flow
         },
         retry: mutate_rows_retry(),
         retry_option: None,
-        not_found: options.auto_create_table.then(|| RecoverySettings {
-            backoff: Backoff {
-                initial: w.recovery_initial_backoff(),
-                max: w.recovery_max_backoff(),
-                multiplier: 2.0,
-            },
-            max_attempts: u32::try_from(w.recovery_max_attempts()).unwrap_or(1).max(1),
-            attempts_option: "recovery_max_attempts",
-            create: true,
+        not_found: options.auto_create_table.then(|| {
+            RecoverySettings::new(
+                w.recovery_initial_backoff(),
+                w.recovery_max_backoff(),
+                2.0,
+                w.recovery_max_attempts(),
+                "recovery_max_attempts",
+                true,
+            )
         }),
         failure_policy: options.failure_policy,
         // Every send carries at least one entry, so the entry cap already bounds this.

@@ -33,7 +33,7 @@ use super::options::{
 };
 use crate::connectors::{SinkConnector, write_stream};
 use crate::core::{
-    Backoff, BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
+    BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
 };
 use crate::error::Result;
 use crate::options::{ConnectorKind, RawOptions};
@@ -178,18 +178,14 @@ pub fn retry_settings(writer: &CloudTasksWriterOptions) -> RetrySettings {
 
 /// The NOT_FOUND retry of the seed as the core's recovery settings (never creating the queue).
 pub fn not_found_settings(writer: &CloudTasksWriterOptions) -> RecoverySettings {
-    RecoverySettings {
-        backoff: Backoff {
-            initial: writer.not_found_recovery_initial_backoff(),
-            max: writer.not_found_recovery_max_backoff(),
-            multiplier: NOT_FOUND_BACKOFF_MULTIPLIER,
-        },
-        max_attempts: u32::try_from(writer.not_found_recovery_max_attempts())
-            .unwrap_or(1)
-            .max(1),
-        attempts_option: "not_found_recovery_max_attempts",
-        create: false,
-    }
+    RecoverySettings::new(
+        writer.not_found_recovery_initial_backoff(),
+        writer.not_found_recovery_max_backoff(),
+        NOT_FOUND_BACKOFF_MULTIPLIER,
+        writer.not_found_recovery_max_attempts(),
+        "not_found_recovery_max_attempts",
+        false,
+    )
 }
 
 /// Translates the sink options into the core's settings; see the module docs.

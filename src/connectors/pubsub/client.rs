@@ -314,13 +314,7 @@ impl Transport for PubSubTransport {
         match result {
             Ok(_) => Ok(true),
             Err(status) if status.code() == Code::AlreadyExists => Ok(false),
-            Err(status) => Err(Error::Rpc {
-                operation: "CreateTopic",
-                destination: destination.to_string(),
-                code: status.code(),
-                message: status.message().to_string(),
-                attempts: 1,
-            }),
+            Err(status) => Err(Error::rpc("CreateTopic", destination, &status, 1)),
         }
     }
 

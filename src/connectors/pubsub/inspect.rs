@@ -201,13 +201,7 @@ fn emulator_channel() -> Result<Channel> {
 }
 
 fn rpc_error(operation: &'static str, destination: &str, status: tonic::Status) -> Error {
-    Error::Rpc {
-        operation,
-        destination: destination.to_string(),
-        code: status.code(),
-        message: status.message().to_string(),
-        attempts: 1,
-    }
+    Error::rpc(operation, destination, &status, 1)
 }
 
 async fn subscribe(topic: &str, subscription: &str) -> Result<RecordBatch> {

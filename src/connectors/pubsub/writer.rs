@@ -14,7 +14,7 @@ use super::mapping::{self, MappingSpec, PubSubMapping};
 use super::options::PubSubSinkOptions;
 use crate::connectors::{SinkConnector, write_stream};
 use crate::core::{
-    Backoff, BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
+    BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
 };
 use crate::error::{Error, Result};
 use crate::options::{ColumnRef, ConnectorKind, PayloadFormat, RawOptions};
@@ -204,15 +204,15 @@ fn flow_config(options: &PubSubSinkOptions) -> FlowConfig {
         retry,
         retry_option: (!p.enable_message_ordering())
             .then_some("retry_total_timeout' / 'retry_max_attempts"),
-        not_found: options.auto_create_topic.then(|| RecoverySettings {
-            backoff: Backoff {
-                initial: p.recovery_initial_backoff(),
-                max: p.recovery_max_backoff(),
-                multiplier: 2.0,
-            },
-            max_attempts: u32::try_from(p.recovery_max_attempts()).unwrap_or(1).max(1),
-            attempts_option: "recovery_max_attempts",
-            create: true,
+        not_found: options.auto_create_topic.then(|| {
+            RecoverySettings::new(
+                p.recovery_initial_backoff(),
+                p.recovery_max_backoff(),
+                2.0,
+                p.recovery_max_attempts(),
+                "recovery_max_attempts",
+                true,
+            )
         }),
         failure_policy: options.failure_policy,
         // Every send carries at least one record, so the record cap already bounds this.
