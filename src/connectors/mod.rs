@@ -89,17 +89,24 @@ where
     F: FnMut(&RecordBatch, u64, &mut Vec<Result<Envelope<T::Record>>>) -> Result<()> + Send,
 {
     let mut encoded = Vec::new();
+    let mut run = Vec::new();
     let result: Result<()> = async {
         let mut first_row = 0u64;
         while let Some(batch) = input.next().await {
             let batch = batch?;
             encode(&batch, first_row, &mut encoded)?;
+            // Rows that encoded go to the writer in runs; a rejected row is handed to the
+            // failure policy after the rows before it, so the order of outcomes is the row order.
             for record in encoded.drain(..) {
                 match record {
-                    Ok(envelope) => writer.write(envelope).await?,
-                    Err(rejected) => writer.reject_encoded(rejected)?,
+                    Ok(envelope) => run.push(envelope),
+                    Err(rejected) => {
+                        writer.write_many(&mut run).await?;
+                        writer.reject_encoded(rejected)?;
+                    }
                 }
             }
+            writer.write_many(&mut run).await?;
             first_row += batch.num_rows() as u64;
         }
         writer.flush().await

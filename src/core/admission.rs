@@ -49,20 +49,38 @@ impl Gate {
 
     /// Takes a permit for a record of `bytes` if it fits now.
     pub fn try_admit(self: &Arc<Self>, bytes: u64) -> Option<Permit> {
+        self.try_admit_many([bytes]).pop()
+    }
+
+    /// Whether a record of `bytes` fits on top of `c`. Alone, a record larger than the byte cap
+    /// goes when nothing else is in flight.
+    fn fits(&self, c: &Counts, bytes: u64) -> bool {
+        c.records < self.max_records
+            && (c.records == 0 || c.bytes.saturating_add(bytes) <= self.max_bytes)
+    }
+
+    /// Takes permits for the longest prefix of `sizes` that fits now, under one lock: the same
+    /// decisions as calling [`Gate::try_admit`] for each size in turn until one does not fit, at
+    /// the cost of one. Returns the permits, in order (empty when the first does not fit).
+    pub fn try_admit_many(self: &Arc<Self>, sizes: impl IntoIterator<Item = u64>) -> Vec<Permit> {
+        let mut permits = Vec::new();
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        let fits_count = c.records < self.max_records;
-        // Alone: a record larger than the cap goes when nothing else is in flight.
-        let fits_bytes = c.records == 0 || c.bytes.saturating_add(bytes) <= self.max_bytes;
-        if !(fits_count && fits_bytes) {
-            return None;
+        for bytes in sizes {
+            if !self.fits(&c, bytes) {
+                break;
+            }
+            c.records += 1;
+            c.bytes = c.bytes.saturating_add(bytes);
+            permits.push(Permit {
+                gate: Some(self.clone()),
+                bytes,
+            });
         }
-        c.records += 1;
-        c.bytes = c.bytes.saturating_add(bytes);
-        self.metrics.set_in_flight(c.records, c.bytes);
-        Some(Permit {
-            gate: Some(self.clone()),
-            bytes,
-        })
+        if !permits.is_empty() {
+            // Counts only grow while the lock is held, so the final values are the high water.
+            self.metrics.set_in_flight(c.records, c.bytes);
+        }
+        permits
     }
 
     /// Takes a permit, awaiting completions while the gate is full (never blocking a runtime
@@ -188,6 +206,28 @@ mod tests {
             .sum_by_name(name)
             .map(|v| v.as_usize())
             .unwrap_or(usize::MAX)
+    }
+
+    #[test]
+    fn admitting_many_stops_at_the_first_record_that_does_not_fit() {
+        let (g, set) = gate(10, 1_000);
+        let permits = g.try_admit_many([400, 400, 300, 100]);
+        assert_eq!(
+            permits.iter().map(Permit::bytes).collect::<Vec<_>>(),
+            [400, 400],
+            "the third record would pass the byte cap, so it and everything after it wait"
+        );
+        assert_eq!(g.in_flight(), (2, 800));
+        assert_eq!(metric(&set, names::IN_FLIGHT_BYTES_HIGH_WATER), 800);
+        drop(permits);
+        assert_eq!(g.in_flight(), (0, 0));
+        // Alone, an oversize record goes; nothing joins it.
+        let alone = g.try_admit_many([5_000, 1]);
+        assert_eq!(alone.len(), 1);
+        assert!(g.try_admit_many([1]).is_empty());
+        drop(alone);
+        let (counted, _) = gate(3, u64::MAX);
+        assert_eq!(counted.try_admit_many([1; 5]).len(), 3);
     }
 
     #[test]
