@@ -37,7 +37,7 @@ use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
 use gcloud_sdk::google::pubsub::v1::{PublishResponse, Topic};
 use gcp_sql::bench::null_server::{NullServerOptions, serve_until_signal};
 use gcp_sql::bench::{ResourceUsage, peak_rss_bytes, reset_peak_rss};
-use gcp_sql::connectors::google::PreEncoded;
+use gcp_sql::connectors::google::{PreEncoded, PreEncodedCodec};
 use gcp_sql::connectors::pubsub::mapping::{
     MappingSpec, PubSubMapping, request_base_len, request_entry_len, write_publish_request,
 };
@@ -77,6 +77,9 @@ enum Target {
     NullAndCeiling,
     /// The sink against the Pub/Sub emulator.
     Emulator,
+    /// No sending: the SELECT alone, then the SELECT plus the mapping (JSON and protobuf), to
+    /// split the sink's CPU time into its stages.
+    Stages,
 }
 
 #[derive(Debug, Clone, Parser)]
@@ -327,6 +330,49 @@ async fn run_sink(args: &Args, plan: &Plan, host: &str, target: &str) -> gcp_sql
     })
 }
 
+/// Runs the workload's SELECT, and with `encode` the mapping of every batch, sending nothing.
+async fn run_stage(plan: &Plan, encode: bool) -> gcp_sql::Result<Measured> {
+    use futures::StreamExt;
+    let ctx = gcp_sql::sql::new_context();
+    let topic = topic(plan);
+    let before = ResourceUsage::now();
+    let started = Instant::now();
+    let frame = ctx.sql(&select_sql(plan, plan.rows)).await?;
+    let mut stream = frame.execute_stream().await?;
+    let (mut rows, mut message_bytes) = (0u64, 0u64);
+    let mut out = Vec::new();
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        rows += batch.num_rows() as u64;
+        if encode {
+            let spec = MappingSpec {
+                ordering_key_column: (plan.keys > 0).then(|| "ordering_key".to_string()),
+                ..MappingSpec::default()
+            };
+            let mapping = PubSubMapping::new(&spec, &batch.schema(), Some(&topic), None)?;
+            mapping.encode_batch(&batch, 0, &mut out)?;
+            for envelope in out.drain(..) {
+                message_bytes += envelope?.bytes;
+            }
+        }
+    }
+    let wall = started.elapsed();
+    let after = ResourceUsage::now();
+    Ok(Measured {
+        what: format!(
+            "workload={} target=none path={}",
+            plan.name,
+            if encode { "sql+encode" } else { "sql" }
+        ),
+        rows,
+        message_bytes,
+        wall,
+        cpu: after.cpu() - before.cpu(),
+        peak_rss: None,
+        extra: String::new(),
+    })
+}
+
 /// The pool of pre-encoded requests: the first rows of the same SQL through the same mapping,
 /// grouped under the same thresholds. Returns (body, messages, message bytes) per request.
 async fn request_pool(args: &Args, plan: &Plan) -> gcp_sql::Result<Vec<(Bytes, u64, u64)>> {
@@ -433,8 +479,9 @@ async fn run_ceiling(
                 grpc.ready()
                     .await
                     .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-                let codec =
-                    tonic_prost::ProstCodec::<PreEncoded<Bytes>, PublishResponse>::default();
+                // The codec the sink sends with (prost's, with a buffer of the body's size),
+                // so the ceiling has every advantage the sink has.
+                let codec = PreEncodedCodec::<Bytes, PublishResponse>::for_body(body.len());
                 let response = grpc
                     .unary(
                         request,
@@ -593,6 +640,10 @@ async fn bench(args: Args) -> gcp_sql::Result<()> {
             create_topic(emulator.host(), &topic(&plan)).await?;
             let measured = run_sink(&args, &plan, emulator.host(), "emulator").await?;
             measured.print();
+        }
+        Target::Stages => {
+            run_stage(&plan, false).await?.print();
+            run_stage(&plan, true).await?.print();
         }
         Target::Null | Target::Ceiling | Target::NullAndCeiling => {
             let server = NullChild::start(plan.latency)?;

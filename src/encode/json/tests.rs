@@ -734,3 +734,60 @@ fn bind_reuses_the_buffer_without_clearing_it() {
     rows.write_row(1, &mut out);
     assert_eq!(out, br#"prefix {"n":1}{"n":2}"#);
 }
+
+/// The escape rule written out byte by byte, to check the table-driven writer against.
+fn escaped_one_byte_at_a_time(bytes: &[u8]) -> Vec<u8> {
+    let mut out = vec![b'"'];
+    for &b in bytes {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x09 => out.extend_from_slice(b"\\t"),
+            0x0a => out.extend_from_slice(b"\\n"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            0x0d => out.extend_from_slice(b"\\r"),
+            0x00..=0x1f => out.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
+            _ => out.push(b),
+        }
+    }
+    out.push(b'"');
+    out
+}
+
+#[test]
+fn escapes_every_byte_at_every_position_like_the_byte_rule() {
+    // Every byte value at every offset of texts 1 to 24 bytes long (so within a word, across a
+    // word boundary and in the tail), among clean ASCII and multi-byte UTF-8 neighbours.
+    for filler in [b'a', 0xc3] {
+        for len in 1..=24usize {
+            for at in 0..len {
+                for b in 0..=255u8 {
+                    let mut text = vec![filler; len];
+                    text[at] = b;
+                    let mut ours = Vec::new();
+                    write_json_str(&mut ours, &text);
+                    assert_eq!(
+                        ours,
+                        escaped_one_byte_at_a_time(&text),
+                        "byte {b:#04x} at {at} of {len}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn escapes_side_by_side_and_text_without_any() {
+    let mut out = Vec::new();
+    write_json_str(&mut out, b"\"\"\\\\\n\n\x01\x1f");
+    assert_eq!(out, br#""\"\"\\\\\n\n\u0001\u001f""#);
+    out.clear();
+    let clean = "https://example.com/catalog/item/123?ref=bench-\u{e9}\u{4e2d}".repeat(3);
+    write_json_str(&mut out, clean.as_bytes());
+    assert_eq!(out, format!("\"{clean}\"").as_bytes());
+    out.clear();
+    write_json_str(&mut out, b"");
+    assert_eq!(out, b"\"\"");
+}
