@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the Pub/Sub sink benchmarks of docs/benchmarks.md and keeps their output.
 #
-#   scripts/bench.sh            # W1 and W1-K against the null server, with the ceiling
+#   scripts/bench.sh            # W1 and W1-K against the null server, with the ceiling, and
+#                               # W1's CPU split into stages
 #   scripts/bench.sh all        # also the emulator runs and the two memory runs (long)
 #
 # Output goes to stdout and to target/bench/<date>.log. Only loopback addresses are used.
@@ -19,6 +20,7 @@ bin="target/release/examples/bench_pubsub"
 {
   echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), $(free -g | awk '/Mem:/ {print $2 " GiB"}')"
   "$bin" --workload w1 --target null-and-ceiling
+  "$bin" --workload w1 --target stages
   "$bin" --workload w1k --target null
   if [[ "$mode" == "all" ]]; then
     "$bin" --workload w1 --target emulator
