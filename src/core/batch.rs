@@ -18,6 +18,9 @@ use std::sync::Arc;
 use super::admission::Permit;
 use super::{BatchThresholds, Envelope};
 
+/// The most records a new unkeyed batch reserves room for up front.
+const MAX_RESERVED_ITEMS: usize = 1024;
+
 /// One admitted record on its way: the envelope and its gate permit.
 #[derive(Debug)]
 pub struct Item<R> {
@@ -136,6 +139,11 @@ impl<R> DestBatches<R> {
                 let opened = self.free.items.is_empty();
                 if opened {
                     self.free.generation = self.generation();
+                    // Room for a full batch at once (growing by doubling would move each
+                    // record about once more); bounded, since thresholds can be huge.
+                    self.free
+                        .items
+                        .reserve(t.max_records.min(MAX_RESERVED_ITEMS));
                 }
                 self.free.bytes = self.free.bytes.saturating_add(item.envelope.bytes);
                 self.free.items.push(item);
@@ -203,7 +211,7 @@ impl<R> DestBatches<R> {
         if q.in_flight || q.pending.is_empty() {
             return None;
         }
-        let mut items = Vec::new();
+        let mut items = Vec::with_capacity(q.pending.len().min(t.max_records));
         let mut bytes = 0u64;
         while let Some(next) = q.pending.front() {
             let b = next.envelope.bytes;

@@ -729,7 +729,13 @@ impl PubSubMapping {
                 encoded: encoded.into_boxed_slice(),
             },
             destination,
-            sequence_key: ordering_key.map(Arc::from),
+            sequence_key: ordering_key.map(|key| {
+                scratch
+                    .ordering_keys
+                    .entry(key)
+                    .or_insert_with(|| Arc::from(key))
+                    .clone()
+            }),
         })
     }
 
@@ -805,6 +811,8 @@ struct Scratch<'a> {
     json: Vec<u8>,
     text: Vec<u8>,
     attributes: Vec<(Piece<'a>, Piece<'a>)>,
+    /// One shared copy per ordering key of the batch, rather than an allocation per row.
+    ordering_keys: HashMap<&'a str, Arc<str>>,
 }
 
 /// An attribute key or value: borrowed from the batch, or a range of the text scratch buffer.
