@@ -37,7 +37,7 @@ use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
 use gcloud_sdk::google::pubsub::v1::{PublishResponse, Topic};
 use gcp_sql::bench::null_server::{NullServerOptions, serve_until_signal};
 use gcp_sql::bench::{ResourceUsage, peak_rss_bytes, reset_peak_rss};
-use gcp_sql::connectors::google::{PreEncoded, PreEncodedCodec};
+use gcp_sql::connectors::google::PreEncoded;
 use gcp_sql::connectors::pubsub::mapping::{
     MappingSpec, PubSubMapping, request_base_len, request_entry_len, write_publish_request,
 };
@@ -479,9 +479,8 @@ async fn run_ceiling(
                 grpc.ready()
                     .await
                     .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-                // The codec the sink sends with (prost's, with a buffer of the body's size),
-                // so the ceiling has every advantage the sink has.
-                let codec = PreEncodedCodec::<Bytes, PublishResponse>::for_body(body.len());
+                let codec =
+                    tonic_prost::ProstCodec::<PreEncoded<Bytes>, PublishResponse>::default();
                 let response = grpc
                     .unary(
                         request,

@@ -245,56 +245,9 @@ where
     R: prost::Message + Default + Send + 'static,
 {
     let mut grpc = ready(service).await?;
-    let codec = PreEncodedCodec::<B, R>::for_body(request.get_ref().0.as_ref().len());
+    let codec = tonic_prost::ProstCodec::<PreEncoded<B>, R>::default();
     grpc.unary(request, http::uri::PathAndQuery::from_static(path), codec)
         .await
-}
-
-/// The codec of a [`PreEncoded`] call: encodes like tonic's prost codec, but into a buffer
-/// allocated at the body's size. The prost codec starts every call at 8 KiB and grows by
-/// doubling, which for a 200 KB Publish body copies the bytes written so far five more times.
-#[derive(Debug)]
-pub struct PreEncodedCodec<B, R> {
-    body_len: usize,
-    _types: std::marker::PhantomData<fn(B) -> R>,
-}
-
-impl<B, R> PreEncodedCodec<B, R> {
-    /// A codec for one call whose body is `body_len` bytes long.
-    pub fn for_body(body_len: usize) -> Self {
-        PreEncodedCodec {
-            body_len,
-            _types: std::marker::PhantomData,
-        }
-    }
-}
-
-/// Bytes of a gRPC message frame header (a compression flag and a 4-byte length).
-const GRPC_FRAME_HEADER: usize = 5;
-/// tonic's default yield threshold (32 KiB); it only matters for streams, and a unary call
-/// sends one message.
-const YIELD_THRESHOLD: usize = 32 * 1024;
-
-impl<B, R> tonic::codec::Codec for PreEncodedCodec<B, R>
-where
-    B: AsRef<[u8]> + Default + Debug + Send + Sync + 'static,
-    R: prost::Message + Default + Send + 'static,
-{
-    type Encode = PreEncoded<B>;
-    type Decode = R;
-    type Encoder = tonic_prost::ProstEncoder<PreEncoded<B>>;
-    type Decoder = tonic_prost::ProstDecoder<R>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        tonic_prost::ProstEncoder::new(tonic::codec::BufferSettings::new(
-            self.body_len.saturating_add(GRPC_FRAME_HEADER),
-            YIELD_THRESHOLD,
-        ))
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        tonic_prost::ProstDecoder::default()
-    }
 }
 
 #[cfg(test)]

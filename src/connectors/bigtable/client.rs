@@ -437,8 +437,7 @@ where
     <T::ResponseBody as Body>::Error: Into<StdError> + Send,
 {
     let mut grpc = google::ready(service).await?;
-    let codec =
-        google::PreEncodedCodec::<Vec<u8>, MutateRowsResponse>::for_body(request.get_ref().0.len());
+    let codec = tonic_prost::ProstCodec::<PreEncoded, MutateRowsResponse>::default();
     let mut stream = grpc
         .server_streaming(
             request,
