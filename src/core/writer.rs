@@ -206,6 +206,9 @@ impl<T: Transport> FlowWriter<T> {
                 .ensure_open(&destination)
                 .await
                 .map_err(|e| shared.failed(e))?;
+            // A send may have failed the writer since the check above: the run is then dropped
+            // unsent (its permits released) rather than batched after the failure.
+            shared.check()?;
             shared.enqueue(&destination, items);
         }
         Ok(())
