@@ -941,4 +941,15 @@ async fn oversized_attribute_fails_the_statement_naming_the_row_and_the_limit() 
     assert!(error.contains("1025"), "{error}");
     assert!(error.contains("1024"), "{error}");
     assert_eq!(done.metric(names::RECORDS_SKIPPED), 0);
+    // The two rows before the bad one were accepted: each is acknowledged or reported as not
+    // delivered, none is lost silently.
+    let acked = done.metric(names::RECORDS_ACKED);
+    assert!(
+        acked <= 2,
+        "only rows before the bad one may be sent: {acked}"
+    );
+    if acked < 2 {
+        let undelivered = format!("{} admitted row(s) were not delivered", 2 - acked);
+        assert!(error.contains(&undelivered), "{error}");
+    }
 }
