@@ -35,10 +35,11 @@ use gcloud_sdk::google::cloud::tasks::v2::{
     CreateQueueRequest, CreateTaskRequest, HttpMethod, HttpRequest, ListTasksRequest,
     PauseQueueRequest, Queue, ResumeQueueRequest, Task, task,
 };
+use gcp_sql::connectors::ConnectorKind;
 use gcp_sql::connectors::cloud_tasks::client::CREATE_TASK_PATH;
 use gcp_sql::core::metrics::names;
 use gcp_sql::emulators::{EmulatorKind, plaintext_channel, shared};
-use gcp_sql::options::{ConnectorKind, RawOptions};
+use gcp_sql::options::RawOptions;
 use gcp_sql::sql::SinkTable;
 use gcp_sql::testing::{FakeServer, Reply, Script};
 use support::{Insert, exec, insert, unique};

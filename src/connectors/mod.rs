@@ -3,9 +3,13 @@
 //! [`crate::core::Transport`]), `writer` (the glue onto the flow-control core).
 
 pub mod bigtable;
+pub mod catalog;
 pub mod cloud_tasks;
 pub mod google;
+pub mod kind;
 pub mod pubsub;
+
+pub use kind::ConnectorKind;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -20,7 +24,7 @@ use futures::StreamExt;
 use crate::core::{Envelope, FlowWriter, SinkMetrics, Transport};
 use crate::error::Error;
 use crate::error::Result;
-use crate::options::{ConnectorKind, RawOptions};
+use crate::options::RawOptions;
 
 /// A declared sink: validated options and schema, ready to write. Building one contacts no
 /// service; clients open when the first record of a statement needs them.
@@ -48,7 +52,7 @@ pub fn build_sink(
     location: Option<&str>,
     raw: &RawOptions,
 ) -> Result<Arc<dyn SinkConnector>> {
-    crate::options::validate_names(kind, raw)?;
+    // The options are parsed and checked once, by the connector's `*SinkOptions::from_raw`.
     match kind {
         ConnectorKind::PubSub => Ok(Arc::new(pubsub::writer::PubSubSink::try_new(
             schema, location, raw,

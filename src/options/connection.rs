@@ -4,8 +4,18 @@ use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 
-use super::registry::common;
-use super::{ConnectorKind, ParsedOptions};
+use super::{ParsedOptions, common};
+
+/// What the connection options need to know of the service a connector talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Service {
+    /// The environment variable that points the connector at an emulator when the
+    /// `emulator_host` option is absent (`ACME_EMULATOR_HOST`).
+    pub emulator_env_var: &'static str,
+    /// The service's public endpoint (`https://acme.googleapis.com`), shown as the example of
+    /// a well-formed `endpoint`.
+    pub public_endpoint: &'static str,
+}
 
 /// Reads an environment variable; [`std::env::var`] in production, a map in tests.
 pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -15,7 +25,7 @@ pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 pub enum EmulatorSource {
     /// The `emulator_host` option.
     Option,
-    /// An environment variable such as `PUBSUB_EMULATOR_HOST`.
+    /// An environment variable such as `ACME_EMULATOR_HOST`.
     EnvVar(&'static str),
 }
 
@@ -30,7 +40,7 @@ pub struct EmulatorHost {
 
 impl EmulatorHost {
     /// Names the setting, for messages: `option 'emulator_host'` or
-    /// `environment variable PUBSUB_EMULATOR_HOST`.
+    /// `environment variable ACME_EMULATOR_HOST`.
     pub fn describe(&self) -> String {
         match self.source {
             EmulatorSource::Option => format!("option 'emulator_host' = '{}'", self.host),
@@ -44,12 +54,11 @@ impl EmulatorHost {
     }
 }
 
-/// Where and how a sink connects. Shared by the three connectors.
+/// Where and how a sink connects. Shared by every connector.
 ///
 /// The emulator address is resolved when the options are built: the `emulator_host` option
-/// first, else the connector's environment variable (`PUBSUB_EMULATOR_HOST`,
-/// `CLOUD_TASKS_EMULATOR_HOST`, `BIGTABLE_EMULATOR_HOST`) — unless an explicit `endpoint` is
-/// given, which the environment does not override.
+/// first, else the service's environment variable ([`Service::emulator_env_var`]) — unless an
+/// explicit `endpoint` is given, which the environment does not override.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnectionOptions {
     /// The Google Cloud project short resource names are resolved in.
@@ -78,11 +87,11 @@ fn parse_emulator_host(text: &str) -> std::result::Result<String, String> {
     }
 }
 
-/// Checks an endpoint URL: `https://host[:port]` (or `http://` for a plaintext proxy).
-fn parse_endpoint(text: &str) -> std::result::Result<String, String> {
+/// Checks an endpoint URL: `https://host[:port]` (or `http://` for a plaintext proxy); the
+/// error shows `example` as a well-formed one.
+fn parse_endpoint(text: &str, example: &str) -> std::result::Result<String, String> {
     let t = text.trim();
-    let url = url::Url::parse(t)
-        .map_err(|e| format!("expected a URL like 'https://pubsub.googleapis.com' ({e})"))?;
+    let url = url::Url::parse(t).map_err(|e| format!("expected a URL like '{example}' ({e})"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err("expected an http:// or https:// URL with a host".into());
     }
@@ -102,16 +111,22 @@ impl ConnectionOptions {
         }
     }
 
-    /// Reads the connection options of parsed options, consulting the environment through
-    /// `env` for the emulator address.
-    pub fn from_parsed(parsed: &ParsedOptions, env: EnvLookup<'_>) -> Result<Self> {
-        let kind = parsed.kind();
+    /// Reads the connection options of parsed options for `service`, consulting the
+    /// environment through `env` for the emulator address.
+    pub fn from_parsed(
+        parsed: &ParsedOptions,
+        service: Service,
+        env: EnvLookup<'_>,
+    ) -> Result<Self> {
         let project = parsed.non_empty_text(&common::PROJECT)?.map(str::to_string);
         if let Some(p) = &project {
             super::names::check_project(p).map_err(|rule| common::PROJECT.invalid(p, rule))?;
         }
         let endpoint = match parsed.non_empty_text(&common::ENDPOINT)? {
-            Some(e) => Some(parse_endpoint(e).map_err(|rule| common::ENDPOINT.invalid(e, rule))?),
+            Some(e) => Some(
+                parse_endpoint(e, service.public_endpoint)
+                    .map_err(|rule| common::ENDPOINT.invalid(e, rule))?,
+            ),
             None => None,
         };
         let emulator = match parsed.non_empty_text(&common::EMULATOR_HOST)? {
@@ -126,7 +141,7 @@ impl ConnectionOptions {
                     source: EmulatorSource::Option,
                 })
             }
-            None if endpoint.is_none() => Self::emulator_from_env(kind, env)?,
+            None if endpoint.is_none() => Self::emulator_from_env(service.emulator_env_var, env)?,
             None => None,
         };
         let credentials_file = parsed
@@ -140,12 +155,11 @@ impl ConnectionOptions {
         })
     }
 
-    /// The emulator named by `kind`'s environment variable, if it is set and not empty.
+    /// The emulator named by the environment variable `var`, if it is set and not empty.
     pub fn emulator_from_env(
-        kind: ConnectorKind,
+        var: &'static str,
         env: EnvLookup<'_>,
     ) -> Result<Option<EmulatorHost>> {
-        let var = kind.emulator_env_var();
         match env(var)
             .map(|v| v.trim().to_string())
             .filter(|v| !v.is_empty())
@@ -196,11 +210,16 @@ mod tests {
 
     #[test]
     fn rejects_endpoint_without_scheme() {
-        assert!(parse_endpoint("pubsub.googleapis.com").is_err());
-        assert!(parse_endpoint("ftp://x").is_err());
+        const EXAMPLE: &str = "https://acme.googleapis.com";
+        let err = parse_endpoint("acme.googleapis.com", EXAMPLE).unwrap_err();
+        assert!(
+            err.contains("expected a URL like 'https://acme.googleapis.com'"),
+            "{err}"
+        );
+        assert!(parse_endpoint("ftp://x", EXAMPLE).is_err());
         assert_eq!(
-            parse_endpoint("https://pubsub.googleapis.com/").unwrap(),
-            "https://pubsub.googleapis.com"
+            parse_endpoint("https://acme.googleapis.com/", EXAMPLE).unwrap(),
+            "https://acme.googleapis.com"
         );
     }
 }

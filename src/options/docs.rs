@@ -1,10 +1,52 @@
-//! Renders `docs/options.md` from the registry.
+//! Renders the option reference (`docs/options.md`) from the option lists of a set of
+//! connectors: one table of the options every connector shares, then one section per connector.
 
 use std::fmt::Write as _;
 
-use super::ConnectorKind;
-use super::registry::{FIXED_BUDGETS, REGISTRY};
-use super::spec::{OptionGroup, OptionSpec};
+use super::spec::{DefaultValue, OptionGroup, OptionSpec};
+
+/// A connector setting that is not an option, listed in the reference so that its value is
+/// documented where the options are.
+#[derive(Debug)]
+pub struct FixedBudget {
+    /// What it bounds.
+    pub name: &'static str,
+    /// Its value.
+    pub value: DefaultValue,
+    /// Why it has this value.
+    pub description: &'static str,
+}
+
+/// One connector's section of the reference.
+#[derive(Debug)]
+pub struct Section<'a> {
+    /// The heading, without the `##`.
+    pub heading: String,
+    /// The paragraph under the heading.
+    pub intro: String,
+    /// Every option the connector accepts, in the order the section lists them; the options
+    /// every section has go to the common table instead.
+    pub options: &'a [&'static OptionSpec],
+    /// A paragraph shown above the table of a group.
+    pub group_notes: &'a [(OptionGroup, &'a str)],
+    /// The connector's fixed budgets.
+    pub fixed_budgets: &'a [FixedBudget],
+}
+
+/// What the reference is rendered from.
+#[derive(Debug)]
+pub struct Reference<'a> {
+    /// The text of the comment that says how the file is generated.
+    pub generated_by: &'a str,
+    /// The paragraphs after the title, each ending with a blank line.
+    pub introduction: &'a str,
+    /// Value-syntax entries beyond the generic ones (`- **name**: text`, one per entry).
+    pub extra_syntax: &'a [&'a str],
+    /// The heading of the table of options every section has.
+    pub common_heading: &'a str,
+    /// One section per connector.
+    pub sections: Vec<Section<'a>>,
+}
 
 /// Escapes text for a Markdown table cell.
 fn cell(text: &str) -> String {
@@ -29,60 +71,51 @@ fn table(out: &mut String, specs: &[&OptionSpec]) {
     out.push('\n');
 }
 
-fn connector_section(out: &mut String, kind: ConnectorKind) {
-    let _ = writeln!(
-        out,
-        "## {} (`connector = '{}'`, `STORED AS {}`)\n",
-        kind.display_name(),
-        kind.name(),
-        kind.stored_as()
-    );
-    let _ = writeln!(
-        out,
-        "`LOCATION` carries the {} (an empty `LOCATION ''` means none). The emulator variable is `{}`.\n",
-        match kind {
-            ConnectorKind::PubSub => "topic",
-            ConnectorKind::CloudTasks => "queue",
-            ConnectorKind::Bigtable => "table",
-        },
-        kind.emulator_env_var()
-    );
+fn contains(list: &[&OptionSpec], spec: &OptionSpec) -> bool {
+    list.iter().any(|s| std::ptr::eq(*s, spec))
+}
+
+/// The options every section lists, in the first section's order.
+pub fn common_options<'a>(sections: &[Section<'a>]) -> Vec<&'static OptionSpec> {
+    match sections.split_first() {
+        None => Vec::new(),
+        Some((first, rest)) => first
+            .options
+            .iter()
+            .copied()
+            .filter(|s| rest.iter().all(|r| contains(r.options, s)))
+            .collect(),
+    }
+}
+
+fn section(out: &mut String, s: &Section<'_>, common: &[&OptionSpec]) {
+    let _ = writeln!(out, "## {}\n", s.heading);
+    let _ = writeln!(out, "{}\n", s.intro);
     for (group, title) in [
         (OptionGroup::Connection, "Connection"),
         (OptionGroup::Mapping, "Row mapping"),
         (OptionGroup::Writer, "Writer"),
     ] {
-        let specs: Vec<&OptionSpec> = REGISTRY
+        let specs: Vec<&OptionSpec> = s
+            .options
             .iter()
             .copied()
-            .filter(|s| {
-                s.applies_to(kind)
-                    && s.connectors.len() < ConnectorKind::ALL.len()
-                    && s.group == group
-            })
+            .filter(|o| o.group == group && !contains(common, o))
             .collect();
         if specs.is_empty() {
             continue;
         }
         let _ = writeln!(out, "### {title}\n");
-        if kind == ConnectorKind::PubSub && group == OptionGroup::Writer {
-            out.push_str(
-                "Where a default says *Java SDK default*, it is the default of the official Java client's \
-                 publisher settings, which this connector takes over so that a pipeline moved from Java \
-                 behaves the same.\n\n",
-            );
+        for (_, note) in s.group_notes.iter().filter(|(g, _)| *g == group) {
+            let _ = writeln!(out, "{note}\n");
         }
         table(out, &specs);
     }
-    let budgets: Vec<_> = FIXED_BUDGETS
-        .iter()
-        .filter(|b| b.connector == kind)
-        .collect();
-    if !budgets.is_empty() {
+    if !s.fixed_budgets.is_empty() {
         out.push_str(
             "### Fixed budgets (not options)\n\n| Budget | Value | Why |\n|---|---|---|\n",
         );
-        for b in budgets {
+        for b in s.fixed_budgets {
             let _ = writeln!(
                 out,
                 "| {} | {} | {} |",
@@ -96,28 +129,10 @@ fn connector_section(out: &mut String, kind: ConnectorKind) {
 }
 
 /// The whole reference.
-pub(super) fn render() -> String {
+pub fn render(r: &Reference<'_>) -> String {
     let mut out = String::new();
-    out.push_str(
-        "# Option reference\n\n\
-         <!-- Generated from the option registry (src/options/registry.rs) by \
-         gcp_sql::options::reference_markdown(). Do not edit by hand: run \
-         `GCP_SQL_BLESS=1 cargo test --test options` to regenerate. -->\n\n",
-    );
-    out.push_str(
-        "Every option below is accepted by both SQL forms, and by the typed builders of the Rust API \
-         (writer options are the builder methods of the same name):\n\n\
-         ```sql\n\
-         CREATE TABLE clicks (user_id BIGINT, url VARCHAR)\n\
-         WITH (connector = 'pubsub', topic = 'projects/demo/topics/clicks', batch_element_count_threshold = 500);\n\n\
-         CREATE EXTERNAL TABLE clicks (user_id BIGINT, url VARCHAR) STORED AS PUBSUB\n\
-         LOCATION 'projects/demo/topics/clicks' OPTIONS ('batch_element_count_threshold' '500');\n\
-         ```\n\n\
-         Names are case-insensitive; DataFusion's `format.` prefix is ignored, and a name given twice \
-         (also as `k` and `format.k`) is an error. An unknown name is an error that suggests the nearest \
-         valid one. Every value is checked when the table is declared; declaring a table never contacts \
-         the service.\n\n",
-    );
+    let _ = write!(out, "# Option reference\n\n<!-- {} -->\n\n", r.generated_by);
+    out.push_str(r.introduction);
     out.push_str(
         "## Value syntax\n\n\
          - **duration**: a number with a unit — `'250us'`, `'500ms'`, `'10s'`, `'1m'`, `'2h'`, or combined \
@@ -127,20 +142,17 @@ pub(super) fn render() -> String {
          - **boolean**: `'true'` or `'false'`.\n\
          - **column** / **column list**: a column name, or names separated by commas (`'a, b'`).\n\
          - **header list**: `'Name: value; Other-Name: value'`. A `;` followed by `Name:` starts the next \
-         header; any other `;` belongs to the value.\n\
-         - **resource names**: a full name (`projects/P/topics/T`, `projects/P/locations/L/queues/Q`, \
-         `projects/P/instances/I/tables/T`) or a short id resolved with `project` (and `location` or \
-         `instance`).\n\n",
+         header; any other `;` belongs to the value.\n",
     );
-    out.push_str("## Common options (every connector)\n\n");
-    let common: Vec<&OptionSpec> = REGISTRY
-        .iter()
-        .copied()
-        .filter(|s| s.connectors.len() == ConnectorKind::ALL.len())
-        .collect();
+    for entry in r.extra_syntax {
+        let _ = writeln!(out, "- {entry}");
+    }
+    out.push('\n');
+    let common = common_options(&r.sections);
+    let _ = writeln!(out, "## {}\n", r.common_heading);
     table(&mut out, &common);
-    for kind in ConnectorKind::ALL {
-        connector_section(&mut out, kind);
+    for s in &r.sections {
+        section(&mut out, s, &common);
     }
     let trimmed = out.trim_end().to_string();
     trimmed + "\n"

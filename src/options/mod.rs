@@ -1,50 +1,54 @@
-//! The option registry: one table of every option drives parsing, validation and docs.
+//! The generic option machinery: what an option is ([`OptionSpec`]), how the pairs of a
+//! statement are collected ([`RawOptions`]), parsed and checked by type and bound
+//! ([`ParsedOptions`]), how a misspelt name gets the nearest valid one, how typed options and
+//! their builders are declared once per option ([`OptionField`] and the crate's
+//! `writer_options!` macro), the connection options every connector shares, the options several
+//! connectors share with one meaning ([`common`]) and the reference renderer ([`docs`]).
 //!
-//! Both SQL forms reach the same parser:
-//!
-//! ```sql
-//! CREATE TABLE clicks (user_id BIGINT, url VARCHAR)
-//! WITH (connector = 'pubsub', topic = 'projects/demo/topics/clicks', batch_element_count_threshold = 500);
-//!
-//! CREATE EXTERNAL TABLE clicks (user_id BIGINT, url VARCHAR) STORED AS PUBSUB
-//! LOCATION 'projects/demo/topics/clicks' OPTIONS ('batch_element_count_threshold' '500');
-//! ```
-//!
-//! The SQL layer collects the pairs into [`RawOptions`] (names normalised, duplicates refused),
-//! [`validate_names`] refuses unknown names with the nearest valid one, and each connector's
-//! `*SinkOptions::from_raw` turns the pairs into typed options through the same builders a Rust
-//! program uses. Every option is an [`OptionSpec`] in [`registry::REGISTRY`]; the builders
-//! check values against those specs, and [`reference_markdown`] renders them into
-//! `docs/options.md`.
+//! Nothing here knows a connector: each connector lists the specs it accepts, and the crate's
+//! connector list gathers them for name validation and for `docs/options.md`.
 //!
 //! ```
-//! use gcp_sql::options::{ConnectorKind, RawOptions, validate_names};
+//! use gcp_sql::options::{Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec, ParsedOptions, RawOptions};
 //!
-//! let raw = RawOptions::from_pairs([
-//!     ("format.topic".to_string(), "projects/demo/topics/clicks".to_string()),
-//!     ("BATCH_ELEMENT_COUNT_THRESHOLD".to_string(), "500".to_string()),
-//! ])?;
-//! assert_eq!(raw.get("batch_element_count_threshold"), Some("500"));
-//! validate_names(ConnectorKind::PubSub, &raw)?;
+//! static BATCH_SIZE: OptionSpec = OptionSpec {
+//!     name: "batch_size",
+//!     group: OptionGroup::Writer,
+//!     kind: OptionKind::Int,
+//!     default: DefaultValue::Int(100),
+//!     bound: Bound::Positive,
+//!     cross_rule: "",
+//!     example: "500",
+//!     description: "Records gathered into one request.",
+//! };
+//! static ACME: &[&OptionSpec] = &[&BATCH_SIZE];
 //!
-//! let err = RawOptions::from_pairs([("topc".to_string(), "x".to_string())])
-//!     .and_then(|raw| validate_names(ConnectorKind::PubSub, &raw))
+//! let raw = RawOptions::from_pairs([("format.BATCH_SIZE".to_string(), "500".to_string())])?;
+//! assert_eq!(raw.get("batch_size"), Some("500"));
+//! let parsed = ParsedOptions::parse("acme", ACME, &raw)?;
+//! assert_eq!(parsed.int(&BATCH_SIZE)?, Some(500));
+//!
+//! let err = RawOptions::from_pairs([("batch_sise".to_string(), "5".to_string())])
+//!     .and_then(|raw| ParsedOptions::parse("acme", ACME, &raw))
 //!     .unwrap_err();
-//! assert!(err.to_string().contains("did you mean 'topic'"));
+//! assert!(err.to_string().contains("did you mean 'batch_size'"));
 //! # Ok::<(), gcp_sql::Error>(())
 //! ```
 
+pub mod common;
 mod connection;
-mod docs;
+pub mod docs;
 pub mod names;
-pub mod registry;
 pub mod schema_types;
 pub mod spec;
+mod typed;
 
 use std::time::Duration;
 
-pub use connection::{ConnectionOptions, EmulatorHost, EmulatorSource, EnvLookup};
+pub use connection::{ConnectionOptions, EmulatorHost, EmulatorSource, EnvLookup, Service};
 pub use spec::{Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec, Value};
+pub(crate) use typed::writer_options;
+pub use typed::{OptionField, default_of};
 
 use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
@@ -106,108 +110,6 @@ impl RawOptions {
     }
 }
 
-/// The connectors this crate knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ConnectorKind {
-    /// Google Cloud Pub/Sub: rows become published messages.
-    PubSub,
-    /// Google Cloud Tasks: rows become HTTP tasks.
-    CloudTasks,
-    /// Google Cloud Bigtable: rows become row mutations.
-    Bigtable,
-}
-
-impl ConnectorKind {
-    /// Every connector, in the order the reference lists them.
-    pub const ALL: [ConnectorKind; 3] = [
-        ConnectorKind::PubSub,
-        ConnectorKind::CloudTasks,
-        ConnectorKind::Bigtable,
-    ];
-
-    /// The name used in `connector = '...'` (`pubsub`, `cloud_tasks`, `bigtable`).
-    pub fn name(self) -> &'static str {
-        match self {
-            ConnectorKind::PubSub => "pubsub",
-            ConnectorKind::CloudTasks => "cloud_tasks",
-            ConnectorKind::Bigtable => "bigtable",
-        }
-    }
-
-    /// The word after `STORED AS` (`PUBSUB`, `CLOUD_TASKS`, `BIGTABLE`); DataFusion upper-cases it
-    /// before looking up the table factory.
-    pub fn stored_as(self) -> &'static str {
-        match self {
-            ConnectorKind::PubSub => "PUBSUB",
-            ConnectorKind::CloudTasks => "CLOUD_TASKS",
-            ConnectorKind::Bigtable => "BIGTABLE",
-        }
-    }
-
-    /// The product name, for prose.
-    pub fn display_name(self) -> &'static str {
-        match self {
-            ConnectorKind::PubSub => "Pub/Sub",
-            ConnectorKind::CloudTasks => "Cloud Tasks",
-            ConnectorKind::Bigtable => "Bigtable",
-        }
-    }
-
-    /// The environment variable that points the connector at an emulator when the
-    /// `emulator_host` option is absent.
-    pub fn emulator_env_var(self) -> &'static str {
-        match self {
-            ConnectorKind::PubSub => "PUBSUB_EMULATOR_HOST",
-            ConnectorKind::CloudTasks => "CLOUD_TASKS_EMULATOR_HOST",
-            ConnectorKind::Bigtable => "BIGTABLE_EMULATOR_HOST",
-        }
-    }
-
-    /// Parses a connector name, case-insensitively (`pubsub`, `PUBSUB`, `cloud_tasks`, ...).
-    /// An unknown name is an [`Error::InvalidOption`] on `connector`, with the nearest name.
-    pub fn parse(text: &str) -> Result<Self> {
-        let t = text.trim();
-        if let Some(kind) = Self::ALL
-            .into_iter()
-            .find(|k| k.name().eq_ignore_ascii_case(t))
-        {
-            return Ok(kind);
-        }
-        let names: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
-        let lower = t.to_ascii_lowercase();
-        let hint = nearest(&lower, names.iter().copied())
-            .map(|s| format!(" (did you mean '{s}'?)"))
-            .unwrap_or_default();
-        Err(Error::invalid(
-            "connector",
-            text,
-            format!("expected one of {}{hint}", names.join(", ")),
-        ))
-    }
-}
-
-impl std::fmt::Display for ConnectorKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The spec of option `name` for connector `kind`, if it has one.
-pub fn lookup(kind: ConnectorKind, name: &str) -> Option<&'static OptionSpec> {
-    registry::REGISTRY
-        .iter()
-        .copied()
-        .find(|s| s.name == name && s.applies_to(kind))
-}
-
-/// The options `kind` accepts, in registry order.
-pub fn options_for(kind: ConnectorKind) -> impl Iterator<Item = &'static OptionSpec> + Clone {
-    registry::REGISTRY
-        .iter()
-        .copied()
-        .filter(move |s| s.applies_to(kind))
-}
-
 /// Whether two snake_case names of at least three words differ in exactly one word
 /// (`max_active_publishers` / `max_active_instances`): the same knob of another connector.
 fn differ_in_one_word(a: &str, b: &str) -> bool {
@@ -217,7 +119,10 @@ fn differ_in_one_word(a: &str, b: &str) -> bool {
 
 /// The candidate closest to `name`, if it is close enough to be a likely misspelling, or else
 /// the one candidate that differs from it in a single word.
-fn nearest<'a>(name: &str, candidates: impl Iterator<Item = &'a str> + Clone) -> Option<&'a str> {
+pub fn nearest_name<'a>(
+    name: &str,
+    candidates: impl Iterator<Item = &'a str> + Clone,
+) -> Option<&'a str> {
     let close = nearest_spelling(name, candidates.clone());
     if close.is_some() {
         return close;
@@ -248,20 +153,6 @@ fn nearest_spelling<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -
     })
 }
 
-/// Refuses option names `kind` does not know ([`Error::UnknownOption`] with the nearest valid
-/// name), then parses every value by its type and checks its value-level bound.
-///
-/// Cross-option rules (a destination is required, `recovery_max_backoff` at least
-/// `recovery_initial_backoff`, ...) are checked when the sink options are built.
-pub fn validate_names(kind: ConnectorKind, raw: &RawOptions) -> Result<()> {
-    ParsedOptions::parse(kind, raw).map(|_| ())
-}
-
-/// The text of `docs/options.md`, rendered from the registry.
-pub fn reference_markdown() -> String {
-    docs::render()
-}
-
 /// One parsed option: its spec, the text as written and the typed value.
 #[derive(Debug, Clone)]
 struct Parsed {
@@ -270,52 +161,46 @@ struct Parsed {
     value: Value,
 }
 
-/// The options of one statement, checked by name and parsed by type for one connector.
+/// The options of one statement, checked by name against one connector's specs and parsed by
+/// type.
 ///
 /// Reading a value goes through its spec, so a connector cannot read an option under a name
-/// the registry does not have.
+/// it does not declare.
 #[derive(Debug, Clone)]
 pub struct ParsedOptions {
-    kind: ConnectorKind,
     values: Vec<Parsed>,
 }
 
 impl ParsedOptions {
-    /// Checks the names of `raw` against `kind`'s options and parses each value.
+    /// Checks the names of `raw` against `specs` (the options of the connector called
+    /// `connector`) and parses each value by its type, checking its value-level bound.
     ///
-    /// A `connector` option must name `kind` itself.
-    pub fn parse(kind: ConnectorKind, raw: &RawOptions) -> Result<Self> {
+    /// An unknown name is an [`Error::UnknownOption`] with the nearest valid name. Cross-option
+    /// rules (a destination is required, a maximum backoff at least the initial one, ...) are
+    /// checked when the typed options are built.
+    pub fn parse(
+        connector: &str,
+        specs: &'static [&'static OptionSpec],
+        raw: &RawOptions,
+    ) -> Result<Self> {
         let mut values = Vec::with_capacity(raw.len());
         for (name, text) in raw.iter() {
-            let Some(spec) = lookup(kind, name) else {
+            let Some(spec) = specs.iter().copied().find(|s| s.name == name) else {
                 return Err(Error::UnknownOption {
-                    connector: kind.name().to_string(),
+                    connector: connector.to_string(),
                     option: name.to_string(),
-                    suggestion: nearest(name, options_for(kind).map(|s| s.name))
+                    suggestion: nearest_name(name, specs.iter().map(|s| s.name))
                         .map(str::to_string),
                 });
             };
             let value = spec.parse_checked(text)?;
-            if spec.name == registry::common::CONNECTOR.name
-                && value != Value::Text(kind.name().to_string())
-            {
-                return Err(spec.invalid(
-                    text,
-                    format!("the table is declared for connector '{}' (STORED AS {}); the two must agree", kind.name(), kind.stored_as()),
-                ));
-            }
             values.push(Parsed {
                 spec,
                 text: text.to_string(),
                 value,
             });
         }
-        Ok(ParsedOptions { kind, values })
-    }
-
-    /// The connector these options were parsed for.
-    pub fn kind(&self) -> ConnectorKind {
-        self.kind
+        Ok(ParsedOptions { values })
     }
 
     fn find(&self, spec: &OptionSpec) -> Option<&Parsed> {
@@ -341,7 +226,7 @@ impl ParsedOptions {
         Error::invalid(
             spec.name,
             "",
-            format!("internal: the registry does not declare this option as {wanted}"),
+            format!("internal: the spec does not declare this option as {wanted}"),
         )
     }
 
@@ -363,7 +248,7 @@ impl ParsedOptions {
         }
     }
 
-    /// An integer option held in 32 bits (the seeds' `int` parameters).
+    /// An integer option held in 32 bits (the builders' `i32` parameters).
     pub fn int32(&self, spec: &OptionSpec) -> Result<Option<i32>> {
         match self.int(spec)? {
             None => Ok(None),
@@ -397,7 +282,7 @@ impl ParsedOptions {
         }
     }
 
-    /// A text, column or enum option (enum words come back in their registry spelling).
+    /// A text, column or enum option (enum words come back in their spec's spelling).
     pub fn text(&self, spec: &OptionSpec) -> Result<Option<&str>> {
         match self.value(spec) {
             None => Ok(None),
@@ -431,21 +316,19 @@ impl ParsedOptions {
 
     /// The `failure_policy` option, `fail` when absent.
     pub fn failure_policy(&self) -> Result<FailurePolicy> {
-        match self.text(&registry::common::FAILURE_POLICY)? {
+        match self.text(&common::FAILURE_POLICY)? {
             None | Some("fail") => Ok(FailurePolicy::Fail),
             Some("drop") => Ok(FailurePolicy::Drop),
-            Some(other) => {
-                Err(registry::common::FAILURE_POLICY.invalid(other, "expected 'fail' or 'drop'"))
-            }
+            Some(other) => Err(common::FAILURE_POLICY.invalid(other, "expected 'fail' or 'drop'")),
         }
     }
 
     /// The `format` option, `json` when absent.
     pub fn payload_format(&self) -> Result<PayloadFormat> {
-        match self.text(&registry::common::FORMAT)? {
+        match self.text(&common::FORMAT)? {
             None | Some("json") => Ok(PayloadFormat::Json),
             Some("raw") => Ok(PayloadFormat::Raw),
-            Some(other) => Err(registry::common::FORMAT.invalid(other, "expected 'json' or 'raw'")),
+            Some(other) => Err(common::FORMAT.invalid(other, "expected 'json' or 'raw'")),
         }
     }
 
@@ -552,78 +435,63 @@ mod tests {
         );
     }
 
-    #[test]
-    fn no_two_specs_share_a_name_for_one_connector() {
-        for kind in ConnectorKind::ALL {
-            let names: Vec<&str> = options_for(kind).map(|s| s.name).collect();
-            for (i, n) in names.iter().enumerate() {
-                assert!(
-                    !names[i + 1..].contains(n),
-                    "{n} is registered twice for {kind}"
-                );
-            }
-        }
-    }
+    static BATCH_SIZE: OptionSpec = OptionSpec {
+        name: "batch_size",
+        group: OptionGroup::Writer,
+        kind: OptionKind::Int,
+        default: DefaultValue::Int(100),
+        bound: Bound::Positive,
+        cross_rule: "",
+        example: "500",
+        description: "Records per request.",
+    };
+    static MAX_ACTIVE_WIDGETS: OptionSpec = OptionSpec {
+        name: "max_active_widgets",
+        group: OptionGroup::Writer,
+        kind: OptionKind::Int,
+        default: DefaultValue::Int(4),
+        bound: Bound::Positive,
+        cross_rule: "",
+        example: "8",
+        description: "Widgets open at once.",
+    };
+    static ACME: &[&OptionSpec] = &[&BATCH_SIZE, &MAX_ACTIVE_WIDGETS];
 
-    #[test]
-    fn every_example_passes_its_own_checks() {
-        for spec in registry::REGISTRY {
-            assert!(
-                spec.parse_checked(spec.example).is_ok(),
-                "example of {} is invalid",
-                spec.name
-            );
-        }
-    }
-
-    #[test]
-    fn every_typed_default_passes_its_own_checks() {
-        fn check(spec: &OptionSpec, d: &DefaultValue) {
-            match d {
-                DefaultValue::Int(v) | DefaultValue::Bytes(v) => {
-                    assert!(spec.check_int(*v).is_ok(), "{}", spec.name)
-                }
-                DefaultValue::Float(v) => assert!(spec.check_float(*v).is_ok(), "{}", spec.name),
-                DefaultValue::Duration(v) => {
-                    assert!(spec.check_duration(*v).is_ok(), "{}", spec.name)
-                }
-                DefaultValue::Text(t) => assert!(spec.parse_checked(t).is_ok(), "{}", spec.name),
-                DefaultValue::JavaSdk(inner) => check(spec, inner),
-                DefaultValue::None | DefaultValue::Unset(_) | DefaultValue::Bool(_) => {}
-            }
-        }
-        for spec in registry::REGISTRY {
-            check(spec, &spec.default);
-        }
-    }
-
-    #[test]
-    fn suggests_nearest_name_for_a_misspelling() {
+    fn parse(pairs: &[(&str, &str)]) -> Result<ParsedOptions> {
         let raw =
-            RawOptions::from_pairs([("retry_total_timout".to_string(), "1s".to_string())]).unwrap();
-        let err = validate_names(ConnectorKind::PubSub, &raw).unwrap_err();
+            RawOptions::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))?;
+        ParsedOptions::parse("acme", ACME, &raw)
+    }
+
+    #[test]
+    fn parses_known_names_and_checks_their_bounds() {
+        let p = parse(&[("batch_size", "7")]).unwrap();
+        assert_eq!(p.int(&BATCH_SIZE).unwrap(), Some(7));
+        assert!(p.has(&BATCH_SIZE) && !p.has(&MAX_ACTIVE_WIDGETS));
+        assert_eq!(p.text_as_written(&BATCH_SIZE), Some("7"));
+        let err = parse(&[("batch_size", "0")]).unwrap_err();
         assert!(
-            matches!(err, Error::UnknownOption { ref suggestion, .. } if suggestion.as_deref() == Some("retry_total_timeout")),
+            matches!(err, Error::InvalidOption { ref option, .. } if option == "batch_size"),
             "{err}"
         );
     }
 
     #[test]
-    fn suggests_the_same_knob_of_this_connector() {
-        let raw = RawOptions::from_pairs([("max_active_publishers".to_string(), "3".to_string())])
-            .unwrap();
-        let err = validate_names(ConnectorKind::Bigtable, &raw).unwrap_err();
+    fn unknown_names_carry_the_connector_and_the_nearest_name() {
+        let err = parse(&[("batch_sise", "1")]).unwrap_err();
+        assert!(
+            matches!(err, Error::UnknownOption { ref connector, ref suggestion, .. }
+                if connector == "acme" && suggestion.as_deref() == Some("batch_size")),
+            "{err}"
+        );
+        // The same knob of another connector differs in one word.
+        let err = parse(&[("max_active_gadgets", "1")]).unwrap_err();
         assert!(
             err.to_string()
-                .contains("did you mean 'max_active_instances'"),
+                .contains("did you mean 'max_active_widgets'"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn gives_no_suggestion_for_a_far_name() {
-        let raw = RawOptions::from_pairs([("zzzzzz".to_string(), "1".to_string())]).unwrap();
-        let err = validate_names(ConnectorKind::Bigtable, &raw).unwrap_err();
+        let err = parse(&[("zzzzzz", "1")]).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -632,27 +500,6 @@ mod tests {
                     ..
                 }
             ),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn connector_names_round_trip() {
-        for kind in ConnectorKind::ALL {
-            assert_eq!(ConnectorKind::parse(kind.name()).unwrap(), kind);
-            assert_eq!(ConnectorKind::parse(kind.stored_as()).unwrap(), kind);
-        }
-        let err = ConnectorKind::parse("pubsb").unwrap_err().to_string();
-        assert!(err.contains("did you mean 'pubsub'"), "{err}");
-    }
-
-    #[test]
-    fn rejects_connector_option_that_disagrees_with_the_table() {
-        let raw =
-            RawOptions::from_pairs([("connector".to_string(), "bigtable".to_string())]).unwrap();
-        let err = validate_names(ConnectorKind::PubSub, &raw).unwrap_err();
-        assert!(
-            matches!(err, Error::InvalidOption { ref option, .. } if option == "connector"),
             "{err}"
         );
     }

@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-use super::ConnectorKind;
-
 /// Which part of a sink an option configures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OptionGroup {
@@ -19,7 +17,7 @@ pub enum OptionGroup {
     Connection,
     /// How rows become records and where each record goes.
     Mapping,
-    /// How the writer batches, bounds, retries and releases (the seed builder options).
+    /// How the writer batches, bounds, retries and releases (the typed builder's options).
     Writer,
 }
 
@@ -77,8 +75,8 @@ impl OptionKind {
     }
 }
 
-/// The largest duration the seeds accept for a "positive and at most `Duration.ofNanos(Long.MAX_VALUE)`"
-/// option: `i64::MAX` nanoseconds, about 292 years — what a signed 64-bit nanosecond clock can express.
+/// The largest duration a "positive and at most `Duration.ofNanos(Long.MAX_VALUE)`" option accepts:
+/// `i64::MAX` nanoseconds, about 292 years — what a signed 64-bit nanosecond clock can express.
 pub const MAX_NANOS_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
 
 /// The value-level rule of an option. Cross-option rules live in [`OptionSpec::cross_rule`].
@@ -191,10 +189,8 @@ impl DefaultValue {
 /// One option: everything the parser, the builders and the reference know about it.
 #[derive(Debug)]
 pub struct OptionSpec {
-    /// The option name (snake_case; the seed builder method's name for writer options).
+    /// The option name (snake_case; the typed builder method's name for writer options).
     pub name: &'static str,
-    /// The connectors that accept it.
-    pub connectors: &'static [ConnectorKind],
     /// The part of the sink it configures.
     pub group: OptionGroup,
     /// Its value type.
@@ -233,11 +229,6 @@ pub enum Value {
 }
 
 impl OptionSpec {
-    /// Whether `kind` accepts this option.
-    pub fn applies_to(&self, kind: ConnectorKind) -> bool {
-        self.connectors.contains(&kind)
-    }
-
     /// The bounds column of the reference: the value rule and the cross-option rule.
     pub fn bounds_text(&self) -> String {
         let base = match self.bound {

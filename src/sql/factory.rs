@@ -9,8 +9,9 @@ use datafusion::logical_expr::CreateExternalTable;
 use datafusion::sql::sqlparser::ast::Value;
 
 use crate::connectors;
+use crate::connectors::ConnectorKind;
 use crate::error::Result;
-use crate::options::{ConnectorKind, RawOptions};
+use crate::options::RawOptions;
 
 use super::table::SinkTable;
 
@@ -38,6 +39,8 @@ impl SinkTableFactory {
         // have collapsed into one entry (the last one wins). Statements that go through
         // `crate::sql` are checked for that before planning (`check_raw_option_names`); the
         // statement text in `cmd.definition` does not carry the options, so it cannot help here.
+        // The names, types and bounds are checked once, by the connector's `from_raw` that
+        // `build_sink` calls.
         let pairs: Vec<(String, String)> = cmd
             .options
             .iter()
@@ -73,12 +76,15 @@ fn value_text(v: &Value) -> String {
     }
 }
 
-/// Checks option names of a parsed `CREATE EXTERNAL TABLE` before DataFusion plans it, so
-/// that a duplicate written as `k` and `format.k` is caught whichever comes first.
+/// Checks the option names of a parsed `CREATE EXTERNAL TABLE` of one of our connectors for
+/// duplicates before DataFusion plans it, so that a name written as `k` and `format.k` is
+/// caught whichever comes first: DataFusion's option map would keep only the last.
+///
+/// Everything else (unknown names with the nearest valid one, types, bounds, cross-option
+/// rules) is checked once, when the table factory builds the connector's options.
 pub(crate) fn check_raw_option_names(file_type: &str, options: &[(String, Value)]) -> Result<()> {
-    let Ok(kind) = ConnectorKind::parse(file_type) else {
+    if ConnectorKind::parse(file_type).is_err() {
         return Ok(()); // not one of ours
-    };
-    let raw = RawOptions::from_pairs(options.iter().map(|(k, v)| (k.clone(), value_text(v))))?;
-    crate::options::validate_names(kind, &raw)
+    }
+    RawOptions::from_pairs(options.iter().map(|(k, v)| (k.clone(), value_text(v)))).map(|_| ())
 }

@@ -38,9 +38,9 @@ use datafusion::sql::parser::{DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
+use crate::connectors::ConnectorKind;
 use crate::connectors::pubsub::inspect::{PubSubPullFunction, PubSubSubscribeFunction};
 use crate::error::{Error, Result};
-use crate::options::ConnectorKind;
 
 pub use factory::SinkTableFactory;
 pub use table::{SinkTable, TableSink};

@@ -9,8 +9,8 @@ use datafusion::sql::sqlparser::ast::{
     CreateTableOptions, Expr, SqlOption, Statement, UnaryOperator, Value,
 };
 
+use crate::connectors::ConnectorKind;
 use crate::error::{Error, Result};
-use crate::options::ConnectorKind;
 
 /// Rewrites a `CREATE TABLE ... WITH (connector = ...)` statement; returns any other statement
 /// unchanged.

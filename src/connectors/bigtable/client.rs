@@ -68,10 +68,10 @@ use tonic::transport::{Channel, Endpoint};
 use super::mapping::{
     BigtableEntry, request_base_len, request_entry_len, write_mutate_rows_request,
 };
+use crate::connectors::bigtable::names;
 use crate::connectors::google::{self, PreEncoded, ROUTING_HEADER, routing_value, with_deadline};
 use crate::core::{Class, Destination, SendOutcome, Transport};
 use crate::error::{Error, Result};
-use crate::options::names;
 
 /// The Bigtable data endpoint used when no `endpoint` is set.
 pub const DEFAULT_ENDPOINT: &str = "https://bigtable.googleapis.com";

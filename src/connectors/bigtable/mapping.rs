@@ -89,12 +89,12 @@ use gcloud_sdk::google::bigtable::v2::mutate_rows_request::Entry;
 use prost::Message as _;
 use prost::encoding::{encode_varint, encoded_len_varint};
 
+use super::names;
 use super::options::{BigtableSinkOptions, NullHandling};
 use crate::core::{Destination, Envelope};
 use crate::encode::json::{ColumnEncoder, check_json_type};
 use crate::encode::raw::BytesColumn;
 use crate::error::{Error, Result};
-use crate::options::names;
 
 /// Longest row key, in bytes. Source: Bigtable quotas and limits ("Row key: 4 KiB"),
 /// GCP_FACTS.md.

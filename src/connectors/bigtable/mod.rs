@@ -7,5 +7,6 @@
 
 pub mod client;
 pub mod mapping;
+pub mod names;
 pub mod options;
 pub mod writer;

@@ -1,8 +1,12 @@
 //! Options of the Bigtable connector.
 //!
-//! [`BigtableWriterOptions`] holds the writer options of the seed
-//! (`BigtableWriterOptions.Builder`), one builder method per seed method. [`BigtableSinkOptions`]
-//! adds the connection, the table and the row mapping, and is what both SQL forms build through
+//! Every option of the connector is declared here: the mapping and connection specs as statics,
+//! the writer options as one row each of [`writer_options!`](crate::options) (which makes the
+//! typed field, its default, getter, builder setter, bound check and SQL reading), and
+//! [`options`] lists them all for the connector list.
+//!
+//! [`BigtableWriterOptions`] holds the writer options, one builder method per option.
+//! [`BigtableSinkOptions`] adds the connection, the table and the row mapping, and is what both SQL forms build through
 //! [`BigtableSinkOptions::from_raw`].
 //!
 //! ```
@@ -21,61 +25,68 @@
 //! # Ok::<(), gcp_sql::Error>(())
 //! ```
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use arrow::datatypes::{DataType, Schema};
 
+use super::names;
+use crate::connectors::ConnectorKind;
+use crate::connectors::catalog;
+use crate::connectors::kind::CONNECTOR;
 use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
-use crate::options::registry::{bigtable as spec, common, pubsub as shared};
+use crate::options::common::{
+    self, CREDENTIALS_FILE, EMULATOR_HOST, ENDPOINT, FAILURE_POLICY, MAX_CONSECUTIVE_REJECTIONS,
+    PER_DESTINATION_METRICS, PROJECT,
+};
+use crate::options::docs::FixedBudget;
 use crate::options::spec::{binary_size, format_duration, group_digits};
 use crate::options::{
-    ConnectionOptions, ConnectorKind, EnvLookup, ParsedOptions, RawOptions, location_text,
-    merge_location, names, schema_types,
+    Bound, ConnectionOptions, DefaultValue, EnvLookup, OptionGroup, OptionKind, OptionSpec,
+    RawOptions, location_text, merge_location, schema_types, writer_options,
 };
 
 /// `max_consecutive_rejections` value that never fails the statement.
 pub const UNBOUNDED: i32 = -1;
 
-/// Entries the Java client's flow controller admits outstanding (GCP_FACTS: Bigtable batcher
-/// flow control 20,000 entries).
+/// Entries the Java client's flow controller admits outstanding (the Java Bigtable client's
+/// batcher flow-control default: 20,000 entries).
 pub const CLIENT_FLOW_CONTROL_MAX_ENTRIES: i64 = 20_000;
-/// Bytes the Java client's flow controller admits outstanding (GCP_FACTS: 100 MiB).
+/// Bytes the Java client's flow controller admits outstanding (the same defaults: 100 MiB).
 pub const CLIENT_FLOW_CONTROL_MAX_BYTES: i64 = 100 << 20;
 /// Largest `batch_element_count_threshold`: one under [`CLIENT_FLOW_CONTROL_MAX_ENTRIES`], which
-/// the client's settings require the threshold to stay strictly below (seed).
+/// the client's settings require the threshold to stay strictly below.
 pub const MAX_BATCH_ELEMENT_COUNT_THRESHOLD: i64 = CLIENT_FLOW_CONTROL_MAX_ENTRIES - 1;
-/// Largest `batch_request_byte_threshold`: one byte under [`CLIENT_FLOW_CONTROL_MAX_BYTES`] (seed).
+/// Largest `batch_request_byte_threshold`: one byte under [`CLIENT_FLOW_CONTROL_MAX_BYTES`].
 pub const MAX_BATCH_REQUEST_BYTE_THRESHOLD: i64 = CLIENT_FLOW_CONTROL_MAX_BYTES - 1;
-/// Default of `batch_element_count_threshold`: the client's 100 entries (seed, GCP_FACTS).
+/// Default of `batch_element_count_threshold`: the client's 100 entries (the Java client's batching defaults).
 pub const DEFAULT_BATCH_ELEMENT_COUNT_THRESHOLD: i64 = 100;
-/// Default of `batch_request_byte_threshold`: the client's 20 MiB (seed, GCP_FACTS).
+/// Default of `batch_request_byte_threshold`: the client's 20 MiB (the Java client's batching defaults).
 pub const DEFAULT_BATCH_REQUEST_BYTE_THRESHOLD: i64 = 20 << 20;
-/// Default of `max_in_flight_entries` (seed).
+/// Default of `max_in_flight_entries`.
 pub const DEFAULT_MAX_IN_FLIGHT_ENTRIES: i32 = 1000;
-/// Default of `max_in_flight_bytes`: 64 MiB (seed).
+/// Default of `max_in_flight_bytes`: 64 MiB.
 pub const DEFAULT_MAX_IN_FLIGHT_BYTES: i64 = 64 << 20;
-/// Default of `max_consecutive_rejections` (seed).
-pub const DEFAULT_MAX_CONSECUTIVE_REJECTIONS: i32 = 100;
-/// Default of `recovery_initial_backoff` (seed).
+/// Default of `max_consecutive_rejections`.
+pub const DEFAULT_MAX_CONSECUTIVE_REJECTIONS: i32 = common::DEFAULT_MAX_CONSECUTIVE_REJECTIONS;
+/// Default of `recovery_initial_backoff`.
 pub const DEFAULT_RECOVERY_INITIAL_BACKOFF: Duration = Duration::from_millis(500);
-/// Default of `recovery_max_backoff` (seed).
+/// Default of `recovery_max_backoff`.
 pub const DEFAULT_RECOVERY_MAX_BACKOFF: Duration = Duration::from_secs(10);
-/// Default of `recovery_max_attempts` (seed).
+/// Default of `recovery_max_attempts`.
 pub const DEFAULT_RECOVERY_MAX_ATTEMPTS: i32 = 10;
-/// Default of `destination_idle_timeout`. The seed leaves the value open; ten minutes, as for
-/// Pub/Sub publishers.
+/// Default of `destination_idle_timeout`: ten minutes, as for Pub/Sub publishers.
 pub const DEFAULT_DESTINATION_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-/// Default of `max_active_instances` (seed).
+/// Default of `max_active_instances`.
 pub const DEFAULT_MAX_ACTIVE_INSTANCES: i32 = 16;
 
-/// How long a batch waits to fill: the Java client's batcher default of 1 s (GCP_FACTS). Not a
-/// seed option.
+/// How long a batch waits to fill: the Java client's batcher default of 1 s. Not an option.
 pub const BATCH_DELAY_THRESHOLD: Duration = Duration::from_secs(1);
-/// No-progress budget of the writer. Not a seed option; Pub/Sub's `publish_progress_timeout`
+/// No-progress budget of the writer. Not an option; Pub/Sub's `publish_progress_timeout`
 /// default.
 pub const PROGRESS_TIMEOUT: Duration = Duration::from_secs(600);
-/// Budget of one release of instance clients. Not a seed option; Pub/Sub's `shutdown_timeout`
+/// Budget of one release of instance clients. Not an option; Pub/Sub's `shutdown_timeout`
 /// default.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -84,95 +95,297 @@ pub const DEFAULT_ROW_KEY_DELIMITER: &str = "#";
 /// Default `column_family`.
 pub const DEFAULT_COLUMN_FAMILY: &str = "cf";
 
-/// The Bigtable writer options: batching, in-flight bounds, the rejection breaker, recovery and
-/// the instance-client pool. Build with [`BigtableWriterOptions::builder`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct BigtableWriterOptions {
-    batch_element_count_threshold: i64,
-    batch_request_byte_threshold: i64,
-    max_in_flight_entries: i32,
-    max_in_flight_bytes: i64,
-    max_consecutive_rejections: i32,
-    recovery_initial_backoff: Duration,
-    recovery_max_backoff: Duration,
-    recovery_max_attempts: i32,
-    destination_idle_timeout: Duration,
-    max_active_instances: i32,
-    per_destination_metrics: bool,
-    warnings: Vec<String>,
+/// `table`.
+pub static TABLE: OptionSpec = OptionSpec {
+    name: "table",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Text,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "this, `LOCATION` or `table_column` is required; when both this and `LOCATION` are given they must name the same table; a short id needs `project` and `instance`",
+    example: "projects/demo/instances/main/tables/events",
+    description: "The table every row is written to: `projects/PROJECT/instances/INSTANCE/tables/TABLE`, or a short table id.",
+};
+
+/// `instance`.
+pub static INSTANCE: OptionSpec = OptionSpec {
+    name: "instance",
+    group: OptionGroup::Connection,
+    kind: OptionKind::Text,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "cannot be combined with `instance_column`; must agree with a full table name",
+    example: "main",
+    description: "Instance in which short table ids are resolved (a short id in `project`, or `projects/PROJECT/instances/INSTANCE`).",
+};
+
+/// `table_column`.
+pub static TABLE_COLUMN: OptionSpec = OptionSpec {
+    name: "table_column",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Column,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "cannot be combined with a fixed table (`table` or `LOCATION`)",
+    example: "table_name",
+    description: "A string column naming each row's table (full name, or short id in the row's instance).",
+};
+
+/// `instance_column`.
+pub static INSTANCE_COLUMN: OptionSpec = OptionSpec {
+    name: "instance_column",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Column,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "cannot be combined with `instance` or with a full table name",
+    example: "instance_name",
+    description: "A string column naming each row's instance (short id in `project`, or full name); short table ids are resolved in it.",
+};
+
+/// `row_key`.
+pub static ROW_KEY: OptionSpec = OptionSpec {
+    name: "row_key",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::ColumnList,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "required; string, binary or integer columns",
+    example: "user_id, ts",
+    description: "The column, or comma-separated columns, that make the row key. Several are joined with `row_key_delimiter`. Key columns are not written as cells.",
+};
+
+/// `row_key_delimiter`.
+pub static ROW_KEY_DELIMITER: OptionSpec = OptionSpec {
+    name: "row_key_delimiter",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Text,
+    default: DefaultValue::Text(DEFAULT_ROW_KEY_DELIMITER),
+    bound: Bound::None,
+    cross_rule: "",
+    example: "|",
+    description: "Text placed between the parts of a multi-column row key (may be empty).",
+};
+
+/// `column_family`.
+pub static COLUMN_FAMILY: OptionSpec = OptionSpec {
+    name: "column_family",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Text,
+    default: DefaultValue::Text(DEFAULT_COLUMN_FAMILY),
+    bound: Bound::NotEmpty,
+    cross_rule: "",
+    example: "d",
+    description: "Column family of the cells written from top-level columns (the qualifier is the column name). A struct column is a family of its own, its fields the qualifiers.",
+};
+
+/// `timestamp_column`.
+pub static TIMESTAMP_COLUMN: OptionSpec = OptionSpec {
+    name: "timestamp_column",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Column,
+    default: DefaultValue::Unset("the writer's clock"),
+    bound: Bound::None,
+    cross_rule: "",
+    example: "event_time",
+    description: "A timestamp (or int64 microseconds) column giving every cell of the row its version; truncated to milliseconds, so a replay writes the same versions again.",
+};
+
+/// `null_handling`.
+pub static NULL_HANDLING: OptionSpec = OptionSpec {
+    name: "null_handling",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Enum(&["ignore", "delete"]),
+    default: DefaultValue::Text("ignore"),
+    bound: Bound::None,
+    cross_rule: "",
+    example: "delete",
+    description: "What a null cell value does: `ignore` writes nothing for it; `delete` deletes that cell's existing versions.",
+};
+
+/// `auto_create_table`.
+pub static AUTO_CREATE_TABLE: OptionSpec = OptionSpec {
+    name: "auto_create_table",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Bool,
+    default: DefaultValue::Bool(false),
+    bound: Bound::None,
+    cross_rule: "",
+    example: "true",
+    description: "When a write finds its table missing (NOT_FOUND), create it with the column families the mapping needs and write again under the `recovery_*` backoff. Nothing is created when the table is declared.",
+};
+
+/// `app_profile_id`.
+pub static APP_PROFILE_ID: OptionSpec = OptionSpec {
+    name: "app_profile_id",
+    group: OptionGroup::Connection,
+    kind: OptionKind::Text,
+    default: DefaultValue::Unset("the instance's default profile"),
+    bound: Bound::None,
+    cross_rule: "",
+    example: "batch-writes",
+    description: "Application profile the writes are routed by.",
+};
+
+/// Every option of the Bigtable connector, in the order the reference lists them: the shared
+/// ones, the mapping, then the writer options in declaration order.
+pub fn options() -> &'static [&'static OptionSpec] {
+    static OPTIONS: LazyLock<Vec<&'static OptionSpec>> = LazyLock::new(|| {
+        let own: [&'static OptionSpec; 17] = [
+            &CONNECTOR,
+            &PROJECT,
+            &ENDPOINT,
+            &EMULATOR_HOST,
+            &CREDENTIALS_FILE,
+            &FAILURE_POLICY,
+            &TABLE,
+            &INSTANCE,
+            &TABLE_COLUMN,
+            &INSTANCE_COLUMN,
+            &ROW_KEY,
+            &ROW_KEY_DELIMITER,
+            &COLUMN_FAMILY,
+            &TIMESTAMP_COLUMN,
+            &NULL_HANDLING,
+            &AUTO_CREATE_TABLE,
+            &APP_PROFILE_ID,
+        ];
+        [&own[..], BigtableWriterOptions::specs()].concat()
+    });
+    &OPTIONS
 }
 
-impl Default for BigtableWriterOptions {
-    fn default() -> Self {
-        BigtableWriterOptions {
-            batch_element_count_threshold: DEFAULT_BATCH_ELEMENT_COUNT_THRESHOLD,
-            batch_request_byte_threshold: DEFAULT_BATCH_REQUEST_BYTE_THRESHOLD,
-            max_in_flight_entries: DEFAULT_MAX_IN_FLIGHT_ENTRIES,
-            max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
-            max_consecutive_rejections: DEFAULT_MAX_CONSECUTIVE_REJECTIONS,
-            recovery_initial_backoff: DEFAULT_RECOVERY_INITIAL_BACKOFF,
-            recovery_max_backoff: DEFAULT_RECOVERY_MAX_BACKOFF,
-            recovery_max_attempts: DEFAULT_RECOVERY_MAX_ATTEMPTS,
-            destination_idle_timeout: DEFAULT_DESTINATION_IDLE_TIMEOUT,
-            max_active_instances: DEFAULT_MAX_ACTIVE_INSTANCES,
-            per_destination_metrics: false,
-            warnings: Vec::new(),
-        }
+/// The connector's fixed budgets, listed in the reference beside the options.
+pub static FIXED_BUDGETS: &[FixedBudget] = &[
+    FixedBudget {
+        name: "batch delay threshold",
+        value: DefaultValue::Duration(BATCH_DELAY_THRESHOLD),
+        description: "How long the first entry of a batch waits for the batch to fill (the Java client's batcher default).",
+    },
+    FixedBudget {
+        name: "progress timeout",
+        value: DefaultValue::Duration(PROGRESS_TIMEOUT),
+        description: "How long the writer waits with no MutateRows completing before the statement fails (Pub/Sub's `publish_progress_timeout` default).",
+    },
+    FixedBudget {
+        name: "shutdown timeout",
+        value: DefaultValue::Duration(SHUTDOWN_TIMEOUT),
+        description: "Budget of one release of instance clients, at eviction or at the end of a statement (Pub/Sub's `shutdown_timeout` default).",
+    },
+];
+
+writer_options! {
+    /// The Bigtable writer options: batching, in-flight bounds, the rejection breaker, recovery and
+    /// the instance-client pool. Build with [`BigtableWriterOptions::builder`].
+    pub struct BigtableWriterOptions / builder BigtableWriterOptionsBuilder {
+        /// Entries per MutateRows request before it is sent.
+        batch_element_count_threshold: i64 => BATCH_ELEMENT_COUNT_THRESHOLD {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::Int(DEFAULT_BATCH_ELEMENT_COUNT_THRESHOLD),
+            bound: Bound::IntRange {
+                min: 1,
+                max: MAX_BATCH_ELEMENT_COUNT_THRESHOLD,
+            },
+            cross_rule: "",
+            example: "500",
+            description: "Entries (one per row, however many cells it writes) gathered before a MutateRows request is sent. The ceiling is one under the 20,000 entries the client's flow control admits, which the batch threshold must stay below. (The service itself refuses a request of more than 100,000 mutations.)",
+        };
+        /// Mutation bytes per request before it is sent.
+        batch_request_byte_threshold: i64 => BATCH_REQUEST_BYTE_THRESHOLD {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::Bytes(DEFAULT_BATCH_REQUEST_BYTE_THRESHOLD),
+            bound: Bound::IntRange {
+                min: 1,
+                max: MAX_BATCH_REQUEST_BYTE_THRESHOLD,
+            },
+            cross_rule: "",
+            example: "4194304",
+            description: "Bytes of mutations gathered before a request is sent; at most one byte under the 100 MiB the client's flow control admits.",
+        };
+        /// In-flight entry cap.
+        max_in_flight_entries: i32 => MAX_IN_FLIGHT_ENTRIES {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::Int(DEFAULT_MAX_IN_FLIGHT_ENTRIES as i64),
+            bound: Bound::Positive,
+            cross_rule: "above 20,000 the table is declared with a warning (the client's own flow-control budget)",
+            example: "5000",
+            description: "Entries the writer keeps unacknowledged. At the cap the writer waits for completions before taking more input.",
+        };
+        /// In-flight byte cap.
+        max_in_flight_bytes: i64 => MAX_IN_FLIGHT_BYTES {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::Bytes(DEFAULT_MAX_IN_FLIGHT_BYTES),
+            bound: Bound::Positive,
+            cross_rule: "above 100 MiB the table is declared with a warning (the client's own flow-control budget)",
+            example: "33554432",
+            description: "Serialized bytes of the entries the writer keeps unacknowledged: the bound that limits memory, since one entry may be megabytes.",
+        };
+        /// Consecutive confirmed rejections that fail the statement; [`UNBOUNDED`] never does.
+        max_consecutive_rejections: i32 => MAX_CONSECUTIVE_REJECTIONS;
+        /// First backoff of the table auto-creation recovery.
+        recovery_initial_backoff: Duration => RECOVERY_INITIAL_BACKOFF {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::Duration(DEFAULT_RECOVERY_INITIAL_BACKOFF),
+            bound: Bound::AtLeastMillis,
+            cross_rule: "",
+            example: "1s",
+            description: "First wait before writing again after `auto_create_table` created a missing table.",
+        };
+        /// Backoff cap of the table auto-creation recovery.
+        recovery_max_backoff: Duration => RECOVERY_MAX_BACKOFF {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::Duration(DEFAULT_RECOVERY_MAX_BACKOFF),
+            bound: Bound::AtLeastMillis,
+            cross_rule: "at least `recovery_initial_backoff`",
+            example: "30s",
+            description: "Longest wait between attempts of the table auto-creation recovery.",
+        };
+        /// Attempts of the table auto-creation recovery.
+        recovery_max_attempts: i32 => RECOVERY_MAX_ATTEMPTS {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::Int(DEFAULT_RECOVERY_MAX_ATTEMPTS as i64),
+            bound: Bound::Positive,
+            cross_rule: "",
+            example: "5",
+            description: "Write attempts of the table auto-creation recovery; when they run out the statement fails.",
+        };
+        /// Idle time after which a table's batching state is dropped.
+        destination_idle_timeout: Duration => DESTINATION_IDLE_TIMEOUT {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::Duration(DEFAULT_DESTINATION_IDLE_TIMEOUT),
+            bound: Bound::PositiveNanos,
+            cross_rule: "",
+            example: "1h",
+            description: "How long a table may go without writes before a successful flush drops its batching state; a later row rebuilds it. An instance's client closes with its last table. To never evict, give a very long duration (up to about 292 years).",
+        };
+        /// Open-or-closing instance client cap.
+        max_active_instances: i32 => MAX_ACTIVE_INSTANCES {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::Int(DEFAULT_MAX_ACTIVE_INSTANCES as i64),
+            bound: Bound::Positive,
+            cross_rule: "",
+            example: "4",
+            description: "Instance clients (open or closing) a writer holds. A new instance beyond the cap drains pending work and closes the least recently used client; a closing client keeps its slot until it has shut down.",
+        };
+        /// Whether per-table counters are registered.
+        per_destination_metrics: bool => PER_DESTINATION_METRICS;
     }
+    extra { warnings: Vec<String> = Vec::new() }
 }
 
 impl BigtableWriterOptions {
-    /// A builder with every option at its default.
-    pub fn builder() -> BigtableWriterOptionsBuilder {
-        BigtableWriterOptionsBuilder::default()
-    }
-    /// Entries per MutateRows request before it is sent.
-    pub fn batch_element_count_threshold(&self) -> i64 {
-        self.batch_element_count_threshold
-    }
-    /// Mutation bytes per request before it is sent.
-    pub fn batch_request_byte_threshold(&self) -> i64 {
-        self.batch_request_byte_threshold
-    }
-    /// In-flight entry cap.
-    pub fn max_in_flight_entries(&self) -> i32 {
-        self.max_in_flight_entries
-    }
-    /// In-flight byte cap.
-    pub fn max_in_flight_bytes(&self) -> i64 {
-        self.max_in_flight_bytes
-    }
-    /// Consecutive confirmed rejections that fail the statement; [`UNBOUNDED`] never does.
-    pub fn max_consecutive_rejections(&self) -> i32 {
-        self.max_consecutive_rejections
-    }
-    /// The breaker bound for the core: `None` when unbounded.
+    /// The breaker bound for the core: `None` when unbounded ([`UNBOUNDED`]).
     pub fn rejection_limit(&self) -> Option<u64> {
         u64::try_from(self.max_consecutive_rejections).ok()
-    }
-    /// First backoff of the table auto-creation recovery.
-    pub fn recovery_initial_backoff(&self) -> Duration {
-        self.recovery_initial_backoff
-    }
-    /// Backoff cap of the table auto-creation recovery.
-    pub fn recovery_max_backoff(&self) -> Duration {
-        self.recovery_max_backoff
-    }
-    /// Attempts of the table auto-creation recovery.
-    pub fn recovery_max_attempts(&self) -> i32 {
-        self.recovery_max_attempts
-    }
-    /// Idle time after which a table's batching state is dropped.
-    pub fn destination_idle_timeout(&self) -> Duration {
-        self.destination_idle_timeout
-    }
-    /// Open-or-closing instance client cap.
-    pub fn max_active_instances(&self) -> i32 {
-        self.max_active_instances
-    }
-    /// Whether per-table counters are registered.
-    pub fn per_destination_metrics(&self) -> bool {
-        self.per_destination_metrics
     }
     /// The warnings [`build`](BigtableWriterOptionsBuilder::build) logged: an in-flight bound
     /// above the client's own flow-control budget.
@@ -181,138 +394,20 @@ impl BigtableWriterOptions {
     }
 }
 
-/// Builder of [`BigtableWriterOptions`]; every value is checked in [`build`](Self::build).
-#[derive(Debug, Clone, Default)]
-#[must_use]
-pub struct BigtableWriterOptionsBuilder {
-    batch_element_count_threshold: Option<i64>,
-    batch_request_byte_threshold: Option<i64>,
-    max_in_flight_entries: Option<i32>,
-    max_in_flight_bytes: Option<i64>,
-    max_consecutive_rejections: Option<i32>,
-    recovery_initial_backoff: Option<Duration>,
-    recovery_max_backoff: Option<Duration>,
-    recovery_max_attempts: Option<i32>,
-    destination_idle_timeout: Option<Duration>,
-    max_active_instances: Option<i32>,
-    per_destination_metrics: Option<bool>,
-}
-
 impl BigtableWriterOptionsBuilder {
-    /// Entries per request (1 to 19,999; default 100).
-    pub fn batch_element_count_threshold(mut self, v: i64) -> Self {
-        self.batch_element_count_threshold = Some(v);
-        self
-    }
-    /// Mutation bytes per request (1 to 100 MiB - 1; default 20 MiB).
-    pub fn batch_request_byte_threshold(mut self, v: i64) -> Self {
-        self.batch_request_byte_threshold = Some(v);
-        self
-    }
-    /// In-flight entry cap (positive; default 1000; above 20,000 warns).
-    pub fn max_in_flight_entries(mut self, v: i32) -> Self {
-        self.max_in_flight_entries = Some(v);
-        self
-    }
-    /// In-flight byte cap (positive; default 64 MiB; above 100 MiB warns).
-    pub fn max_in_flight_bytes(mut self, v: i64) -> Self {
-        self.max_in_flight_bytes = Some(v);
-        self
-    }
-    /// Consecutive confirmed rejections that fail the statement (positive or [`UNBOUNDED`];
-    /// default 100).
-    pub fn max_consecutive_rejections(mut self, v: i32) -> Self {
-        self.max_consecutive_rejections = Some(v);
-        self
-    }
-    /// First backoff of the table auto-creation recovery (at least 1 ms; default 500 ms).
-    pub fn recovery_initial_backoff(mut self, v: Duration) -> Self {
-        self.recovery_initial_backoff = Some(v);
-        self
-    }
-    /// Backoff cap of the recovery (at least 1 ms and the initial; default 10 s).
-    pub fn recovery_max_backoff(mut self, v: Duration) -> Self {
-        self.recovery_max_backoff = Some(v);
-        self
-    }
-    /// Attempts of the recovery (positive; default 10).
-    pub fn recovery_max_attempts(mut self, v: i32) -> Self {
-        self.recovery_max_attempts = Some(v);
-        self
-    }
-    /// Idle time before a table's batching state is dropped (positive, at most `i64::MAX` ns;
-    /// default [`DEFAULT_DESTINATION_IDLE_TIMEOUT`]).
-    pub fn destination_idle_timeout(mut self, v: Duration) -> Self {
-        self.destination_idle_timeout = Some(v);
-        self
-    }
-    /// Open-or-closing instance client cap (positive; default 16).
-    pub fn max_active_instances(mut self, v: i32) -> Self {
-        self.max_active_instances = Some(v);
-        self
-    }
-    /// Register per-table counters (default false).
-    pub fn per_destination_metrics(mut self, v: bool) -> Self {
-        self.per_destination_metrics = Some(v);
-        self
-    }
-
     /// Checks every value and the cross-option rules; the error names the option and the rule.
     ///
     /// An in-flight bound above the client's own flow-control budget (20,000 entries, 100 MiB)
     /// is not refused — a sink spread over several instances draws on several such budgets — but
     /// logged as a warning and kept in [`BigtableWriterOptions::warnings`].
     pub fn build(self) -> Result<BigtableWriterOptions> {
-        let mut o = BigtableWriterOptions::default();
-        if let Some(v) = self.batch_element_count_threshold {
-            spec::BATCH_ELEMENT_COUNT_THRESHOLD.check_int(v)?;
-            o.batch_element_count_threshold = v;
-        }
-        if let Some(v) = self.batch_request_byte_threshold {
-            spec::BATCH_REQUEST_BYTE_THRESHOLD.check_int(v)?;
-            o.batch_request_byte_threshold = v;
-        }
-        if let Some(v) = self.max_in_flight_entries {
-            spec::MAX_IN_FLIGHT_ENTRIES.check_int(v.into())?;
-            o.max_in_flight_entries = v;
-        }
-        if let Some(v) = self.max_in_flight_bytes {
-            spec::MAX_IN_FLIGHT_BYTES.check_int(v)?;
-            o.max_in_flight_bytes = v;
-        }
-        if let Some(v) = self.max_consecutive_rejections {
-            shared::MAX_CONSECUTIVE_REJECTIONS.check_int(v.into())?;
-            o.max_consecutive_rejections = v;
-        }
-        if let Some(v) = self.recovery_initial_backoff {
-            spec::RECOVERY_INITIAL_BACKOFF.check_duration(v)?;
-            o.recovery_initial_backoff = v;
-        }
-        if let Some(v) = self.recovery_max_backoff {
-            spec::RECOVERY_MAX_BACKOFF.check_duration(v)?;
-            o.recovery_max_backoff = v;
-        }
-        if let Some(v) = self.recovery_max_attempts {
-            spec::RECOVERY_MAX_ATTEMPTS.check_int(v.into())?;
-            o.recovery_max_attempts = v;
-        }
-        if let Some(v) = self.destination_idle_timeout {
-            spec::DESTINATION_IDLE_TIMEOUT.check_duration(v)?;
-            o.destination_idle_timeout = v;
-        }
-        if let Some(v) = self.max_active_instances {
-            spec::MAX_ACTIVE_INSTANCES.check_int(v.into())?;
-            o.max_active_instances = v;
-        }
-        if let Some(v) = self.per_destination_metrics {
-            o.per_destination_metrics = v;
-        }
+        let mut o = self.checked()?;
         if o.recovery_max_backoff < o.recovery_initial_backoff {
-            return Err(spec::RECOVERY_MAX_BACKOFF.invalid(
+            return Err(RECOVERY_MAX_BACKOFF.invalid(
                 format_duration(o.recovery_max_backoff),
                 format!(
                     "{} (which is {})",
-                    spec::RECOVERY_MAX_BACKOFF.cross_rule,
+                    RECOVERY_MAX_BACKOFF.cross_rule,
                     format_duration(o.recovery_initial_backoff)
                 ),
             ));
@@ -321,7 +416,7 @@ impl BigtableWriterOptionsBuilder {
             o.warnings.push(format!(
                 "'{}' = {} is above the {} entries one Bigtable client admits in flight; with a single instance the \
                  client's flow control, not this bound, limits the writer",
-                spec::MAX_IN_FLIGHT_ENTRIES.name,
+                MAX_IN_FLIGHT_ENTRIES.name,
                 group_digits(o.max_in_flight_entries.into()),
                 group_digits(CLIENT_FLOW_CONTROL_MAX_ENTRIES)
             ));
@@ -330,7 +425,7 @@ impl BigtableWriterOptionsBuilder {
             o.warnings.push(format!(
                 "'{}' = {} is above the {} one Bigtable client admits in flight; with a single instance the client's \
                  flow control, not this bound, limits the writer",
-                spec::MAX_IN_FLIGHT_BYTES.name,
+                MAX_IN_FLIGHT_BYTES.name,
                 group_digits(o.max_in_flight_bytes),
                 binary_size(CLIENT_FLOW_CONTROL_MAX_BYTES)
             ));
@@ -451,14 +546,14 @@ impl BigtableSinkOptions {
         raw: &RawOptions,
         env: EnvLookup<'_>,
     ) -> Result<Self> {
-        let p = ParsedOptions::parse(ConnectorKind::Bigtable, raw)?;
-        let connection = ConnectionOptions::from_parsed(&p, env)?;
+        let p = catalog::parse_options(ConnectorKind::Bigtable, raw)?;
+        let connection =
+            ConnectionOptions::from_parsed(&p, ConnectorKind::Bigtable.service(), env)?;
         let project = connection.project.as_deref();
 
-        let instance_option = match p.non_empty_text(&spec::INSTANCE)? {
+        let instance_option = match p.non_empty_text(&INSTANCE)? {
             Some(i) => Some(
-                names::bigtable_instance(i, project)
-                    .map_err(|rule| spec::INSTANCE.invalid(i, rule))?,
+                names::bigtable_instance(i, project).map_err(|rule| INSTANCE.invalid(i, rule))?,
             ),
             None => None,
         };
@@ -470,15 +565,15 @@ impl BigtableSinkOptions {
             )),
             None => None,
         };
-        let from_option = match p.non_empty_text(&spec::TABLE)? {
+        let from_option = match p.non_empty_text(&TABLE)? {
             Some(t) => Some((
                 names::bigtable_table(t, instance_option.as_deref())
-                    .map_err(|rule| spec::TABLE.invalid(t, rule))?,
+                    .map_err(|rule| TABLE.invalid(t, rule))?,
                 t,
             )),
             None => None,
         };
-        let table = merge_location(&spec::TABLE, from_location, from_option)?;
+        let table = merge_location(&TABLE, from_location, from_option)?;
         let table_instance = table
             .as_deref()
             .and_then(names::instance_of_table)
@@ -486,8 +581,8 @@ impl BigtableSinkOptions {
         if let (Some(opt), Some(of_table)) = (&instance_option, &table_instance)
             && opt != of_table
         {
-            return Err(spec::INSTANCE.invalid(
-                p.text_as_written(&spec::INSTANCE).unwrap_or_default(),
+            return Err(INSTANCE.invalid(
+                p.text_as_written(&INSTANCE).unwrap_or_default(),
                 format!(
                     "the table '{}' belongs to instance '{of_table}'",
                     table.as_deref().unwrap_or_default()
@@ -495,85 +590,52 @@ impl BigtableSinkOptions {
             ));
         }
 
-        let row_key = match p.list(&spec::ROW_KEY)? {
+        let row_key = match p.list(&ROW_KEY)? {
             Some(cols) => cols.to_vec(),
             None => {
                 return Err(Error::MissingOption {
-                    option: spec::ROW_KEY.name.into(),
+                    option: ROW_KEY.name.into(),
                     rule: "a Bigtable sink needs the column (or comma-separated columns) that form the row key".into(),
                 });
             }
         };
         let column_family = p
-            .text(&spec::COLUMN_FAMILY)?
+            .text(&COLUMN_FAMILY)?
             .unwrap_or(DEFAULT_COLUMN_FAMILY)
             .to_string();
         names::check_family_id(&column_family)
-            .map_err(|rule| spec::COLUMN_FAMILY.invalid(&column_family, rule))?;
-        let null_handling = match p.text(&spec::NULL_HANDLING)? {
+            .map_err(|rule| COLUMN_FAMILY.invalid(&column_family, rule))?;
+        let null_handling = match p.text(&NULL_HANDLING)? {
             None | Some("ignore") => NullHandling::Ignore,
             Some("delete") => NullHandling::Delete,
             Some(other) => {
-                return Err(spec::NULL_HANDLING.invalid(other, "expected 'ignore' or 'delete'"));
+                return Err(NULL_HANDLING.invalid(other, "expected 'ignore' or 'delete'"));
             }
         };
         let mapping = BigtableMappingOptions {
             instance: table_instance.or(instance_option),
-            table_column: p.text(&spec::TABLE_COLUMN)?.map(str::to_string),
-            instance_column: p.text(&spec::INSTANCE_COLUMN)?.map(str::to_string),
+            table_column: p.text(&TABLE_COLUMN)?.map(str::to_string),
+            instance_column: p.text(&INSTANCE_COLUMN)?.map(str::to_string),
             row_key,
             row_key_delimiter: p
-                .text(&spec::ROW_KEY_DELIMITER)?
+                .text(&ROW_KEY_DELIMITER)?
                 .unwrap_or(DEFAULT_ROW_KEY_DELIMITER)
                 .to_string(),
             column_family,
-            timestamp_column: p.text(&spec::TIMESTAMP_COLUMN)?.map(str::to_string),
+            timestamp_column: p.text(&TIMESTAMP_COLUMN)?.map(str::to_string),
             null_handling,
         };
 
-        let mut b = BigtableWriterOptions::builder();
-        if let Some(v) = p.int(&spec::BATCH_ELEMENT_COUNT_THRESHOLD)? {
-            b = b.batch_element_count_threshold(v);
-        }
-        if let Some(v) = p.int(&spec::BATCH_REQUEST_BYTE_THRESHOLD)? {
-            b = b.batch_request_byte_threshold(v);
-        }
-        if let Some(v) = p.int32(&spec::MAX_IN_FLIGHT_ENTRIES)? {
-            b = b.max_in_flight_entries(v);
-        }
-        if let Some(v) = p.int(&spec::MAX_IN_FLIGHT_BYTES)? {
-            b = b.max_in_flight_bytes(v);
-        }
-        if let Some(v) = p.int32(&shared::MAX_CONSECUTIVE_REJECTIONS)? {
-            b = b.max_consecutive_rejections(v);
-        }
-        if let Some(v) = p.duration(&spec::RECOVERY_INITIAL_BACKOFF)? {
-            b = b.recovery_initial_backoff(v);
-        }
-        if let Some(v) = p.duration(&spec::RECOVERY_MAX_BACKOFF)? {
-            b = b.recovery_max_backoff(v);
-        }
-        if let Some(v) = p.int32(&spec::RECOVERY_MAX_ATTEMPTS)? {
-            b = b.recovery_max_attempts(v);
-        }
-        if let Some(v) = p.duration(&spec::DESTINATION_IDLE_TIMEOUT)? {
-            b = b.destination_idle_timeout(v);
-        }
-        if let Some(v) = p.int32(&spec::MAX_ACTIVE_INSTANCES)? {
-            b = b.max_active_instances(v);
-        }
-        if let Some(v) = p.bool(&common::PER_DESTINATION_METRICS)? {
-            b = b.per_destination_metrics(v);
-        }
+        let writer = BigtableWriterOptionsBuilder::from_parsed(&p)?.build()?;
 
         let opts = BigtableSinkOptions {
             connection,
             table,
             mapping,
-            auto_create_table: p.bool(&spec::AUTO_CREATE_TABLE)?.unwrap_or(false),
-            app_profile_id: p.non_empty_text(&spec::APP_PROFILE_ID)?.map(str::to_string),
+            auto_create_table: p.bool(&AUTO_CREATE_TABLE)?.unwrap_or(false),
+            app_profile_id: p.non_empty_text(&APP_PROFILE_ID)?.map(str::to_string),
             failure_policy: p.failure_policy()?,
-            writer: b.build()?,
+            writer,
         };
         opts.validate()?;
         Ok(opts)
@@ -586,40 +648,39 @@ impl BigtableSinkOptions {
         match (&self.table, &m.table_column) {
             (None, None) => {
                 return Err(Error::MissingOption {
-                    option: spec::TABLE.name.into(),
+                    option: TABLE.name.into(),
                     rule: "a Bigtable sink needs a table: LOCATION 'projects/P/instances/I/tables/T', the 'table' \
                            option, or a per-row 'table_column'"
                         .into(),
                 });
             }
             (Some(t), Some(c)) => {
-                return Err(spec::TABLE_COLUMN.invalid(
-                    c,
-                    format!("{} (table '{t}')", spec::TABLE_COLUMN.cross_rule),
-                ));
+                return Err(
+                    TABLE_COLUMN.invalid(c, format!("{} (table '{t}')", TABLE_COLUMN.cross_rule))
+                );
             }
             _ => {}
         }
         if let Some(c) = &m.instance_column {
             if let Some(t) = &self.table {
-                return Err(spec::INSTANCE_COLUMN.invalid(
+                return Err(INSTANCE_COLUMN.invalid(
                     c,
                     format!(
                         "{} (table '{t}' already names its instance)",
-                        spec::INSTANCE_COLUMN.cross_rule
+                        INSTANCE_COLUMN.cross_rule
                     ),
                 ));
             }
             if let Some(i) = &m.instance {
-                return Err(spec::INSTANCE_COLUMN.invalid(
+                return Err(INSTANCE_COLUMN.invalid(
                     c,
-                    format!("{} (instance '{i}')", spec::INSTANCE_COLUMN.cross_rule),
+                    format!("{} (instance '{i}')", INSTANCE_COLUMN.cross_rule),
                 ));
             }
         }
         if m.row_key.is_empty() {
             return Err(Error::MissingOption {
-                option: spec::ROW_KEY.name.into(),
+                option: ROW_KEY.name.into(),
                 rule: "at least one column".into(),
             });
         }
@@ -632,7 +693,7 @@ impl BigtableSinkOptions {
     pub fn validate_schema(&self, schema: &Schema) -> Result<()> {
         let m = &self.mapping;
         for c in &m.row_key {
-            let dt = schema_types::column_type(schema, c, spec::ROW_KEY.name)?;
+            let dt = schema_types::column_type(schema, c, ROW_KEY.name)?;
             if !(schema_types::is_string(dt)
                 || schema_types::is_binary(dt)
                 || schema_types::is_integer(dt))
@@ -646,7 +707,7 @@ impl BigtableSinkOptions {
             }
         }
         if let Some(c) = &m.timestamp_column {
-            let dt = schema_types::column_type(schema, c, spec::TIMESTAMP_COLUMN.name)?;
+            let dt = schema_types::column_type(schema, c, TIMESTAMP_COLUMN.name)?;
             if !matches!(dt, DataType::Timestamp(_, _) | DataType::Int64) {
                 return Err(Error::schema(
                     c,
@@ -655,8 +716,8 @@ impl BigtableSinkOptions {
             }
         }
         for (option, col) in [
-            (spec::TABLE_COLUMN.name, &m.table_column),
-            (spec::INSTANCE_COLUMN.name, &m.instance_column),
+            (TABLE_COLUMN.name, &m.table_column),
+            (INSTANCE_COLUMN.name, &m.instance_column),
         ] {
             if let Some(c) = col {
                 let dt = schema_types::column_type(schema, c, option)?;

@@ -28,12 +28,13 @@ use super::mapping::{self, BigtableMapping};
 use super::options::{
     BATCH_DELAY_THRESHOLD, BigtableSinkOptions, PROGRESS_TIMEOUT, SHUTDOWN_TIMEOUT,
 };
+use crate::connectors::ConnectorKind;
 use crate::connectors::{SinkConnector, write_stream};
 use crate::core::{
     BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
 };
 use crate::error::Result;
-use crate::options::{ConnectorKind, RawOptions};
+use crate::options::RawOptions;
 
 /// Tables one writer keeps batching state for at once. The seed bounds per-table state only by
 /// `destination_idle_timeout`, which is swept after a flush; a statement flushes once, at its

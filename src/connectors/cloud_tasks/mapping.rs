@@ -71,12 +71,13 @@ use arrow::datatypes::{
 use gcloud_sdk::google::cloud::tasks::v2 as proto;
 use prost::Message as _;
 
+use super::names;
 use super::options::{CloudTasksSinkOptions, HttpMethod, TaskAuth};
 use crate::core::{Destination, Envelope};
 use crate::encode::json::JsonRowEncoder;
 use crate::encode::raw::{BytesColumn, RawEncoder};
 use crate::error::{Error, Result};
-use crate::options::{PayloadFormat, names};
+use crate::options::PayloadFormat;
 
 /// Largest serialized task, in bytes. Source: GCP_FACTS.md and DESIGN.md ("A task is at most
 /// 100 KB"), read as 100 × 1024 bytes, the push-task limit Cloud Tasks inherited from App

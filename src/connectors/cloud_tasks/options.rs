@@ -1,7 +1,11 @@
 //! Options of the Cloud Tasks connector.
 //!
-//! [`CloudTasksWriterOptions`] holds the writer options of the seed
-//! (`CloudTasksWriterOptions.Builder`), one builder method per seed method.
+//! Every option of the connector is declared here: the mapping and connection specs as statics,
+//! the writer options as one row each of [`writer_options!`](crate::options) (which makes the
+//! typed field, its default, getter, builder setter, bound check and SQL reading), and
+//! [`options`] lists them all for the connector list.
+//!
+//! [`CloudTasksWriterOptions`] holds the writer options, one builder method per option.
 //! [`CloudTasksSinkOptions`] adds the connection, the queue and the HTTP task mapping, and is
 //! what both SQL forms build through [`CloudTasksSinkOptions::from_raw`].
 //!
@@ -17,32 +21,42 @@
 //! # Ok::<(), gcp_sql::Error>(())
 //! ```
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use arrow::datatypes::{DataType, Schema};
 
+use super::names;
+use crate::connectors::ConnectorKind;
+use crate::connectors::catalog;
+use crate::connectors::kind::CONNECTOR;
 use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
-use crate::options::registry::{cloud_tasks as spec, common};
+use crate::options::common::{
+    CREDENTIALS_FILE, EMULATOR_HOST, ENDPOINT, FAILURE_POLICY, FORMAT, PER_DESTINATION_METRICS,
+    PROJECT,
+};
+use crate::options::docs::FixedBudget;
 use crate::options::spec::format_duration;
 use crate::options::{
-    ConnectionOptions, ConnectorKind, EnvLookup, ParsedOptions, PayloadFormat, RawOptions,
-    location_text, merge_location, names, schema_types,
+    Bound, ConnectionOptions, DefaultValue, EnvLookup, OptionGroup, OptionKind, OptionSpec,
+    ParsedOptions, PayloadFormat, RawOptions, location_text, merge_location, schema_types,
+    writer_options,
 };
 
-/// Default of `max_in_flight_tasks` (seed).
+/// Default of `max_in_flight_tasks`.
 pub const DEFAULT_MAX_IN_FLIGHT_TASKS: i32 = 1000;
-/// Default of `recovery_initial_backoff` (seed).
+/// Default of `recovery_initial_backoff`.
 pub const DEFAULT_RECOVERY_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
-/// Default of `recovery_max_backoff` (seed).
+/// Default of `recovery_max_backoff`.
 pub const DEFAULT_RECOVERY_MAX_BACKOFF: Duration = Duration::from_secs(10);
-/// Default of `recovery_max_attempts` (seed).
+/// Default of `recovery_max_attempts`.
 pub const DEFAULT_RECOVERY_MAX_ATTEMPTS: i32 = 8;
-/// Default of `not_found_recovery_initial_backoff` (seed).
+/// Default of `not_found_recovery_initial_backoff`.
 pub const DEFAULT_NOT_FOUND_RECOVERY_INITIAL_BACKOFF: Duration = Duration::from_millis(500);
-/// Default of `not_found_recovery_max_backoff` (seed).
+/// Default of `not_found_recovery_max_backoff`.
 pub const DEFAULT_NOT_FOUND_RECOVERY_MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// Default of `not_found_recovery_max_attempts` (seed).
+/// Default of `not_found_recovery_max_attempts`.
 pub const DEFAULT_NOT_FOUND_RECOVERY_MAX_ATTEMPTS: i32 = 3;
 
 /// Shortest `dispatch_deadline` the service accepts (Cloud Tasks `HttpRequest` reference: 15 s).
@@ -54,201 +68,372 @@ pub const MAX_URL_LEN: usize = 2083;
 /// Headers must total less than this (Cloud Tasks `HttpRequest.headers` reference: 80 KB).
 pub const MAX_HEADERS_BYTES: usize = 80 * 1000;
 
-/// No-progress budget of the writer. Not a seed option; the same value as Pub/Sub's
+/// No-progress budget of the writer. Not an option; the same value as Pub/Sub's
 /// `publish_progress_timeout` default, so the three connectors bound a stall alike.
 pub const PROGRESS_TIMEOUT: Duration = Duration::from_secs(600);
-/// Budget of releasing the client. Not a seed option; Pub/Sub's `shutdown_timeout` default.
+/// Budget of releasing the client. Not an option; Pub/Sub's `shutdown_timeout` default.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
-/// Idle time after which a queue's per-destination state is dropped. Not a seed option; the
+/// Idle time after which a queue's per-destination state is dropped. Not an option; the
 /// other connectors' `destination_idle_timeout` default.
 pub const DESTINATION_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-/// Queues a writer keeps per-destination state for at once. Not a seed option; Pub/Sub's
+/// Queues a writer keeps per-destination state for at once. Not an option; Pub/Sub's
 /// `max_active_publishers` default.
 pub const MAX_ACTIVE_QUEUES: usize = 100;
 
-/// The Cloud Tasks writer options: the in-flight cap, the channel pool and the two retries.
-/// Build with [`CloudTasksWriterOptions::builder`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct CloudTasksWriterOptions {
-    max_in_flight_tasks: i32,
-    channel_pool_size: Option<i32>,
-    recovery_initial_backoff: Duration,
-    recovery_max_backoff: Duration,
-    recovery_max_attempts: i32,
-    not_found_recovery_initial_backoff: Duration,
-    not_found_recovery_max_backoff: Duration,
-    not_found_recovery_max_attempts: i32,
-    per_destination_metrics: bool,
+/// `queue`.
+pub static QUEUE: OptionSpec = OptionSpec {
+    name: "queue",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Text,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "this, `LOCATION` or `queue_column` is required; when both this and `LOCATION` are given they must name the same queue; a short id needs `project` and `location`",
+    example: "projects/demo/locations/us-central1/queues/jobs",
+    description: "The queue every task is created in: `projects/PROJECT/locations/LOCATION/queues/QUEUE`, or a short queue id.",
+};
+
+/// `location`.
+pub static LOCATION: OptionSpec = OptionSpec {
+    name: "location",
+    group: OptionGroup::Connection,
+    kind: OptionKind::Text,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "",
+    example: "us-central1",
+    description: "Region in which short queue ids are resolved.",
+};
+
+/// `queue_column`.
+pub static QUEUE_COLUMN: OptionSpec = OptionSpec {
+    name: "queue_column",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Column,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "cannot be combined with a fixed queue (`queue` or `LOCATION`)",
+    example: "queue_name",
+    description: "A string column naming each row's queue (full name, or short id in `project` and `location`).",
+};
+
+/// `url`.
+pub static URL: OptionSpec = OptionSpec {
+    name: "url",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Text,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "this or `url_column` is required, not both; `http://` or `https://`, at most 2,083 characters",
+    example: "https://worker.example.com/tasks",
+    description: "The URL every task calls.",
+};
+
+/// `url_column`.
+pub static URL_COLUMN: OptionSpec = OptionSpec {
+    name: "url_column",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Column,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "",
+    example: "target_url",
+    description: "A string column carrying each task's URL.",
+};
+
+/// `http_method`.
+pub static HTTP_METHOD: OptionSpec = OptionSpec {
+    name: "http_method",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Enum(&["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]),
+    default: DefaultValue::Text("POST"),
+    bound: Bound::None,
+    cross_rule: "only `POST`, `PUT` and `PATCH` carry a body, so `body_column` needs one of them",
+    example: "PUT",
+    description: "HTTP method of the task's request. With a method that carries no body, no body is sent.",
+};
+
+/// `headers`.
+pub static HEADERS: OptionSpec = OptionSpec {
+    name: "headers",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Headers,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "together less than 80 KB",
+    example: "Content-Type: application/json; X-Source: gcp-sql",
+    description: "Headers added to every task's request, written `Name: value; Other-Name: value`. A `;` that is not followed by `Name:` belongs to the value (`Content-Type: text/plain; charset=utf-8` is one header). With `format = 'json'` and no explicit `Content-Type`, `Content-Type: application/json` is sent.",
+};
+
+/// `headers_column`.
+pub static HEADERS_COLUMN: OptionSpec = OptionSpec {
+    name: "headers_column",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Column,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "",
+    example: "request_headers",
+    description: "A map column (string keys, string values) of per-row headers; an entry overrides a `headers` entry of the same name.",
+};
+
+/// `body_column`.
+pub static BODY_COLUMN: OptionSpec = OptionSpec {
+    name: "body_column",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Column,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "needs `http_method` `POST`, `PUT` or `PATCH`",
+    example: "body",
+    description: "A binary or string column carrying the request body as is. Without it, a body-carrying request gets the row encoded by `format`.",
+};
+
+/// `schedule_time_column`.
+pub static SCHEDULE_TIME_COLUMN: OptionSpec = OptionSpec {
+    name: "schedule_time_column",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Column,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "",
+    example: "run_at",
+    description: "A timestamp column with the time each task should run (truncated to microseconds by the service); null or absent means now.",
+};
+
+/// `task_name_column`.
+pub static TASK_NAME_COLUMN: OptionSpec = OptionSpec {
+    name: "task_name_column",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Column,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "",
+    example: "task_id",
+    description: "A string column with each task's id (or full task name), which makes creation idempotent: a task whose name exists already is counted as a de-duplicated delivery, not an error. Hashed ids spread load better than sequential ones.",
+};
+
+/// `oidc_service_account_email`.
+pub static OIDC_SERVICE_ACCOUNT_EMAIL: OptionSpec = OptionSpec {
+    name: "oidc_service_account_email",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Text,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "cannot be combined with the `oauth_*` options",
+    example: "invoker@demo.iam.gserviceaccount.com",
+    description: "Service account whose OIDC token the request carries (for targets such as Cloud Run).",
+};
+
+/// `oidc_audience`.
+pub static OIDC_AUDIENCE: OptionSpec = OptionSpec {
+    name: "oidc_audience",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Text,
+    default: DefaultValue::Unset("the task's URL"),
+    bound: Bound::None,
+    cross_rule: "needs `oidc_service_account_email`",
+    example: "https://worker.example.com",
+    description: "Audience of the OIDC token.",
+};
+
+/// `oauth_service_account_email`.
+pub static OAUTH_SERVICE_ACCOUNT_EMAIL: OptionSpec = OptionSpec {
+    name: "oauth_service_account_email",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Text,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "cannot be combined with the `oidc_*` options",
+    example: "caller@demo.iam.gserviceaccount.com",
+    description: "Service account whose OAuth access token the request carries (for Google APIs as targets).",
+};
+
+/// `oauth_scope`.
+pub static OAUTH_SCOPE: OptionSpec = OptionSpec {
+    name: "oauth_scope",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Text,
+    default: DefaultValue::Unset("`https://www.googleapis.com/auth/cloud-platform`"),
+    bound: Bound::None,
+    cross_rule: "needs `oauth_service_account_email`",
+    example: "https://www.googleapis.com/auth/cloud-platform",
+    description: "Scope of the OAuth access token.",
+};
+
+/// `dispatch_deadline`.
+pub static DISPATCH_DEADLINE: OptionSpec = OptionSpec {
+    name: "dispatch_deadline",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Duration,
+    default: DefaultValue::Unset("the service's default, 10 minutes for HTTP targets"),
+    bound: Bound::DurationRange {
+        min: MIN_DISPATCH_DEADLINE,
+        max: MAX_DISPATCH_DEADLINE,
+    },
+    cross_rule: "",
+    example: "2m",
+    description: "How long the queue waits for the target to answer before it counts the attempt as failed and retries it on the queue's schedule.",
+};
+
+/// Every option of the Cloud Tasks connector, in the order the reference lists them: the shared
+/// ones, the mapping, then the writer options in declaration order.
+pub fn options() -> &'static [&'static OptionSpec] {
+    static OPTIONS: LazyLock<Vec<&'static OptionSpec>> = LazyLock::new(|| {
+        let own: [&'static OptionSpec; 23] = [
+            &CONNECTOR,
+            &PROJECT,
+            &ENDPOINT,
+            &EMULATOR_HOST,
+            &CREDENTIALS_FILE,
+            &FAILURE_POLICY,
+            &FORMAT,
+            &QUEUE,
+            &LOCATION,
+            &QUEUE_COLUMN,
+            &URL,
+            &URL_COLUMN,
+            &HTTP_METHOD,
+            &HEADERS,
+            &HEADERS_COLUMN,
+            &BODY_COLUMN,
+            &SCHEDULE_TIME_COLUMN,
+            &TASK_NAME_COLUMN,
+            &OIDC_SERVICE_ACCOUNT_EMAIL,
+            &OIDC_AUDIENCE,
+            &OAUTH_SERVICE_ACCOUNT_EMAIL,
+            &OAUTH_SCOPE,
+            &DISPATCH_DEADLINE,
+        ];
+        [&own[..], CloudTasksWriterOptions::specs()].concat()
+    });
+    &OPTIONS
 }
 
-impl Default for CloudTasksWriterOptions {
-    fn default() -> Self {
-        CloudTasksWriterOptions {
-            max_in_flight_tasks: DEFAULT_MAX_IN_FLIGHT_TASKS,
-            channel_pool_size: None,
-            recovery_initial_backoff: DEFAULT_RECOVERY_INITIAL_BACKOFF,
-            recovery_max_backoff: DEFAULT_RECOVERY_MAX_BACKOFF,
-            recovery_max_attempts: DEFAULT_RECOVERY_MAX_ATTEMPTS,
-            not_found_recovery_initial_backoff: DEFAULT_NOT_FOUND_RECOVERY_INITIAL_BACKOFF,
-            not_found_recovery_max_backoff: DEFAULT_NOT_FOUND_RECOVERY_MAX_BACKOFF,
-            not_found_recovery_max_attempts: DEFAULT_NOT_FOUND_RECOVERY_MAX_ATTEMPTS,
-            per_destination_metrics: false,
-        }
-    }
-}
+/// The connector's fixed budgets, listed in the reference beside the options.
+pub static FIXED_BUDGETS: &[FixedBudget] = &[
+    FixedBudget {
+        name: "progress timeout",
+        value: DefaultValue::Duration(PROGRESS_TIMEOUT),
+        description: "How long the writer waits with no creation completing before the statement fails; the same budget as Pub/Sub's `publish_progress_timeout` default. The transient retry's attempt budget normally ends an outage first.",
+    },
+    FixedBudget {
+        name: "shutdown timeout",
+        value: DefaultValue::Duration(SHUTDOWN_TIMEOUT),
+        description: "Budget of releasing the client at the end of a statement (Pub/Sub's `shutdown_timeout` default).",
+    },
+    FixedBudget {
+        name: "queue idle timeout",
+        value: DefaultValue::Duration(DESTINATION_IDLE_TIMEOUT),
+        description: "How long a queue's per-destination state is kept without tasks (the other connectors' `destination_idle_timeout` default).",
+    },
+    FixedBudget {
+        name: "active queues",
+        value: DefaultValue::Int(MAX_ACTIVE_QUEUES as i64),
+        description: "Queues a writer keeps per-destination state for at once (Pub/Sub's `max_active_publishers` default); all queues share one client.",
+    },
+];
 
-impl CloudTasksWriterOptions {
-    /// A builder with every option at its default.
-    pub fn builder() -> CloudTasksWriterOptionsBuilder {
-        CloudTasksWriterOptionsBuilder::default()
+writer_options! {
+    /// The Cloud Tasks writer options: the in-flight cap, the channel pool and the two retries.
+    /// Build with [`CloudTasksWriterOptions::builder`].
+    pub struct CloudTasksWriterOptions / builder CloudTasksWriterOptionsBuilder {
+        /// Outstanding task creations cap (in flight or waiting out a backoff).
+        max_in_flight_tasks: i32 => MAX_IN_FLIGHT_TASKS {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::Int(DEFAULT_MAX_IN_FLIGHT_TASKS as i64),
+            bound: Bound::Positive,
+            cross_rule: "",
+            example: "200",
+            description: "Task creations the writer keeps outstanding, in flight or waiting out a retry backoff. At the cap the writer waits for creations to complete before taking more input.",
+        };
+        /// gRPC channels of the client; `None` leaves the client's single channel.
+        channel_pool_size: Option<i32> => CHANNEL_POOL_SIZE {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::Unset("one channel"),
+            bound: Bound::Positive,
+            cross_rule: "cannot be combined with an emulator (`emulator_host` or `CLOUD_TASKS_EMULATOR_HOST`), which always uses one plaintext channel",
+            example: "4",
+            description: "gRPC channels the client spreads creations over. One HTTP/2 channel carries about 100 concurrent calls, so a writer that needs more concurrent creations than that needs about one channel per 100. Mind the queue's ramp-up guidance (500 tasks/s per queue, then at most +50% every 5 minutes) before raising it.",
+        };
+        /// First backoff of the transient-failure retry.
+        recovery_initial_backoff: Duration => RECOVERY_INITIAL_BACKOFF {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::Duration(DEFAULT_RECOVERY_INITIAL_BACKOFF),
+            bound: Bound::AtLeastMillis,
+            cross_rule: "",
+            example: "250ms",
+            description: "First backoff of the retry of a transient failure (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED).",
+        };
+        /// Backoff cap of the transient-failure retry.
+        recovery_max_backoff: Duration => RECOVERY_MAX_BACKOFF {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::Duration(DEFAULT_RECOVERY_MAX_BACKOFF),
+            bound: Bound::AtLeastMillis,
+            cross_rule: "at least `recovery_initial_backoff`",
+            example: "20s",
+            description: "Longest backoff of the transient-failure retry.",
+        };
+        /// Attempts of the transient-failure retry, the first included.
+        recovery_max_attempts: i32 => RECOVERY_MAX_ATTEMPTS {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::Int(DEFAULT_RECOVERY_MAX_ATTEMPTS as i64),
+            bound: Bound::Positive,
+            cross_rule: "",
+            example: "12",
+            description: "Attempts of the transient-failure retry, the first creation included; when they run out the statement fails.",
+        };
+        /// First backoff of the NOT_FOUND retry.
+        not_found_recovery_initial_backoff: Duration => NOT_FOUND_RECOVERY_INITIAL_BACKOFF {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::Duration(DEFAULT_NOT_FOUND_RECOVERY_INITIAL_BACKOFF),
+            bound: Bound::AtLeastMillis,
+            cross_rule: "",
+            example: "1s",
+            description: "First backoff of the retry when the queue is not found.",
+        };
+        /// Backoff cap of the NOT_FOUND retry.
+        not_found_recovery_max_backoff: Duration => NOT_FOUND_RECOVERY_MAX_BACKOFF {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::Duration(DEFAULT_NOT_FOUND_RECOVERY_MAX_BACKOFF),
+            bound: Bound::AtLeastMillis,
+            cross_rule: "at least `not_found_recovery_initial_backoff`",
+            example: "5s",
+            description: "Longest backoff of the queue-not-found retry.",
+        };
+        /// Attempts of the NOT_FOUND retry, the first included.
+        not_found_recovery_max_attempts: i32 => NOT_FOUND_RECOVERY_MAX_ATTEMPTS {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::Int(DEFAULT_NOT_FOUND_RECOVERY_MAX_ATTEMPTS as i64),
+            bound: Bound::Positive,
+            cross_rule: "",
+            example: "5",
+            description: "Attempts when the queue is not found, the first creation included: enough to ride out a queue that is briefly unavailable, few enough that a misspelt queue fails fast.",
+        };
+        /// Whether per-queue counters are registered.
+        per_destination_metrics: bool => PER_DESTINATION_METRICS;
     }
-    /// Outstanding task creations cap (in flight or waiting out a backoff).
-    pub fn max_in_flight_tasks(&self) -> i32 {
-        self.max_in_flight_tasks
-    }
-    /// gRPC channels of the client; `None` leaves the client's single channel.
-    pub fn channel_pool_size(&self) -> Option<i32> {
-        self.channel_pool_size
-    }
-    /// First backoff of the transient-failure retry.
-    pub fn recovery_initial_backoff(&self) -> Duration {
-        self.recovery_initial_backoff
-    }
-    /// Backoff cap of the transient-failure retry.
-    pub fn recovery_max_backoff(&self) -> Duration {
-        self.recovery_max_backoff
-    }
-    /// Attempts of the transient-failure retry, the first included.
-    pub fn recovery_max_attempts(&self) -> i32 {
-        self.recovery_max_attempts
-    }
-    /// First backoff of the NOT_FOUND retry.
-    pub fn not_found_recovery_initial_backoff(&self) -> Duration {
-        self.not_found_recovery_initial_backoff
-    }
-    /// Backoff cap of the NOT_FOUND retry.
-    pub fn not_found_recovery_max_backoff(&self) -> Duration {
-        self.not_found_recovery_max_backoff
-    }
-    /// Attempts of the NOT_FOUND retry, the first included.
-    pub fn not_found_recovery_max_attempts(&self) -> i32 {
-        self.not_found_recovery_max_attempts
-    }
-    /// Whether per-queue counters are registered.
-    pub fn per_destination_metrics(&self) -> bool {
-        self.per_destination_metrics
-    }
-}
-
-/// Builder of [`CloudTasksWriterOptions`]; every value is checked in [`build`](Self::build).
-#[derive(Debug, Clone, Default)]
-#[must_use]
-pub struct CloudTasksWriterOptionsBuilder {
-    max_in_flight_tasks: Option<i32>,
-    channel_pool_size: Option<i32>,
-    recovery_initial_backoff: Option<Duration>,
-    recovery_max_backoff: Option<Duration>,
-    recovery_max_attempts: Option<i32>,
-    not_found_recovery_initial_backoff: Option<Duration>,
-    not_found_recovery_max_backoff: Option<Duration>,
-    not_found_recovery_max_attempts: Option<i32>,
-    per_destination_metrics: Option<bool>,
 }
 
 impl CloudTasksWriterOptionsBuilder {
-    /// Outstanding task creations cap (positive; default 1000).
-    pub fn max_in_flight_tasks(mut self, v: i32) -> Self {
-        self.max_in_flight_tasks = Some(v);
-        self
-    }
-    /// gRPC channel pool size (positive; unset by default; refused with an emulator when the
-    /// sink options are built).
-    pub fn channel_pool_size(mut self, v: i32) -> Self {
-        self.channel_pool_size = Some(v);
-        self
-    }
-    /// First backoff of the transient-failure retry (at least 1 ms; default 100 ms).
-    pub fn recovery_initial_backoff(mut self, v: Duration) -> Self {
-        self.recovery_initial_backoff = Some(v);
-        self
-    }
-    /// Backoff cap of the transient-failure retry (at least 1 ms and the initial; default 10 s).
-    pub fn recovery_max_backoff(mut self, v: Duration) -> Self {
-        self.recovery_max_backoff = Some(v);
-        self
-    }
-    /// Attempts of the transient-failure retry (positive; default 8).
-    pub fn recovery_max_attempts(mut self, v: i32) -> Self {
-        self.recovery_max_attempts = Some(v);
-        self
-    }
-    /// First backoff of the NOT_FOUND retry (at least 1 ms; default 500 ms).
-    pub fn not_found_recovery_initial_backoff(mut self, v: Duration) -> Self {
-        self.not_found_recovery_initial_backoff = Some(v);
-        self
-    }
-    /// Backoff cap of the NOT_FOUND retry (at least 1 ms and the initial; default 2 s).
-    pub fn not_found_recovery_max_backoff(mut self, v: Duration) -> Self {
-        self.not_found_recovery_max_backoff = Some(v);
-        self
-    }
-    /// Attempts of the NOT_FOUND retry (positive; default 3).
-    pub fn not_found_recovery_max_attempts(mut self, v: i32) -> Self {
-        self.not_found_recovery_max_attempts = Some(v);
-        self
-    }
-    /// Register per-queue counters (default false).
-    pub fn per_destination_metrics(mut self, v: bool) -> Self {
-        self.per_destination_metrics = Some(v);
-        self
-    }
-
     /// Checks every value and the cross-option rules; the error names the option and the rule.
     pub fn build(self) -> Result<CloudTasksWriterOptions> {
-        let mut o = CloudTasksWriterOptions::default();
-        if let Some(v) = self.max_in_flight_tasks {
-            spec::MAX_IN_FLIGHT_TASKS.check_int(v.into())?;
-            o.max_in_flight_tasks = v;
-        }
-        if let Some(v) = self.channel_pool_size {
-            spec::CHANNEL_POOL_SIZE.check_int(v.into())?;
-            o.channel_pool_size = Some(v);
-        }
-        if let Some(v) = self.recovery_initial_backoff {
-            spec::RECOVERY_INITIAL_BACKOFF.check_duration(v)?;
-            o.recovery_initial_backoff = v;
-        }
-        if let Some(v) = self.recovery_max_backoff {
-            spec::RECOVERY_MAX_BACKOFF.check_duration(v)?;
-            o.recovery_max_backoff = v;
-        }
-        if let Some(v) = self.recovery_max_attempts {
-            spec::RECOVERY_MAX_ATTEMPTS.check_int(v.into())?;
-            o.recovery_max_attempts = v;
-        }
-        if let Some(v) = self.not_found_recovery_initial_backoff {
-            spec::NOT_FOUND_RECOVERY_INITIAL_BACKOFF.check_duration(v)?;
-            o.not_found_recovery_initial_backoff = v;
-        }
-        if let Some(v) = self.not_found_recovery_max_backoff {
-            spec::NOT_FOUND_RECOVERY_MAX_BACKOFF.check_duration(v)?;
-            o.not_found_recovery_max_backoff = v;
-        }
-        if let Some(v) = self.not_found_recovery_max_attempts {
-            spec::NOT_FOUND_RECOVERY_MAX_ATTEMPTS.check_int(v.into())?;
-            o.not_found_recovery_max_attempts = v;
-        }
-        if let Some(v) = self.per_destination_metrics {
-            o.per_destination_metrics = v;
-        }
+        let o = self.checked()?;
         for (max_spec, max, initial) in [
             (
-                &spec::RECOVERY_MAX_BACKOFF,
+                &RECOVERY_MAX_BACKOFF,
                 o.recovery_max_backoff,
                 o.recovery_initial_backoff,
             ),
             (
-                &spec::NOT_FOUND_RECOVERY_MAX_BACKOFF,
+                &NOT_FOUND_RECOVERY_MAX_BACKOFF,
                 o.not_found_recovery_max_backoff,
                 o.not_found_recovery_initial_backoff,
             ),
@@ -403,7 +588,7 @@ pub struct CloudTasksSinkOptions {
     pub writer: CloudTasksWriterOptions,
 }
 
-fn check_url(spec: &crate::options::OptionSpec, url: &str) -> Result<()> {
+fn check_url(spec: &OptionSpec, url: &str) -> Result<()> {
     if url.len() > MAX_URL_LEN {
         return Err(spec.invalid(url, format!("at most {MAX_URL_LEN} characters")));
     }
@@ -441,10 +626,11 @@ impl CloudTasksSinkOptions {
         raw: &RawOptions,
         env: EnvLookup<'_>,
     ) -> Result<Self> {
-        let p = ParsedOptions::parse(ConnectorKind::CloudTasks, raw)?;
-        let connection = ConnectionOptions::from_parsed(&p, env)?;
+        let p = catalog::parse_options(ConnectorKind::CloudTasks, raw)?;
+        let connection =
+            ConnectionOptions::from_parsed(&p, ConnectorKind::CloudTasks.service(), env)?;
         let project = connection.project.as_deref();
-        let region = p.non_empty_text(&spec::LOCATION)?;
+        let region = p.non_empty_text(&LOCATION)?;
 
         let from_location = match location_text(location) {
             Some(l) => Some((
@@ -454,38 +640,39 @@ impl CloudTasksSinkOptions {
             )),
             None => None,
         };
-        let from_option = match p.non_empty_text(&spec::QUEUE)? {
+        let from_option = match p.non_empty_text(&QUEUE)? {
             Some(q) => Some((
                 names::cloud_tasks_queue(q, project, region)
-                    .map_err(|rule| spec::QUEUE.invalid(q, rule))?,
+                    .map_err(|rule| QUEUE.invalid(q, rule))?,
                 q,
             )),
             None => None,
         };
-        let queue = merge_location(&spec::QUEUE, from_location, from_option)?;
+        let queue = merge_location(&QUEUE, from_location, from_option)?;
 
-        let url = p.non_empty_text(&spec::URL)?.map(str::to_string);
+        let url = p.non_empty_text(&URL)?.map(str::to_string);
         if let Some(u) = &url {
-            check_url(&spec::URL, u)?;
+            check_url(&URL, u)?;
         }
-        let http_method = match p.text(&spec::HTTP_METHOD)? {
-            Some(m) => HttpMethod::parse(m)
-                .ok_or_else(|| spec::HTTP_METHOD.invalid(m, "not an HTTP method"))?,
+        let http_method = match p.text(&HTTP_METHOD)? {
+            Some(m) => {
+                HttpMethod::parse(m).ok_or_else(|| HTTP_METHOD.invalid(m, "not an HTTP method"))?
+            }
             None => HttpMethod::default(),
         };
         let headers = p
-            .headers(&spec::HEADERS)?
+            .headers(&HEADERS)?
             .map(<[(String, String)]>::to_vec)
             .unwrap_or_default();
         let header_bytes: usize = headers.iter().map(|(n, v)| n.len() + v.len() + 2).sum();
         if header_bytes >= MAX_HEADERS_BYTES {
-            return Err(spec::HEADERS.invalid(
-                p.text_as_written(&spec::HEADERS)
+            return Err(HEADERS.invalid(
+                p.text_as_written(&HEADERS)
                     .unwrap_or_default()
                     .chars()
                     .take(80)
                     .collect::<String>(),
-                format!("{} ({header_bytes} bytes)", spec::HEADERS.cross_rule),
+                format!("{} ({header_bytes} bytes)", HEADERS.cross_rule),
             ));
         }
 
@@ -493,68 +680,41 @@ impl CloudTasksSinkOptions {
 
         let mapping = CloudTasksMappingOptions {
             location: region.map(str::to_string),
-            queue_column: p.text(&spec::QUEUE_COLUMN)?.map(str::to_string),
+            queue_column: p.text(&QUEUE_COLUMN)?.map(str::to_string),
             url,
-            url_column: p.text(&spec::URL_COLUMN)?.map(str::to_string),
+            url_column: p.text(&URL_COLUMN)?.map(str::to_string),
             http_method,
             headers,
-            headers_column: p.text(&spec::HEADERS_COLUMN)?.map(str::to_string),
-            body_column: p.text(&spec::BODY_COLUMN)?.map(str::to_string),
+            headers_column: p.text(&HEADERS_COLUMN)?.map(str::to_string),
+            body_column: p.text(&BODY_COLUMN)?.map(str::to_string),
             format: p.payload_format()?,
-            schedule_time_column: p.text(&spec::SCHEDULE_TIME_COLUMN)?.map(str::to_string),
-            task_name_column: p.text(&spec::TASK_NAME_COLUMN)?.map(str::to_string),
+            schedule_time_column: p.text(&SCHEDULE_TIME_COLUMN)?.map(str::to_string),
+            task_name_column: p.text(&TASK_NAME_COLUMN)?.map(str::to_string),
             auth,
-            dispatch_deadline: p.duration(&spec::DISPATCH_DEADLINE)?,
+            dispatch_deadline: p.duration(&DISPATCH_DEADLINE)?,
         };
 
-        let mut b = CloudTasksWriterOptions::builder();
-        if let Some(v) = p.int32(&spec::MAX_IN_FLIGHT_TASKS)? {
-            b = b.max_in_flight_tasks(v);
-        }
-        if let Some(v) = p.int32(&spec::CHANNEL_POOL_SIZE)? {
-            b = b.channel_pool_size(v);
-        }
-        if let Some(v) = p.duration(&spec::RECOVERY_INITIAL_BACKOFF)? {
-            b = b.recovery_initial_backoff(v);
-        }
-        if let Some(v) = p.duration(&spec::RECOVERY_MAX_BACKOFF)? {
-            b = b.recovery_max_backoff(v);
-        }
-        if let Some(v) = p.int32(&spec::RECOVERY_MAX_ATTEMPTS)? {
-            b = b.recovery_max_attempts(v);
-        }
-        if let Some(v) = p.duration(&spec::NOT_FOUND_RECOVERY_INITIAL_BACKOFF)? {
-            b = b.not_found_recovery_initial_backoff(v);
-        }
-        if let Some(v) = p.duration(&spec::NOT_FOUND_RECOVERY_MAX_BACKOFF)? {
-            b = b.not_found_recovery_max_backoff(v);
-        }
-        if let Some(v) = p.int32(&spec::NOT_FOUND_RECOVERY_MAX_ATTEMPTS)? {
-            b = b.not_found_recovery_max_attempts(v);
-        }
-        if let Some(v) = p.bool(&common::PER_DESTINATION_METRICS)? {
-            b = b.per_destination_metrics(v);
-        }
+        let writer = CloudTasksWriterOptionsBuilder::from_parsed(&p)?.build()?;
 
         let opts = CloudTasksSinkOptions {
             connection,
             queue,
             mapping,
             failure_policy: p.failure_policy()?,
-            writer: b.build()?,
+            writer,
         };
         opts.validate()?;
         Ok(opts)
     }
 
     fn auth_from(p: &ParsedOptions) -> Result<Option<TaskAuth>> {
-        let oidc_email = p.non_empty_text(&spec::OIDC_SERVICE_ACCOUNT_EMAIL)?;
-        let oidc_audience = p.non_empty_text(&spec::OIDC_AUDIENCE)?;
-        let oauth_email = p.non_empty_text(&spec::OAUTH_SERVICE_ACCOUNT_EMAIL)?;
-        let oauth_scope = p.non_empty_text(&spec::OAUTH_SCOPE)?;
+        let oidc_email = p.non_empty_text(&OIDC_SERVICE_ACCOUNT_EMAIL)?;
+        let oidc_audience = p.non_empty_text(&OIDC_AUDIENCE)?;
+        let oauth_email = p.non_empty_text(&OAUTH_SERVICE_ACCOUNT_EMAIL)?;
+        let oauth_scope = p.non_empty_text(&OAUTH_SCOPE)?;
         for (s, v) in [
-            (&spec::OIDC_SERVICE_ACCOUNT_EMAIL, oidc_email),
-            (&spec::OAUTH_SERVICE_ACCOUNT_EMAIL, oauth_email),
+            (&OIDC_SERVICE_ACCOUNT_EMAIL, oidc_email),
+            (&OAUTH_SERVICE_ACCOUNT_EMAIL, oauth_email),
         ] {
             if let Some(e) = v
                 && (!e.contains('@') || e.contains(char::is_whitespace))
@@ -566,9 +726,9 @@ impl CloudTasksSinkOptions {
         let oauth = oauth_email.is_some() || oauth_scope.is_some();
         if oidc && oauth {
             let (s, v) = match (oauth_email, oauth_scope) {
-                (Some(e), _) => (&spec::OAUTH_SERVICE_ACCOUNT_EMAIL, e),
-                (None, Some(sc)) => (&spec::OAUTH_SCOPE, sc),
-                (None, None) => (&spec::OAUTH_SERVICE_ACCOUNT_EMAIL, ""),
+                (Some(e), _) => (&OAUTH_SERVICE_ACCOUNT_EMAIL, e),
+                (None, Some(sc)) => (&OAUTH_SCOPE, sc),
+                (None, None) => (&OAUTH_SERVICE_ACCOUNT_EMAIL, ""),
             };
             return Err(s.invalid(
                 v,
@@ -576,8 +736,8 @@ impl CloudTasksSinkOptions {
             ));
         }
         match (oidc_email, oidc_audience, oauth_email, oauth_scope) {
-            (None, Some(a), _, _) => Err(spec::OIDC_AUDIENCE.cross_invalid(a)),
-            (_, _, None, Some(s)) => Err(spec::OAUTH_SCOPE.cross_invalid(s)),
+            (None, Some(a), _, _) => Err(OIDC_AUDIENCE.cross_invalid(a)),
+            (_, _, None, Some(s)) => Err(OAUTH_SCOPE.cross_invalid(s)),
             (Some(e), a, _, _) => Ok(Some(TaskAuth::Oidc {
                 service_account_email: e.to_string(),
                 audience: a.map(str::to_string),
@@ -598,30 +758,29 @@ impl CloudTasksSinkOptions {
         match (&self.queue, &m.queue_column) {
             (None, None) => {
                 return Err(Error::MissingOption {
-                    option: spec::QUEUE.name.into(),
+                    option: QUEUE.name.into(),
                     rule: "a Cloud Tasks sink needs a queue: LOCATION 'projects/P/locations/L/queues/Q', the 'queue' \
                            option, or a per-row 'queue_column'"
                         .into(),
                 });
             }
             (Some(q), Some(c)) => {
-                return Err(spec::QUEUE_COLUMN.invalid(
-                    c,
-                    format!("{} (queue '{q}')", spec::QUEUE_COLUMN.cross_rule),
-                ));
+                return Err(
+                    QUEUE_COLUMN.invalid(c, format!("{} (queue '{q}')", QUEUE_COLUMN.cross_rule))
+                );
             }
             _ => {}
         }
         match (&m.url, &m.url_column) {
             (None, None) => {
                 return Err(Error::MissingOption {
-                    option: spec::URL.name.into(),
+                    option: URL.name.into(),
                     rule: "a Cloud Tasks sink needs the URL its tasks call: the 'url' option or a per-row 'url_column'"
                         .into(),
                 });
             }
             (Some(_), Some(c)) => {
-                return Err(spec::URL_COLUMN.invalid(
+                return Err(URL_COLUMN.invalid(
                     c,
                     "cannot be combined with 'url': give the URL in one place",
                 ));
@@ -631,11 +790,11 @@ impl CloudTasksSinkOptions {
         if let Some(b) = &m.body_column
             && !m.http_method.has_body()
         {
-            return Err(spec::BODY_COLUMN.invalid(
+            return Err(BODY_COLUMN.invalid(
                 b,
                 format!(
                     "{} ('http_method' is {}, which carries no body)",
-                    spec::BODY_COLUMN.cross_rule,
+                    BODY_COLUMN.cross_rule,
                     m.http_method.name()
                 ),
             ));
@@ -643,7 +802,7 @@ impl CloudTasksSinkOptions {
         if let (Some(pool), Some(emulator)) =
             (self.writer.channel_pool_size(), &self.connection.emulator)
         {
-            return Err(spec::CHANNEL_POOL_SIZE.invalid(
+            return Err(CHANNEL_POOL_SIZE.invalid(
                 pool.to_string(),
                 format!(
                     "cannot be combined with an emulator endpoint ({}): the emulator always uses one plaintext channel, \
@@ -660,9 +819,9 @@ impl CloudTasksSinkOptions {
     pub fn validate_schema(&self, schema: &Schema) -> Result<()> {
         let m = &self.mapping;
         let string_cols = [
-            (spec::QUEUE_COLUMN.name, &m.queue_column),
-            (spec::URL_COLUMN.name, &m.url_column),
-            (spec::TASK_NAME_COLUMN.name, &m.task_name_column),
+            (QUEUE_COLUMN.name, &m.queue_column),
+            (URL_COLUMN.name, &m.url_column),
+            (TASK_NAME_COLUMN.name, &m.task_name_column),
         ];
         for (option, col) in string_cols {
             if let Some(c) = col {
@@ -676,7 +835,7 @@ impl CloudTasksSinkOptions {
             }
         }
         if let Some(c) = &m.body_column {
-            let dt = schema_types::column_type(schema, c, spec::BODY_COLUMN.name)?;
+            let dt = schema_types::column_type(schema, c, BODY_COLUMN.name)?;
             if !schema_types::is_string(dt) && !schema_types::is_binary(dt) {
                 return Err(Error::schema(
                     c,
@@ -685,7 +844,7 @@ impl CloudTasksSinkOptions {
             }
         }
         if let Some(c) = &m.schedule_time_column {
-            let dt = schema_types::column_type(schema, c, spec::SCHEDULE_TIME_COLUMN.name)?;
+            let dt = schema_types::column_type(schema, c, SCHEDULE_TIME_COLUMN.name)?;
             if !matches!(dt, DataType::Timestamp(_, _)) {
                 return Err(Error::schema(
                     c,
@@ -694,7 +853,7 @@ impl CloudTasksSinkOptions {
             }
         }
         if let Some(c) = &m.headers_column {
-            let dt = schema_types::column_type(schema, c, spec::HEADERS_COLUMN.name)?;
+            let dt = schema_types::column_type(schema, c, HEADERS_COLUMN.name)?;
             if !schema_types::is_string_map(dt) {
                 return Err(Error::schema(
                     c,
@@ -723,11 +882,11 @@ impl CloudTasksSinkOptions {
                 }
                 other => {
                     return Err(Error::invalid(
-                        common::FORMAT.name,
+                        FORMAT.name,
                         "raw",
                         format!(
                             "{} (the table has {} columns besides those the mapping uses)",
-                            common::FORMAT.cross_rule,
+                            FORMAT.cross_rule,
                             other.len()
                         ),
                     ));

@@ -31,12 +31,13 @@ use super::options::{
     CloudTasksSinkOptions, CloudTasksWriterOptions, DESTINATION_IDLE_TIMEOUT, MAX_ACTIVE_QUEUES,
     PROGRESS_TIMEOUT, SHUTDOWN_TIMEOUT,
 };
+use crate::connectors::ConnectorKind;
 use crate::connectors::{SinkConnector, write_stream};
 use crate::core::{
     BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
 };
 use crate::error::Result;
-use crate::options::{ConnectorKind, RawOptions};
+use crate::options::RawOptions;
 
 /// Growth of the transient-failure backoff per retry. The seed gives the first backoff and the
 /// cap but not the growth; doubling is the usual exponential backoff (and what the other

@@ -3,5 +3,6 @@
 pub mod client;
 pub mod inspect;
 pub mod mapping;
+pub mod names;
 pub mod options;
 pub mod writer;

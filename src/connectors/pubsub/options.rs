@@ -1,9 +1,13 @@
 //! Options of the Pub/Sub connector.
 //!
-//! [`PubSubPublisherOptions`] holds the writer options of the seed
-//! (`PubSubPublisherOptions.Builder`), one builder method per seed method. [`PubSubSinkOptions`]
-//! adds the connection, the destination and the row mapping, and is what both SQL forms build
-//! through [`PubSubSinkOptions::from_raw`].
+//! Every option of the connector is declared here: the mapping and connection specs as statics,
+//! the writer options as one row each of [`writer_options!`](crate::options) (which makes the
+//! typed field, its default, getter, builder setter, bound check and SQL reading), and
+//! [`options`] lists them all for the connector list.
+//!
+//! [`PubSubPublisherOptions`] holds the writer options, one builder method per option.
+//! [`PubSubSinkOptions`] adds the connection, the destination and the row mapping, and is what
+//! both SQL forms build through [`PubSubSinkOptions::from_raw`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -25,64 +29,73 @@
 //! # Ok::<(), gcp_sql::Error>(())
 //! ```
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use super::names;
+use crate::connectors::ConnectorKind;
+use crate::connectors::catalog;
+use crate::connectors::kind::CONNECTOR;
 use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
-use crate::options::registry::{common, pubsub as spec};
+use crate::options::common::{
+    self, CREDENTIALS_FILE, EMULATOR_HOST, ENDPOINT, FAILURE_POLICY, FORMAT,
+    MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS, PROJECT,
+};
+use crate::options::spec::format_duration;
 use crate::options::{
-    ColumnRef, ConnectionOptions, ConnectorKind, EnvLookup, ParsedOptions, PayloadFormat,
-    RawOptions, location_text, merge_location, names,
+    Bound, ColumnRef, ConnectionOptions, DefaultValue, EnvLookup, OptionGroup, OptionKind,
+    OptionSpec, PayloadFormat, RawOptions, location_text, merge_location, writer_options,
 };
 
 /// `max_consecutive_rejections` value that never fails the statement.
 pub const UNBOUNDED: i32 = -1;
 
-/// Default of `max_in_flight_messages` (seed).
+/// Default of `max_in_flight_messages`.
 pub const DEFAULT_MAX_IN_FLIGHT_MESSAGES: i32 = 1000;
-/// Default of `max_in_flight_bytes`: 64 MiB (seed).
+/// Default of `max_in_flight_bytes`: 64 MiB.
 pub const DEFAULT_MAX_IN_FLIGHT_BYTES: i64 = 64 << 20;
-/// `max_in_flight_bytes` value that bounds by message count only (seed: `Long.MAX_VALUE`).
+/// `max_in_flight_bytes` value that bounds by message count only (the Java client's `Long.MAX_VALUE`).
 pub const COUNT_ONLY: i64 = i64::MAX;
-/// Default of `recovery_initial_backoff` (seed).
+/// Default of `recovery_initial_backoff`.
 pub const DEFAULT_RECOVERY_INITIAL_BACKOFF: Duration = Duration::from_millis(500);
-/// Default of `recovery_max_backoff` (seed).
+/// Default of `recovery_max_backoff`.
 pub const DEFAULT_RECOVERY_MAX_BACKOFF: Duration = Duration::from_secs(10);
-/// Default of `recovery_max_attempts` (seed).
+/// Default of `recovery_max_attempts`.
 pub const DEFAULT_RECOVERY_MAX_ATTEMPTS: i32 = 10;
-/// Default of `publish_progress_timeout` (seed).
+/// Default of `publish_progress_timeout`.
 pub const DEFAULT_PUBLISH_PROGRESS_TIMEOUT: Duration = Duration::from_secs(600);
-/// Default of `shutdown_timeout` (seed).
+/// Default of `shutdown_timeout`.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default of `max_active_publishers` (seed).
+/// Default of `max_active_publishers`.
 pub const DEFAULT_MAX_ACTIVE_PUBLISHERS: i32 = 100;
-/// Default of `destination_idle_timeout`. The seed leaves the value open; ten minutes keeps a
-/// topic written every few minutes warm while releasing a date-suffixed topic soon after its day.
+/// Default of `destination_idle_timeout`: ten minutes keeps a topic written every few minutes
+/// warm while releasing a date-suffixed topic soon after its day.
 pub const DEFAULT_DESTINATION_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-/// Default of `max_consecutive_rejections` (seed).
-pub const DEFAULT_MAX_CONSECUTIVE_REJECTIONS: i32 = 100;
+/// Default of `max_consecutive_rejections`.
+pub const DEFAULT_MAX_CONSECUTIVE_REJECTIONS: i32 = common::DEFAULT_MAX_CONSECUTIVE_REJECTIONS;
 
-/// Java publisher default batch size in messages (GCP_FACTS: Java publisher defaults).
+/// Java publisher default batch size in messages (the Java Pub/Sub client's publisher defaults).
 pub const SDK_BATCH_ELEMENT_COUNT_THRESHOLD: i64 = 100;
-/// Java publisher default batch size in bytes (GCP_FACTS: Java publisher defaults).
+/// Java publisher default batch size in bytes (the Java Pub/Sub client's publisher defaults).
 pub const SDK_BATCH_REQUEST_BYTE_THRESHOLD: i64 = 1000;
-/// Java publisher default batch delay (GCP_FACTS: Java publisher defaults).
+/// Java publisher default batch delay (the Java Pub/Sub client's publisher defaults).
 pub const SDK_BATCH_DELAY_THRESHOLD: Duration = Duration::from_millis(1);
-/// Java publisher default total retry timeout (GCP_FACTS: Java publisher defaults).
+/// Java publisher default total retry timeout (the Java Pub/Sub client's publisher defaults).
 pub const SDK_RETRY_TOTAL_TIMEOUT: Duration = Duration::from_secs(600);
-/// Java publisher default initial retry delay (GCP_FACTS: Java publisher defaults).
+/// Java publisher default initial retry delay (the Java Pub/Sub client's publisher defaults).
 pub const SDK_RETRY_INITIAL_DELAY: Duration = Duration::from_millis(100);
-/// Java publisher default retry delay multiplier (GCP_FACTS: Java publisher defaults).
+/// Java publisher default retry delay multiplier (the Java Pub/Sub client's publisher defaults).
 pub const SDK_RETRY_DELAY_MULTIPLIER: f64 = 4.0;
-/// Java publisher default maximum retry delay (GCP_FACTS: Java publisher defaults).
+/// Java publisher default maximum retry delay (the Java Pub/Sub client's publisher defaults).
 pub const SDK_RETRY_MAX_DELAY: Duration = Duration::from_secs(60);
-/// Java publisher default first RPC timeout (GCP_FACTS: Java publisher defaults).
+/// Java publisher default first RPC timeout (the Java Pub/Sub client's publisher defaults).
 pub const SDK_RETRY_INITIAL_RPC_TIMEOUT: Duration = Duration::from_secs(5);
-/// Java publisher default RPC timeout multiplier (GCP_FACTS: Java publisher defaults).
+/// Java publisher default RPC timeout multiplier (the Java Pub/Sub client's publisher defaults).
 pub const SDK_RETRY_RPC_TIMEOUT_MULTIPLIER: f64 = 4.0;
-/// Java publisher default maximum RPC timeout (GCP_FACTS: Java publisher defaults).
+/// Java publisher default maximum RPC timeout (the Java Pub/Sub client's publisher defaults).
 pub const SDK_RETRY_MAX_RPC_TIMEOUT: Duration = Duration::from_secs(60);
-/// gax default attempt limit: 0, retries bounded by the total timeout only (GCP_FACTS).
+/// gax default attempt limit: 0, retries bounded by the total timeout only (gax retry settings).
 pub const SDK_RETRY_MAX_ATTEMPTS: i64 = 0;
 
 /// Default `data_column` name.
@@ -92,129 +105,340 @@ pub const DEFAULT_ATTRIBUTES_COLUMN: &str = "attributes";
 /// Default `ordering_key_column` name.
 pub const DEFAULT_ORDERING_KEY_COLUMN: &str = "ordering_key";
 
-/// The Pub/Sub writer options: batching, retry, in-flight bounds, recovery, publisher pool and
-/// the rejection breaker. Build with [`PubSubPublisherOptions::builder`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct PubSubPublisherOptions {
-    batch_element_count_threshold: i64,
-    batch_request_byte_threshold: i64,
-    batch_delay_threshold: Duration,
-    retry_total_timeout: Duration,
-    retry_initial_delay: Duration,
-    retry_delay_multiplier: f64,
-    retry_max_delay: Duration,
-    retry_initial_rpc_timeout: Duration,
-    retry_rpc_timeout_multiplier: f64,
-    retry_max_rpc_timeout: Duration,
-    retry_max_attempts: i32,
-    enable_message_ordering: bool,
-    max_in_flight_messages: i32,
-    max_in_flight_bytes: i64,
-    recovery_initial_backoff: Duration,
-    recovery_max_backoff: Duration,
-    recovery_max_attempts: i32,
-    publish_progress_timeout: Duration,
-    shutdown_timeout: Duration,
-    max_active_publishers: i32,
-    destination_idle_timeout: Duration,
-    per_destination_metrics: bool,
-    max_consecutive_rejections: i32,
+/// `topic`.
+pub static TOPIC: OptionSpec = OptionSpec {
+    name: "topic",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Text,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "this, `LOCATION` or `topic_column` is required; when both this and `LOCATION` are given they must name the same topic; a short id needs `project`",
+    example: "projects/demo/topics/clicks",
+    description: "The topic every row is published to: `projects/PROJECT/topics/TOPIC`, or a short topic id in `project`.",
+};
+
+/// `topic_column`.
+pub static TOPIC_COLUMN: OptionSpec = OptionSpec {
+    name: "topic_column",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Column,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "cannot be combined with a fixed topic (`topic` or `LOCATION`)",
+    example: "topic_name",
+    description: "A string column naming each row's topic (full name, or short id in `project`). The column is not part of the payload.",
+};
+
+/// `data_column`.
+pub static DATA_COLUMN: OptionSpec = OptionSpec {
+    name: "data_column",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Column,
+    default: DefaultValue::Text(DEFAULT_DATA_COLUMN),
+    bound: Bound::None,
+    cross_rule: "",
+    example: "payload",
+    description: "A binary or string column carrying the message data as is. When the table has no such column (and the option is not given), the row is encoded by `format`; a column named explicitly must exist.",
+};
+
+/// `attributes_column`.
+pub static ATTRIBUTES_COLUMN: OptionSpec = OptionSpec {
+    name: "attributes_column",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Column,
+    default: DefaultValue::Text(DEFAULT_ATTRIBUTES_COLUMN),
+    bound: Bound::None,
+    cross_rule: "",
+    example: "attrs",
+    description: "A map column (string keys, string values) whose entries become message attributes. Used when present; a column named explicitly must exist.",
+};
+
+/// `attribute_columns`.
+pub static ATTRIBUTE_COLUMNS: OptionSpec = OptionSpec {
+    name: "attribute_columns",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::ColumnList,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "",
+    example: "user_id, region",
+    description: "Columns whose values become attributes named after the column. They are left out of the encoded payload.",
+};
+
+/// `ordering_key_column`.
+pub static ORDERING_KEY_COLUMN: OptionSpec = OptionSpec {
+    name: "ordering_key_column",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Column,
+    default: DefaultValue::Text(DEFAULT_ORDERING_KEY_COLUMN),
+    bound: Bound::None,
+    cross_rule: "a row carrying a non-empty ordering key needs `enable_message_ordering = true`",
+    example: "session_id",
+    description: "A string column carrying each message's ordering key. Used when present; a column named explicitly must exist.",
+};
+
+/// `auto_create_topic`.
+pub static AUTO_CREATE_TOPIC: OptionSpec = OptionSpec {
+    name: "auto_create_topic",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Bool,
+    default: DefaultValue::Bool(false),
+    bound: Bound::None,
+    cross_rule: "",
+    example: "true",
+    description: "When a publish finds its topic missing (NOT_FOUND), create the topic and publish again under the `recovery_*` backoff. Nothing is created when the table is declared.",
+};
+
+/// Every option of the Pub/Sub connector, in the order the reference lists them: the shared
+/// ones, the mapping, then the writer options in declaration order.
+pub fn options() -> &'static [&'static OptionSpec] {
+    static OPTIONS: LazyLock<Vec<&'static OptionSpec>> = LazyLock::new(|| {
+        let own: [&'static OptionSpec; 14] = [
+            &CONNECTOR,
+            &PROJECT,
+            &ENDPOINT,
+            &EMULATOR_HOST,
+            &CREDENTIALS_FILE,
+            &FAILURE_POLICY,
+            &FORMAT,
+            &TOPIC,
+            &TOPIC_COLUMN,
+            &DATA_COLUMN,
+            &ATTRIBUTES_COLUMN,
+            &ATTRIBUTE_COLUMNS,
+            &ORDERING_KEY_COLUMN,
+            &AUTO_CREATE_TOPIC,
+        ];
+        [&own[..], PubSubPublisherOptions::specs()].concat()
+    });
+    &OPTIONS
 }
 
-impl Default for PubSubPublisherOptions {
-    fn default() -> Self {
-        PubSubPublisherOptions {
-            batch_element_count_threshold: SDK_BATCH_ELEMENT_COUNT_THRESHOLD,
-            batch_request_byte_threshold: SDK_BATCH_REQUEST_BYTE_THRESHOLD,
-            batch_delay_threshold: SDK_BATCH_DELAY_THRESHOLD,
-            retry_total_timeout: SDK_RETRY_TOTAL_TIMEOUT,
-            retry_initial_delay: SDK_RETRY_INITIAL_DELAY,
-            retry_delay_multiplier: SDK_RETRY_DELAY_MULTIPLIER,
-            retry_max_delay: SDK_RETRY_MAX_DELAY,
-            retry_initial_rpc_timeout: SDK_RETRY_INITIAL_RPC_TIMEOUT,
-            retry_rpc_timeout_multiplier: SDK_RETRY_RPC_TIMEOUT_MULTIPLIER,
-            retry_max_rpc_timeout: SDK_RETRY_MAX_RPC_TIMEOUT,
-            retry_max_attempts: SDK_RETRY_MAX_ATTEMPTS as i32,
-            enable_message_ordering: false,
-            max_in_flight_messages: DEFAULT_MAX_IN_FLIGHT_MESSAGES,
-            max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
-            recovery_initial_backoff: DEFAULT_RECOVERY_INITIAL_BACKOFF,
-            recovery_max_backoff: DEFAULT_RECOVERY_MAX_BACKOFF,
-            recovery_max_attempts: DEFAULT_RECOVERY_MAX_ATTEMPTS,
-            publish_progress_timeout: DEFAULT_PUBLISH_PROGRESS_TIMEOUT,
-            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
-            max_active_publishers: DEFAULT_MAX_ACTIVE_PUBLISHERS,
-            destination_idle_timeout: DEFAULT_DESTINATION_IDLE_TIMEOUT,
-            per_destination_metrics: false,
-            max_consecutive_rejections: DEFAULT_MAX_CONSECUTIVE_REJECTIONS,
-        }
+writer_options! {
+    /// The Pub/Sub writer options: batching, retry, in-flight bounds, recovery, publisher pool and
+    /// the rejection breaker. Build with [`PubSubPublisherOptions::builder`].
+    pub struct PubSubPublisherOptions / builder PubSubPublisherOptionsBuilder {
+        /// Messages per publish request before it is sent.
+        batch_element_count_threshold: i64 => BATCH_ELEMENT_COUNT_THRESHOLD {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::JavaSdk(&DefaultValue::Int(SDK_BATCH_ELEMENT_COUNT_THRESHOLD)),
+            bound: Bound::Positive,
+            cross_rule: "",
+            example: "500",
+            description: "Messages gathered into one publish request before it is sent. A request never exceeds the service's own limits (1,000 messages, 10 MB).",
+        };
+        /// Bytes per publish request before it is sent.
+        batch_request_byte_threshold: i64 => BATCH_REQUEST_BYTE_THRESHOLD {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::JavaSdk(&DefaultValue::Int(SDK_BATCH_REQUEST_BYTE_THRESHOLD)),
+            bound: Bound::Positive,
+            cross_rule: "",
+            example: "1048576",
+            description: "Bytes gathered into one publish request before it is sent.",
+        };
+        /// How long a batch waits to fill.
+        batch_delay_threshold: Duration => BATCH_DELAY_THRESHOLD {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::JavaSdk(&DefaultValue::Duration(SDK_BATCH_DELAY_THRESHOLD)),
+            bound: Bound::PositiveDuration,
+            cross_rule: "",
+            example: "10ms",
+            description: "How long the first message of a batch waits for the batch to fill before the request is sent anyway.",
+        };
+        /// Total budget of one publish and its retries (zero: bounded by attempts only).
+        retry_total_timeout: Duration => RETRY_TOTAL_TIMEOUT {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::JavaSdk(&DefaultValue::Duration(SDK_RETRY_TOTAL_TIMEOUT)),
+            bound: Bound::ZeroOrAtLeastMillis,
+            cross_rule: "cannot be set together with `enable_message_ordering = true`",
+            example: "2m",
+            description: "Time budget of one publish including all its retries; when it runs out the statement fails. `0s` means the budget is set by `retry_max_attempts` alone.",
+        };
+        /// Delay before the first retry.
+        retry_initial_delay: Duration => RETRY_INITIAL_DELAY {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::JavaSdk(&DefaultValue::Duration(SDK_RETRY_INITIAL_DELAY)),
+            bound: Bound::ZeroOrAtLeastMillis,
+            cross_rule: "",
+            example: "200ms",
+            description: "Delay before the first retry of a failed publish (`0s`: retry at once). The delay actually slept is randomised below this value.",
+        };
+        /// Growth factor of the retry delay.
+        retry_delay_multiplier: f64 => RETRY_DELAY_MULTIPLIER {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Float,
+            default: DefaultValue::JavaSdk(&DefaultValue::Float(SDK_RETRY_DELAY_MULTIPLIER)),
+            bound: Bound::AtLeastOne,
+            cross_rule: "",
+            example: "2.0",
+            description: "Factor by which the retry delay grows after each attempt.",
+        };
+        /// Cap of the retry delay.
+        retry_max_delay: Duration => RETRY_MAX_DELAY {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::JavaSdk(&DefaultValue::Duration(SDK_RETRY_MAX_DELAY)),
+            bound: Bound::ZeroOrAtLeastMillis,
+            cross_rule: "",
+            example: "30s",
+            description: "Upper limit of the delay between publish retries (`0s` clamps every delay after the first retry to none).",
+        };
+        /// Deadline of the first attempt (zero: none).
+        retry_initial_rpc_timeout: Duration => RETRY_INITIAL_RPC_TIMEOUT {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::JavaSdk(&DefaultValue::Duration(SDK_RETRY_INITIAL_RPC_TIMEOUT)),
+            bound: Bound::ZeroOrAtLeastMillis,
+            cross_rule: "",
+            example: "10s",
+            description: "Deadline of the first publish attempt (`0s`: no deadline; the call lasts as long as the connection).",
+        };
+        /// Growth factor of the per-attempt deadline.
+        retry_rpc_timeout_multiplier: f64 => RETRY_RPC_TIMEOUT_MULTIPLIER {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Float,
+            default: DefaultValue::JavaSdk(&DefaultValue::Float(SDK_RETRY_RPC_TIMEOUT_MULTIPLIER)),
+            bound: Bound::AtLeastOne,
+            cross_rule: "",
+            example: "1.5",
+            description: "Factor by which the per-attempt deadline grows after each attempt.",
+        };
+        /// Cap of the per-attempt deadline (zero: none).
+        retry_max_rpc_timeout: Duration => RETRY_MAX_RPC_TIMEOUT {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::JavaSdk(&DefaultValue::Duration(SDK_RETRY_MAX_RPC_TIMEOUT)),
+            bound: Bound::ZeroOrAtLeastMillis,
+            cross_rule: "",
+            example: "30s",
+            description: "Upper limit of the per-attempt deadline (`0s`: attempts after the first run without a deadline).",
+        };
+        /// Attempt cap (zero: bounded by the total timeout only).
+        retry_max_attempts: i32 => RETRY_MAX_ATTEMPTS {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::JavaSdk(&DefaultValue::Int(SDK_RETRY_MAX_ATTEMPTS)),
+            bound: Bound::NonNegative,
+            cross_rule: "cannot be set together with `enable_message_ordering = true`",
+            example: "5",
+            description: "Upper limit of publish attempts. `0` leaves the limit to `retry_total_timeout` alone; with both at zero a failed publish is not retried.",
+        };
+        /// Whether ordering keys are honoured. When true, the writer retries a publish without a
+        /// time or attempt limit (the retry budget above does not apply).
+        enable_message_ordering: bool => ENABLE_MESSAGE_ORDERING {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Bool,
+            default: DefaultValue::Bool(false),
+            bound: Bound::None,
+            cross_rule: "`true` cannot be combined with an explicit `retry_total_timeout` or `retry_max_attempts`",
+            example: "true",
+            description: "Publish messages that share an ordering key in order. Ordered publishing retries without a time or attempt limit (giving up would break the order), so only `publish_progress_timeout` ends an outage. While it is off, a row carrying an ordering key is refused.",
+        };
+        /// In-flight message cap.
+        max_in_flight_messages: i32 => MAX_IN_FLIGHT_MESSAGES {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::Int(DEFAULT_MAX_IN_FLIGHT_MESSAGES as i64),
+            bound: Bound::Positive,
+            cross_rule: "",
+            example: "2000",
+            description: "Messages the writer keeps published but not yet acknowledged. At the cap the writer waits (without blocking a thread) for acknowledgements before taking more input.",
+        };
+        /// In-flight byte cap; [`COUNT_ONLY`] bounds by message count only.
+        max_in_flight_bytes: i64 => MAX_IN_FLIGHT_BYTES {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::Bytes(DEFAULT_MAX_IN_FLIGHT_BYTES),
+            bound: Bound::Positive,
+            cross_rule: "",
+            example: "134217728",
+            description: "Serialized bytes of the messages the writer keeps unacknowledged; this is what bounds memory, since one message may hold up to 10 MiB. A single message larger than the cap is still sent, alone. `9223372036854775807` bounds by message count only.",
+        };
+        /// First backoff of the topic auto-creation recovery.
+        recovery_initial_backoff: Duration => RECOVERY_INITIAL_BACKOFF {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::Duration(DEFAULT_RECOVERY_INITIAL_BACKOFF),
+            bound: Bound::AtLeastMillis,
+            cross_rule: "",
+            example: "1s",
+            description: "First wait before publishing again after `auto_create_topic` created a missing topic.",
+        };
+        /// Backoff cap of the topic auto-creation recovery.
+        recovery_max_backoff: Duration => RECOVERY_MAX_BACKOFF {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::Duration(DEFAULT_RECOVERY_MAX_BACKOFF),
+            bound: Bound::AtLeastMillis,
+            cross_rule: "at least `recovery_initial_backoff`",
+            example: "30s",
+            description: "Longest wait between publish attempts of the topic auto-creation recovery.",
+        };
+        /// Attempts of the topic auto-creation recovery.
+        recovery_max_attempts: i32 => RECOVERY_MAX_ATTEMPTS {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::Int(DEFAULT_RECOVERY_MAX_ATTEMPTS as i64),
+            bound: Bound::Positive,
+            cross_rule: "",
+            example: "5",
+            description: "Publish attempts of the topic auto-creation recovery; when they run out the statement fails.",
+        };
+        /// No-progress budget.
+        publish_progress_timeout: Duration => PUBLISH_PROGRESS_TIMEOUT {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::Duration(DEFAULT_PUBLISH_PROGRESS_TIMEOUT),
+            bound: Bound::PositiveNanos,
+            cross_rule: "",
+            example: "5m",
+            description: "How long the writer may wait with no publish completing at all before the statement fails. Every completion restarts the budget, so a slow topic never spends it; a stalled one does. Nothing is lost when it fires: re-running the statement sends again.",
+        };
+        /// Budget of one publisher release.
+        shutdown_timeout: Duration => SHUTDOWN_TIMEOUT {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::Duration(DEFAULT_SHUTDOWN_TIMEOUT),
+            bound: Bound::PositiveNanos,
+            cross_rule: "",
+            example: "10s",
+            description: "Budget of one publisher release (an eviction or the end of the statement). Every publisher in one release is asked to stop before any is waited on, so a release costs this once. A release that overruns it fails the statement.",
+        };
+        /// Open publisher cap.
+        max_active_publishers: i32 => MAX_ACTIVE_PUBLISHERS {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Int,
+            default: DefaultValue::Int(DEFAULT_MAX_ACTIVE_PUBLISHERS as i64),
+            bound: Bound::Positive,
+            cross_rule: "",
+            example: "20",
+            description: "Publishers (one per topic) a writer keeps open. A new topic beyond the cap releases the least recently used publisher, after its pending work is done.",
+        };
+        /// Idle time after which a topic's publisher is released.
+        destination_idle_timeout: Duration => DESTINATION_IDLE_TIMEOUT {
+            group: OptionGroup::Writer,
+            kind: OptionKind::Duration,
+            default: DefaultValue::Duration(DEFAULT_DESTINATION_IDLE_TIMEOUT),
+            bound: Bound::PositiveNanos,
+            cross_rule: "",
+            example: "1h",
+            description: "How long a topic may go unused before a successful flush releases its publisher. A later row for the topic opens a new one.",
+        };
+        /// Whether per-topic counters are registered.
+        per_destination_metrics: bool => PER_DESTINATION_METRICS;
+        /// Consecutive confirmed rejections that fail the statement; [`UNBOUNDED`] never does.
+        max_consecutive_rejections: i32 => MAX_CONSECUTIVE_REJECTIONS;
     }
 }
 
 impl PubSubPublisherOptions {
-    /// A builder with every option at its default.
-    pub fn builder() -> PubSubPublisherOptionsBuilder {
-        PubSubPublisherOptionsBuilder::default()
-    }
-
-    /// Messages per publish request before it is sent.
-    pub fn batch_element_count_threshold(&self) -> i64 {
-        self.batch_element_count_threshold
-    }
-    /// Bytes per publish request before it is sent.
-    pub fn batch_request_byte_threshold(&self) -> i64 {
-        self.batch_request_byte_threshold
-    }
-    /// How long a batch waits to fill.
-    pub fn batch_delay_threshold(&self) -> Duration {
-        self.batch_delay_threshold
-    }
-    /// Total budget of one publish and its retries (zero: bounded by attempts only).
-    pub fn retry_total_timeout(&self) -> Duration {
-        self.retry_total_timeout
-    }
-    /// Delay before the first retry.
-    pub fn retry_initial_delay(&self) -> Duration {
-        self.retry_initial_delay
-    }
-    /// Growth factor of the retry delay.
-    pub fn retry_delay_multiplier(&self) -> f64 {
-        self.retry_delay_multiplier
-    }
-    /// Cap of the retry delay.
-    pub fn retry_max_delay(&self) -> Duration {
-        self.retry_max_delay
-    }
-    /// Deadline of the first attempt (zero: none).
-    pub fn retry_initial_rpc_timeout(&self) -> Duration {
-        self.retry_initial_rpc_timeout
-    }
-    /// Growth factor of the per-attempt deadline.
-    pub fn retry_rpc_timeout_multiplier(&self) -> f64 {
-        self.retry_rpc_timeout_multiplier
-    }
-    /// Cap of the per-attempt deadline (zero: none).
-    pub fn retry_max_rpc_timeout(&self) -> Duration {
-        self.retry_max_rpc_timeout
-    }
-    /// Attempt cap (zero: bounded by the total timeout only).
-    pub fn retry_max_attempts(&self) -> i32 {
-        self.retry_max_attempts
-    }
-    /// Whether ordering keys are honoured. When true, the writer retries a publish without a
-    /// time or attempt limit (the retry budget above does not apply).
-    pub fn enable_message_ordering(&self) -> bool {
-        self.enable_message_ordering
-    }
-    /// In-flight message cap.
-    pub fn max_in_flight_messages(&self) -> i32 {
-        self.max_in_flight_messages
-    }
-    /// In-flight byte cap; [`COUNT_ONLY`] bounds by message count only.
-    pub fn max_in_flight_bytes(&self) -> i64 {
-        self.max_in_flight_bytes
-    }
-    /// The in-flight byte cap for the core: `u64::MAX` when it bounds by count only.
+    /// The in-flight byte cap for the core: `u64::MAX` when it bounds by count only
+    /// ([`COUNT_ONLY`]).
     pub fn in_flight_byte_cap(&self) -> u64 {
         if self.max_in_flight_bytes == COUNT_ONLY {
             u64::MAX
@@ -222,287 +446,23 @@ impl PubSubPublisherOptions {
             self.max_in_flight_bytes.unsigned_abs()
         }
     }
-    /// First backoff of the topic auto-creation recovery.
-    pub fn recovery_initial_backoff(&self) -> Duration {
-        self.recovery_initial_backoff
-    }
-    /// Backoff cap of the topic auto-creation recovery.
-    pub fn recovery_max_backoff(&self) -> Duration {
-        self.recovery_max_backoff
-    }
-    /// Attempts of the topic auto-creation recovery.
-    pub fn recovery_max_attempts(&self) -> i32 {
-        self.recovery_max_attempts
-    }
-    /// No-progress budget.
-    pub fn publish_progress_timeout(&self) -> Duration {
-        self.publish_progress_timeout
-    }
-    /// Budget of one publisher release.
-    pub fn shutdown_timeout(&self) -> Duration {
-        self.shutdown_timeout
-    }
-    /// Open publisher cap.
-    pub fn max_active_publishers(&self) -> i32 {
-        self.max_active_publishers
-    }
-    /// Idle time after which a topic's publisher is released.
-    pub fn destination_idle_timeout(&self) -> Duration {
-        self.destination_idle_timeout
-    }
-    /// Whether per-topic counters are registered.
-    pub fn per_destination_metrics(&self) -> bool {
-        self.per_destination_metrics
-    }
-    /// Consecutive confirmed rejections that fail the statement; [`UNBOUNDED`] never does.
-    pub fn max_consecutive_rejections(&self) -> i32 {
-        self.max_consecutive_rejections
-    }
-    /// The breaker bound for the core: `None` when unbounded.
+    /// The breaker bound for the core: `None` when unbounded ([`UNBOUNDED`]).
     pub fn rejection_limit(&self) -> Option<u64> {
         u64::try_from(self.max_consecutive_rejections).ok()
     }
 }
 
-/// Builder of [`PubSubPublisherOptions`]; every value is checked in [`build`](Self::build).
-#[derive(Debug, Clone, Default)]
-#[must_use]
-pub struct PubSubPublisherOptionsBuilder {
-    batch_element_count_threshold: Option<i64>,
-    batch_request_byte_threshold: Option<i64>,
-    batch_delay_threshold: Option<Duration>,
-    retry_total_timeout: Option<Duration>,
-    retry_initial_delay: Option<Duration>,
-    retry_delay_multiplier: Option<f64>,
-    retry_max_delay: Option<Duration>,
-    retry_initial_rpc_timeout: Option<Duration>,
-    retry_rpc_timeout_multiplier: Option<f64>,
-    retry_max_rpc_timeout: Option<Duration>,
-    retry_max_attempts: Option<i32>,
-    enable_message_ordering: Option<bool>,
-    max_in_flight_messages: Option<i32>,
-    max_in_flight_bytes: Option<i64>,
-    recovery_initial_backoff: Option<Duration>,
-    recovery_max_backoff: Option<Duration>,
-    recovery_max_attempts: Option<i32>,
-    publish_progress_timeout: Option<Duration>,
-    shutdown_timeout: Option<Duration>,
-    max_active_publishers: Option<i32>,
-    destination_idle_timeout: Option<Duration>,
-    per_destination_metrics: Option<bool>,
-    max_consecutive_rejections: Option<i32>,
-}
-
 impl PubSubPublisherOptionsBuilder {
-    /// Messages per publish request (positive; default: the Java SDK's 100).
-    pub fn batch_element_count_threshold(mut self, v: i64) -> Self {
-        self.batch_element_count_threshold = Some(v);
-        self
-    }
-    /// Bytes per publish request (positive; default: the Java SDK's 1000).
-    pub fn batch_request_byte_threshold(mut self, v: i64) -> Self {
-        self.batch_request_byte_threshold = Some(v);
-        self
-    }
-    /// How long a batch waits to fill (positive; default: the Java SDK's 1 ms).
-    pub fn batch_delay_threshold(mut self, v: Duration) -> Self {
-        self.batch_delay_threshold = Some(v);
-        self
-    }
-    /// Total retry budget (zero or at least 1 ms; not with message ordering).
-    pub fn retry_total_timeout(mut self, v: Duration) -> Self {
-        self.retry_total_timeout = Some(v);
-        self
-    }
-    /// Delay before the first retry (zero or at least 1 ms).
-    pub fn retry_initial_delay(mut self, v: Duration) -> Self {
-        self.retry_initial_delay = Some(v);
-        self
-    }
-    /// Growth factor of the retry delay (at least 1.0).
-    pub fn retry_delay_multiplier(mut self, v: f64) -> Self {
-        self.retry_delay_multiplier = Some(v);
-        self
-    }
-    /// Cap of the retry delay (zero or at least 1 ms).
-    pub fn retry_max_delay(mut self, v: Duration) -> Self {
-        self.retry_max_delay = Some(v);
-        self
-    }
-    /// Deadline of the first attempt (zero or at least 1 ms).
-    pub fn retry_initial_rpc_timeout(mut self, v: Duration) -> Self {
-        self.retry_initial_rpc_timeout = Some(v);
-        self
-    }
-    /// Growth factor of the per-attempt deadline (at least 1.0).
-    pub fn retry_rpc_timeout_multiplier(mut self, v: f64) -> Self {
-        self.retry_rpc_timeout_multiplier = Some(v);
-        self
-    }
-    /// Cap of the per-attempt deadline (zero or at least 1 ms).
-    pub fn retry_max_rpc_timeout(mut self, v: Duration) -> Self {
-        self.retry_max_rpc_timeout = Some(v);
-        self
-    }
-    /// Attempt cap (non-negative; not with message ordering).
-    pub fn retry_max_attempts(mut self, v: i32) -> Self {
-        self.retry_max_attempts = Some(v);
-        self
-    }
-    /// Honour ordering keys (default false).
-    pub fn enable_message_ordering(mut self, v: bool) -> Self {
-        self.enable_message_ordering = Some(v);
-        self
-    }
-    /// In-flight message cap (positive; default 1000).
-    pub fn max_in_flight_messages(mut self, v: i32) -> Self {
-        self.max_in_flight_messages = Some(v);
-        self
-    }
-    /// In-flight byte cap (positive; default 64 MiB; [`COUNT_ONLY`] for count only).
-    pub fn max_in_flight_bytes(mut self, v: i64) -> Self {
-        self.max_in_flight_bytes = Some(v);
-        self
-    }
-    /// First backoff of the topic auto-creation recovery (at least 1 ms; default 500 ms).
-    pub fn recovery_initial_backoff(mut self, v: Duration) -> Self {
-        self.recovery_initial_backoff = Some(v);
-        self
-    }
-    /// Backoff cap of the recovery (at least 1 ms and the initial backoff; default 10 s).
-    pub fn recovery_max_backoff(mut self, v: Duration) -> Self {
-        self.recovery_max_backoff = Some(v);
-        self
-    }
-    /// Attempts of the recovery (positive; default 10).
-    pub fn recovery_max_attempts(mut self, v: i32) -> Self {
-        self.recovery_max_attempts = Some(v);
-        self
-    }
-    /// No-progress budget (positive, at most `i64::MAX` ns; default 600 s).
-    pub fn publish_progress_timeout(mut self, v: Duration) -> Self {
-        self.publish_progress_timeout = Some(v);
-        self
-    }
-    /// Budget of one publisher release (positive, at most `i64::MAX` ns; default 30 s).
-    pub fn shutdown_timeout(mut self, v: Duration) -> Self {
-        self.shutdown_timeout = Some(v);
-        self
-    }
-    /// Open publisher cap (positive; default 100).
-    pub fn max_active_publishers(mut self, v: i32) -> Self {
-        self.max_active_publishers = Some(v);
-        self
-    }
-    /// Idle time before a topic's publisher is released (positive, at most `i64::MAX` ns;
-    /// default [`DEFAULT_DESTINATION_IDLE_TIMEOUT`]).
-    pub fn destination_idle_timeout(mut self, v: Duration) -> Self {
-        self.destination_idle_timeout = Some(v);
-        self
-    }
-    /// Register per-topic counters (default false).
-    pub fn per_destination_metrics(mut self, v: bool) -> Self {
-        self.per_destination_metrics = Some(v);
-        self
-    }
-    /// Consecutive confirmed rejections that fail the statement (positive or [`UNBOUNDED`];
-    /// default 100).
-    pub fn max_consecutive_rejections(mut self, v: i32) -> Self {
-        self.max_consecutive_rejections = Some(v);
-        self
-    }
-
     /// Checks every value and the cross-option rules; the error names the option and the rule.
     pub fn build(self) -> Result<PubSubPublisherOptions> {
-        let mut o = PubSubPublisherOptions::default();
-        macro_rules! take {
-            ($field:ident, $spec:expr, int) => {
-                if let Some(v) = self.$field {
-                    $spec.check_int(v.into())?;
-                    o.$field = v;
-                }
-            };
-            ($field:ident, $spec:expr, float) => {
-                if let Some(v) = self.$field {
-                    $spec.check_float(v)?;
-                    o.$field = v;
-                }
-            };
-            ($field:ident, $spec:expr, duration) => {
-                if let Some(v) = self.$field {
-                    $spec.check_duration(v)?;
-                    o.$field = v;
-                }
-            };
-            ($field:ident) => {
-                if let Some(v) = self.$field {
-                    o.$field = v;
-                }
-            };
-        }
-        take!(
-            batch_element_count_threshold,
-            spec::BATCH_ELEMENT_COUNT_THRESHOLD,
-            int
-        );
-        take!(
-            batch_request_byte_threshold,
-            spec::BATCH_REQUEST_BYTE_THRESHOLD,
-            int
-        );
-        take!(batch_delay_threshold, spec::BATCH_DELAY_THRESHOLD, duration);
-        take!(retry_total_timeout, spec::RETRY_TOTAL_TIMEOUT, duration);
-        take!(retry_initial_delay, spec::RETRY_INITIAL_DELAY, duration);
-        take!(retry_delay_multiplier, spec::RETRY_DELAY_MULTIPLIER, float);
-        take!(retry_max_delay, spec::RETRY_MAX_DELAY, duration);
-        take!(
-            retry_initial_rpc_timeout,
-            spec::RETRY_INITIAL_RPC_TIMEOUT,
-            duration
-        );
-        take!(
-            retry_rpc_timeout_multiplier,
-            spec::RETRY_RPC_TIMEOUT_MULTIPLIER,
-            float
-        );
-        take!(retry_max_rpc_timeout, spec::RETRY_MAX_RPC_TIMEOUT, duration);
-        take!(retry_max_attempts, spec::RETRY_MAX_ATTEMPTS, int);
-        take!(enable_message_ordering);
-        take!(max_in_flight_messages, spec::MAX_IN_FLIGHT_MESSAGES, int);
-        take!(max_in_flight_bytes, spec::MAX_IN_FLIGHT_BYTES, int);
-        take!(
-            recovery_initial_backoff,
-            spec::RECOVERY_INITIAL_BACKOFF,
-            duration
-        );
-        take!(recovery_max_backoff, spec::RECOVERY_MAX_BACKOFF, duration);
-        take!(recovery_max_attempts, spec::RECOVERY_MAX_ATTEMPTS, int);
-        take!(
-            publish_progress_timeout,
-            spec::PUBLISH_PROGRESS_TIMEOUT,
-            duration
-        );
-        take!(shutdown_timeout, spec::SHUTDOWN_TIMEOUT, duration);
-        take!(max_active_publishers, spec::MAX_ACTIVE_PUBLISHERS, int);
-        take!(
-            destination_idle_timeout,
-            spec::DESTINATION_IDLE_TIMEOUT,
-            duration
-        );
-        take!(per_destination_metrics);
-        take!(
-            max_consecutive_rejections,
-            spec::MAX_CONSECUTIVE_REJECTIONS,
-            int
-        );
-
+        let o = self.checked()?;
         if o.recovery_max_backoff < o.recovery_initial_backoff {
-            return Err(spec::RECOVERY_MAX_BACKOFF.invalid(
-                crate::options::spec::format_duration(o.recovery_max_backoff),
+            return Err(RECOVERY_MAX_BACKOFF.invalid(
+                format_duration(o.recovery_max_backoff),
                 format!(
                     "{} (which is {})",
-                    spec::RECOVERY_MAX_BACKOFF.cross_rule,
-                    crate::options::spec::format_duration(o.recovery_initial_backoff)
+                    RECOVERY_MAX_BACKOFF.cross_rule,
+                    format_duration(o.recovery_initial_backoff)
                 ),
             ));
         }
@@ -510,18 +470,12 @@ impl PubSubPublisherOptionsBuilder {
         // explicit budget would promise a bound the publisher does not keep.
         if o.enable_message_ordering {
             for (given, name) in [
-                (
-                    self.retry_total_timeout.is_some(),
-                    spec::RETRY_TOTAL_TIMEOUT.name,
-                ),
-                (
-                    self.retry_max_attempts.is_some(),
-                    spec::RETRY_MAX_ATTEMPTS.name,
-                ),
+                (self.retry_total_timeout.is_some(), RETRY_TOTAL_TIMEOUT.name),
+                (self.retry_max_attempts.is_some(), RETRY_MAX_ATTEMPTS.name),
             ] {
                 if given {
                     return Err(Error::invalid(
-                        spec::ENABLE_MESSAGE_ORDERING.name,
+                        ENABLE_MESSAGE_ORDERING.name,
                         "true",
                         format!(
                             "cannot be combined with an explicit '{name}': an ordered publisher retries without a time or \
@@ -610,8 +564,8 @@ impl PubSubSinkOptions {
         raw: &RawOptions,
         env: EnvLookup<'_>,
     ) -> Result<Self> {
-        let p = ParsedOptions::parse(ConnectorKind::PubSub, raw)?;
-        let connection = ConnectionOptions::from_parsed(&p, env)?;
+        let p = catalog::parse_options(ConnectorKind::PubSub, raw)?;
+        let connection = ConnectionOptions::from_parsed(&p, ConnectorKind::PubSub.service(), env)?;
         let project = connection.project.as_deref();
 
         let from_location = match location_text(location) {
@@ -622,106 +576,36 @@ impl PubSubSinkOptions {
             )),
             None => None,
         };
-        let from_option = match p.non_empty_text(&spec::TOPIC)? {
+        let from_option = match p.non_empty_text(&TOPIC)? {
             Some(t) => Some((
-                names::pubsub_topic(t, project).map_err(|rule| spec::TOPIC.invalid(t, rule))?,
+                names::pubsub_topic(t, project).map_err(|rule| TOPIC.invalid(t, rule))?,
                 t,
             )),
             None => None,
         };
-        let topic = merge_location(&spec::TOPIC, from_location, from_option)?;
+        let topic = merge_location(&TOPIC, from_location, from_option)?;
 
         let mapping = PubSubMappingOptions {
-            topic_column: p.text(&spec::TOPIC_COLUMN)?.map(str::to_string),
-            data_column: p.column_ref(&spec::DATA_COLUMN, DEFAULT_DATA_COLUMN)?,
+            topic_column: p.text(&TOPIC_COLUMN)?.map(str::to_string),
+            data_column: p.column_ref(&DATA_COLUMN, DEFAULT_DATA_COLUMN)?,
             format: p.payload_format()?,
-            attributes_column: p.column_ref(&spec::ATTRIBUTES_COLUMN, DEFAULT_ATTRIBUTES_COLUMN)?,
+            attributes_column: p.column_ref(&ATTRIBUTES_COLUMN, DEFAULT_ATTRIBUTES_COLUMN)?,
             attribute_columns: p
-                .list(&spec::ATTRIBUTE_COLUMNS)?
+                .list(&ATTRIBUTE_COLUMNS)?
                 .map(<[String]>::to_vec)
                 .unwrap_or_default(),
-            ordering_key_column: p
-                .column_ref(&spec::ORDERING_KEY_COLUMN, DEFAULT_ORDERING_KEY_COLUMN)?,
+            ordering_key_column: p.column_ref(&ORDERING_KEY_COLUMN, DEFAULT_ORDERING_KEY_COLUMN)?,
         };
 
-        let mut b = PubSubPublisherOptions::builder();
-        if let Some(v) = p.int(&spec::BATCH_ELEMENT_COUNT_THRESHOLD)? {
-            b = b.batch_element_count_threshold(v);
-        }
-        if let Some(v) = p.int(&spec::BATCH_REQUEST_BYTE_THRESHOLD)? {
-            b = b.batch_request_byte_threshold(v);
-        }
-        if let Some(v) = p.duration(&spec::BATCH_DELAY_THRESHOLD)? {
-            b = b.batch_delay_threshold(v);
-        }
-        if let Some(v) = p.duration(&spec::RETRY_TOTAL_TIMEOUT)? {
-            b = b.retry_total_timeout(v);
-        }
-        if let Some(v) = p.duration(&spec::RETRY_INITIAL_DELAY)? {
-            b = b.retry_initial_delay(v);
-        }
-        if let Some(v) = p.float(&spec::RETRY_DELAY_MULTIPLIER)? {
-            b = b.retry_delay_multiplier(v);
-        }
-        if let Some(v) = p.duration(&spec::RETRY_MAX_DELAY)? {
-            b = b.retry_max_delay(v);
-        }
-        if let Some(v) = p.duration(&spec::RETRY_INITIAL_RPC_TIMEOUT)? {
-            b = b.retry_initial_rpc_timeout(v);
-        }
-        if let Some(v) = p.float(&spec::RETRY_RPC_TIMEOUT_MULTIPLIER)? {
-            b = b.retry_rpc_timeout_multiplier(v);
-        }
-        if let Some(v) = p.duration(&spec::RETRY_MAX_RPC_TIMEOUT)? {
-            b = b.retry_max_rpc_timeout(v);
-        }
-        if let Some(v) = p.int32(&spec::RETRY_MAX_ATTEMPTS)? {
-            b = b.retry_max_attempts(v);
-        }
-        if let Some(v) = p.bool(&spec::ENABLE_MESSAGE_ORDERING)? {
-            b = b.enable_message_ordering(v);
-        }
-        if let Some(v) = p.int32(&spec::MAX_IN_FLIGHT_MESSAGES)? {
-            b = b.max_in_flight_messages(v);
-        }
-        if let Some(v) = p.int(&spec::MAX_IN_FLIGHT_BYTES)? {
-            b = b.max_in_flight_bytes(v);
-        }
-        if let Some(v) = p.duration(&spec::RECOVERY_INITIAL_BACKOFF)? {
-            b = b.recovery_initial_backoff(v);
-        }
-        if let Some(v) = p.duration(&spec::RECOVERY_MAX_BACKOFF)? {
-            b = b.recovery_max_backoff(v);
-        }
-        if let Some(v) = p.int32(&spec::RECOVERY_MAX_ATTEMPTS)? {
-            b = b.recovery_max_attempts(v);
-        }
-        if let Some(v) = p.duration(&spec::PUBLISH_PROGRESS_TIMEOUT)? {
-            b = b.publish_progress_timeout(v);
-        }
-        if let Some(v) = p.duration(&spec::SHUTDOWN_TIMEOUT)? {
-            b = b.shutdown_timeout(v);
-        }
-        if let Some(v) = p.int32(&spec::MAX_ACTIVE_PUBLISHERS)? {
-            b = b.max_active_publishers(v);
-        }
-        if let Some(v) = p.duration(&spec::DESTINATION_IDLE_TIMEOUT)? {
-            b = b.destination_idle_timeout(v);
-        }
-        if let Some(v) = p.bool(&common::PER_DESTINATION_METRICS)? {
-            b = b.per_destination_metrics(v);
-        }
-        if let Some(v) = p.int32(&spec::MAX_CONSECUTIVE_REJECTIONS)? {
-            b = b.max_consecutive_rejections(v);
-        }
+        let publisher = PubSubPublisherOptionsBuilder::from_parsed(&p)?.build()?;
 
         let opts = PubSubSinkOptions {
             connection,
             topic,
             mapping,
-            auto_create_topic: p.bool(&spec::AUTO_CREATE_TOPIC)?.unwrap_or(false),
+            auto_create_topic: p.bool(&AUTO_CREATE_TOPIC)?.unwrap_or(false),
             failure_policy: p.failure_policy()?,
-            publisher: b.build()?,
+            publisher,
         };
         opts.validate()?;
         Ok(opts)
@@ -732,12 +616,12 @@ impl PubSubSinkOptions {
     pub fn validate(&self) -> Result<()> {
         match (&self.topic, &self.mapping.topic_column) {
             (None, None) => Err(Error::MissingOption {
-                option: spec::TOPIC.name.into(),
+                option: TOPIC.name.into(),
                 rule: "a Pub/Sub sink needs a topic: LOCATION 'projects/P/topics/T', the 'topic' option, \
                        or a per-row 'topic_column'"
                     .into(),
             }),
-            (Some(t), Some(c)) => Err(spec::TOPIC_COLUMN.invalid(c, format!("{} (topic '{t}')", spec::TOPIC_COLUMN.cross_rule))),
+            (Some(t), Some(c)) => Err(TOPIC_COLUMN.invalid(c, format!("{} (topic '{t}')", TOPIC_COLUMN.cross_rule))),
             _ => Ok(()),
         }
     }

@@ -12,12 +12,13 @@ use datafusion::execution::SendableRecordBatchStream;
 use super::client::{ClientSettings, PubSubTransport};
 use super::mapping::{self, MappingSpec, PubSubMapping};
 use super::options::PubSubSinkOptions;
+use crate::connectors::ConnectorKind;
 use crate::connectors::{SinkConnector, write_stream};
 use crate::core::{
     BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
 };
 use crate::error::{Error, Result};
-use crate::options::{ColumnRef, ConnectorKind, PayloadFormat, RawOptions};
+use crate::options::{ColumnRef, PayloadFormat, RawOptions};
 
 /// A declared Pub/Sub sink: its options, checked against the table schema.
 #[derive(Debug)]

@@ -1,0 +1,128 @@
+//! Bigtable resource names: instances (`projects/P/instances/I`, or a short id in `project`),
+//! tables (`projects/P/instances/I/tables/T`, or a short id in an instance) and column family
+//! ids. The id rules are the admin API's own, checked early so that a typo fails the `CREATE`
+//! rather than the first write.
+//!
+//! ```
+//! use gcp_sql::connectors::bigtable::names::{bigtable_instance, bigtable_table};
+//!
+//! let instance = bigtable_instance("main", Some("demo")).unwrap();
+//! assert_eq!(bigtable_table("events", Some(&instance)).unwrap(), "projects/demo/instances/main/tables/events");
+//! assert!(bigtable_table("events", None).is_err()); // a short id needs an instance
+//! ```
+
+pub use crate::options::names::NameResult;
+use crate::options::names::{check_project, split_full};
+
+/// Longest Bigtable table id (admin API `CreateTable`: at most 50 characters).
+pub const BIGTABLE_TABLE_ID_MAX: usize = 50;
+/// Longest Bigtable column family id (admin API `ModifyColumnFamilies`: at most 64 characters).
+pub const BIGTABLE_FAMILY_ID_MAX: usize = 64;
+/// Longest Bigtable instance id (admin API `CreateInstance`: at most 33 characters).
+pub const BIGTABLE_INSTANCE_ID_MAX: usize = 33;
+
+/// Checks a Bigtable instance id: 1 to 33 letters, digits, hyphens or underscores.
+pub fn check_instance_id(i: &str) -> NameResult<()> {
+    if i.is_empty()
+        || i.len() > BIGTABLE_INSTANCE_ID_MAX
+        || !i
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(format!(
+            "an instance id has 1 to {BIGTABLE_INSTANCE_ID_MAX} letters, digits, hyphens or underscores"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an id of the Bigtable form `[_a-zA-Z0-9][-_.a-zA-Z0-9]*` of at most `max` characters.
+fn check_bigtable_id(id: &str, what: &str, max: usize) -> NameResult<()> {
+    let first_ok = id
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    let rest_ok = id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if !first_ok || !rest_ok || id.len() > max {
+        return Err(format!(
+            "a {what} id has 1 to {max} characters of letters, digits, '-', '_' or '.', and starts with a letter, digit or '_'"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a Bigtable table id.
+pub fn check_table_id(t: &str) -> NameResult<()> {
+    check_bigtable_id(t, "table", BIGTABLE_TABLE_ID_MAX)
+}
+
+/// Checks a Bigtable column family id.
+pub fn check_family_id(f: &str) -> NameResult<()> {
+    check_bigtable_id(f, "column family", BIGTABLE_FAMILY_ID_MAX)
+}
+
+/// Resolves an instance: `projects/P/instances/I`, or a short id `I` in `project`.
+pub fn bigtable_instance(value: &str, project: Option<&str>) -> NameResult<String> {
+    let v = value.trim();
+    if v.contains('/') {
+        let parts = split_full(v, &["projects", "instances"]).ok_or_else(|| {
+            format!(
+                "expected 'projects/PROJECT/instances/INSTANCE' or a short instance id, found '{v}'"
+            )
+        })?;
+        check_project(parts[0])?;
+        check_instance_id(parts[1])?;
+        return Ok(v.to_string());
+    }
+    check_instance_id(v)?;
+    let p = project.ok_or("a short instance id needs the 'project' option")?;
+    Ok(format!("projects/{p}/instances/{v}"))
+}
+
+/// Resolves a table: `projects/P/instances/I/tables/T`, or a short id `T` in `instance` (a full
+/// instance name, see [`bigtable_instance`]).
+pub fn bigtable_table(value: &str, instance: Option<&str>) -> NameResult<String> {
+    let v = value.trim();
+    if v.contains('/') {
+        let parts = split_full(v, &["projects", "instances", "tables"]).ok_or_else(|| {
+            format!("expected 'projects/PROJECT/instances/INSTANCE/tables/TABLE' or a short table id, found '{v}'")
+        })?;
+        check_project(parts[0])?;
+        check_instance_id(parts[1])?;
+        check_table_id(parts[2])?;
+        return Ok(v.to_string());
+    }
+    check_table_id(v)?;
+    let i = instance.ok_or("a short table id needs the 'instance' option (and 'project'), or write 'projects/PROJECT/instances/INSTANCE/tables/TABLE'")?;
+    Ok(format!("{i}/tables/{v}"))
+}
+
+/// The instance part (`projects/P/instances/I`) of a full table name.
+pub fn instance_of_table(table: &str) -> Option<&str> {
+    table.rsplit_once("/tables/").map(|(instance, _)| instance)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_malformed_full_names() {
+        assert!(bigtable_table("projects/p/instances/i/tables/", None).is_err());
+    }
+
+    #[test]
+    fn resolves_short_ids() {
+        let inst = bigtable_instance("inst", Some("p")).unwrap();
+        assert_eq!(
+            bigtable_table("events", Some(&inst)).unwrap(),
+            "projects/p/instances/inst/tables/events"
+        );
+        assert_eq!(
+            instance_of_table("projects/p/instances/inst/tables/events"),
+            Some("projects/p/instances/inst")
+        );
+    }
+}

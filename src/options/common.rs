@@ -1,0 +1,106 @@
+//! Options that several connectors accept with one meaning: the connection, the failure policy,
+//! per-destination counters, the payload format and the rejection breaker. A connector accepts
+//! one of them by listing it among its own options.
+
+use super::spec::{Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec};
+
+/// Default of [`MAX_CONSECUTIVE_REJECTIONS`].
+pub const DEFAULT_MAX_CONSECUTIVE_REJECTIONS: i32 = 100;
+
+/// `project`.
+pub static PROJECT: OptionSpec = OptionSpec {
+    name: "project",
+    group: OptionGroup::Connection,
+    kind: OptionKind::Text,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "needed when a destination is given as a short id",
+    example: "demo",
+    description: "Google Cloud project in which short topic, queue, instance and table ids are resolved.",
+};
+
+/// `endpoint`.
+pub static ENDPOINT: OptionSpec = OptionSpec {
+    name: "endpoint",
+    group: OptionGroup::Connection,
+    kind: OptionKind::Text,
+    default: DefaultValue::Unset("the service's public endpoint"),
+    bound: Bound::None,
+    cross_rule: "an `http://` or `https://` URL; when given, the emulator environment variable is not consulted",
+    example: "https://private.googleapis.com",
+    description: "Service endpoint to connect to instead of the default Google endpoint (a regional or private endpoint, for example).",
+};
+
+/// `emulator_host`.
+pub static EMULATOR_HOST: OptionSpec = OptionSpec {
+    name: "emulator_host",
+    group: OptionGroup::Connection,
+    kind: OptionKind::Text,
+    default: DefaultValue::Unset(
+        "the connector's emulator environment variable, named in its section below",
+    ),
+    bound: Bound::None,
+    cross_rule: "`host:port`; cannot be combined with `endpoint`",
+    example: "localhost:8085",
+    description: "Address of a local emulator. The connection is then plaintext gRPC without credentials. The environment variable is read when the table is declared.",
+};
+
+/// `credentials_file`.
+pub static CREDENTIALS_FILE: OptionSpec = OptionSpec {
+    name: "credentials_file",
+    group: OptionGroup::Connection,
+    kind: OptionKind::Text,
+    default: DefaultValue::Unset("Application Default Credentials"),
+    bound: Bound::None,
+    cross_rule: "",
+    example: "/etc/gcp/writer-key.json",
+    description: "Path of a service-account key file used to authenticate. Ignored with an emulator.",
+};
+
+/// `failure_policy`.
+pub static FAILURE_POLICY: OptionSpec = OptionSpec {
+    name: "failure_policy",
+    group: OptionGroup::Writer,
+    kind: OptionKind::Enum(&["fail", "drop"]),
+    default: DefaultValue::Text("fail"),
+    bound: Bound::None,
+    cross_rule: "",
+    example: "drop",
+    description: "What happens to a record the service refuses (confirmed by sending it alone) or a row that cannot be encoded: `fail` ends the statement with an error; `drop` counts it, skips it and goes on, bounded by `max_consecutive_rejections` where the connector has it.",
+};
+
+/// `per_destination_metrics`.
+pub static PER_DESTINATION_METRICS: OptionSpec = OptionSpec {
+    name: "per_destination_metrics",
+    group: OptionGroup::Writer,
+    kind: OptionKind::Bool,
+    default: DefaultValue::Bool(false),
+    bound: Bound::None,
+    cross_rule: "",
+    example: "true",
+    description: "Also count records sent and send errors per topic, queue or table, beside the sink totals. Off by default because a per-row destination column can name an unbounded set of destinations; turn it on when they are few and known.",
+};
+
+/// `format`.
+pub static FORMAT: OptionSpec = OptionSpec {
+    name: "format",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Enum(&["json", "raw"]),
+    default: DefaultValue::Text("json"),
+    bound: Bound::None,
+    cross_rule: "`raw` needs exactly one payload column, of a string or binary type",
+    example: "raw",
+    description: "How a row becomes the message data or task body when no column carries it: `json` writes the row's remaining columns as one JSON object; `raw` sends the bytes of the single remaining column as they are.",
+};
+
+/// `max_consecutive_rejections`.
+pub static MAX_CONSECUTIVE_REJECTIONS: OptionSpec = OptionSpec {
+    name: "max_consecutive_rejections",
+    group: OptionGroup::Writer,
+    kind: OptionKind::Int,
+    default: DefaultValue::Int(DEFAULT_MAX_CONSECUTIVE_REJECTIONS as i64),
+    bound: Bound::PositiveOrUnbounded,
+    cross_rule: "",
+    example: "-1",
+    description: "With `failure_policy = 'drop'`, this many confirmed rejections in a row, with no record delivered between them, fail the statement: the pipeline is broken rather than seeing the odd bad record. Any delivery resets the count; rows the encoder refuses do not count. `-1` never fails.",
+};
