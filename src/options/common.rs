@@ -1,4 +1,4 @@
-//! Options that several connectors accept with one meaning: the connection, the failure policy,
+//! Options that more than one connector accepts with one meaning: the connection, the failure policy,
 //! per-destination counters, the payload format and the rejection breaker. A connector accepts
 //! one of them by listing it among its own options.
 

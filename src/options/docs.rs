@@ -1,5 +1,5 @@
-//! Renders the option reference (`docs/options.md`) from the option lists of a set of
-//! connectors: one table of the options every connector shares, then one section per connector.
+//! Renders the option reference (`docs/options.md`) from the option list of each connector of
+//! a set: one table of the options every connector shares, then one section per connector.
 
 use std::fmt::Write as _;
 

@@ -3,7 +3,7 @@
 //! ([`ParsedOptions`]), how a misspelt name gets the nearest valid one, how typed options and
 //! their builders are declared once per option ([`OptionField`] and the crate's
 //! `writer_options!` macro), the connection options every connector shares, the options several
-//! connectors share with one meaning ([`common`]) and the reference renderer ([`docs`]).
+//! connector types share with one meaning ([`common`]) and the reference renderer ([`docs`]).
 //!
 //! Nothing here knows a connector: each connector lists the specs it accepts, and the crate's
 //! connector list gathers them for name validation and for `docs/options.md`.

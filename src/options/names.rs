@@ -1,4 +1,4 @@
-//! Resource-name helpers shared by the connectors' name rules: the project id check and the
+//! Resource-name helpers every connector's name rules share: the project id check and the
 //! splitting of a full name (`projects/P/things/T`) into its values.
 //!
 //! Each connector resolves its own names (full names, and short ids resolved against options

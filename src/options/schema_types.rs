@@ -1,4 +1,4 @@
-//! Arrow type checks shared by the connectors' schema validation.
+//! Arrow type checks shared by every connector's schema validation.
 
 use arrow::datatypes::{DataType, Schema};
 
