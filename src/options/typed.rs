@@ -388,9 +388,11 @@ mod tests {
         let o = AcmeWriterOptions::builder()
             .batch_size(1)
             .channels(3)
+            .per_destination_metrics(true)
             .build()
             .unwrap();
         assert_eq!((o.batch_size(), o.channels()), (1, Some(3)));
+        assert!(o.per_destination_metrics());
         let err = AcmeWriterOptions::builder()
             .batch_size(0)
             .build()
