@@ -4,13 +4,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider, TableProviderFactory};
-use datafusion::error::Result as DFResult;
+use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::logical_expr::CreateExternalTable;
 use datafusion::sql::sqlparser::ast::Value;
 
 use crate::connectors;
 use crate::connectors::ConnectorKind;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::options::RawOptions;
 
 use super::table::SinkTable;
@@ -87,4 +87,19 @@ pub(crate) fn check_raw_option_names(file_type: &str, options: &[(String, Value)
         return Ok(()); // not one of ours
     }
     RawOptions::from_pairs(options.iter().map(|(k, v)| (k.clone(), value_text(v)))).map(|_| ())
+}
+
+/// The error of a statement DataFusion ran: a sink's own error (an option or schema check of
+/// the table factory) as itself, rather than wrapped as DataFusion's "External error".
+///
+/// The factory is the one place the options of a `CREATE` are parsed and checked, so its
+/// errors reach the caller the way the SQL layer's own checks do.
+pub(crate) fn statement_error(e: DataFusionError) -> Error {
+    match e {
+        DataFusionError::External(inner) => match inner.downcast::<Error>() {
+            Ok(own) => *own,
+            Err(other) => Error::DataFusion(DataFusionError::External(other)),
+        },
+        other => Error::DataFusion(other),
+    }
 }

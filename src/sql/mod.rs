@@ -176,7 +176,9 @@ pub async fn statement_to_dataframe(ctx: &SessionContext, statement: &str) -> Re
     }
     let state = ctx.state();
     let plan = state.statement_to_plan(stmt).await?;
-    Ok(ctx.execute_logical_plan(plan).await?)
+    ctx.execute_logical_plan(plan)
+        .await
+        .map_err(factory::statement_error)
 }
 
 /// Runs every statement of `sql` in order and returns the batches of the last one.

@@ -231,7 +231,7 @@ pub static APP_PROFILE_ID: OptionSpec = OptionSpec {
 /// ones, the mapping, then the writer options in declaration order.
 pub fn options() -> &'static [&'static OptionSpec] {
     static OPTIONS: LazyLock<Vec<&'static OptionSpec>> = LazyLock::new(|| {
-        let own: [&'static OptionSpec; 17] = [
+        let own: &[&'static OptionSpec] = &[
             &CONNECTOR,
             &PROJECT,
             &ENDPOINT,
@@ -250,7 +250,7 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &AUTO_CREATE_TABLE,
             &APP_PROFILE_ID,
         ];
-        [&own[..], BigtableWriterOptions::specs()].concat()
+        [own, BigtableWriterOptions::specs()].concat()
     });
     &OPTIONS
 }

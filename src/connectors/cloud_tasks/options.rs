@@ -279,7 +279,7 @@ pub static DISPATCH_DEADLINE: OptionSpec = OptionSpec {
 /// ones, the mapping, then the writer options in declaration order.
 pub fn options() -> &'static [&'static OptionSpec] {
     static OPTIONS: LazyLock<Vec<&'static OptionSpec>> = LazyLock::new(|| {
-        let own: [&'static OptionSpec; 23] = [
+        let own: &[&'static OptionSpec] = &[
             &CONNECTOR,
             &PROJECT,
             &ENDPOINT,
@@ -304,7 +304,7 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &OAUTH_SCOPE,
             &DISPATCH_DEADLINE,
         ];
-        [&own[..], CloudTasksWriterOptions::specs()].concat()
+        [own, CloudTasksWriterOptions::specs()].concat()
     });
     &OPTIONS
 }

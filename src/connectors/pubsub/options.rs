@@ -193,7 +193,7 @@ pub static AUTO_CREATE_TOPIC: OptionSpec = OptionSpec {
 /// ones, the mapping, then the writer options in declaration order.
 pub fn options() -> &'static [&'static OptionSpec] {
     static OPTIONS: LazyLock<Vec<&'static OptionSpec>> = LazyLock::new(|| {
-        let own: [&'static OptionSpec; 14] = [
+        let own: &[&'static OptionSpec] = &[
             &CONNECTOR,
             &PROJECT,
             &ENDPOINT,
@@ -209,7 +209,7 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &ORDERING_KEY_COLUMN,
             &AUTO_CREATE_TOPIC,
         ];
-        [&own[..], PubSubPublisherOptions::specs()].concat()
+        [own, PubSubPublisherOptions::specs()].concat()
     });
     &OPTIONS
 }
