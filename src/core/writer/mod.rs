@@ -53,12 +53,17 @@ struct Failure {
     summary: Option<String>,
 }
 
+/// The writer's send tasks and delay timers. Once `closed` (the writer closed or dropped),
+/// nothing more is spawned.
 #[derive(Default)]
 struct Tasks {
     set: JoinSet<()>,
     closed: bool,
 }
 
+/// The state a writer shares with its send tasks and delay timers. Each stage adds its own
+/// methods from its file (`route`, `send`, `resolve`); this file holds the failure latch and
+/// task spawning.
 struct Shared<T: Transport> {
     transport: Arc<T>,
     config: FlowConfig,

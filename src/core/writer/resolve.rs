@@ -29,7 +29,7 @@ use super::Shared;
 use crate::core::batch::Item;
 use crate::core::metrics::{SinkMetrics, code_name};
 use crate::core::retry::RetryState;
-use crate::core::{Class, Destination, FailurePolicy, SendOutcome, Transport};
+use crate::core::{Class, Destination, FailurePolicy, RetrySettings, SendOutcome, Transport};
 use crate::error::{Error, Result};
 
 /// Where one batch stands across its attempts.
@@ -46,6 +46,16 @@ struct BatchState {
 }
 
 impl BatchState {
+    /// A batch about to be sent for the first time.
+    fn new(retry: &RetrySettings) -> Self {
+        BatchState {
+            retry: retry.start(Instant::now()),
+            recovery_attempts: 0,
+            created: false,
+            first_rejection: None,
+        }
+    }
+
     /// The batch is resolved: `Ok`, or the first confirmed rejection.
     fn finish(self) -> Result<()> {
         self.first_rejection.map_or(Ok(()), Err)
@@ -76,12 +86,7 @@ impl<T: Transport> Shared<T> {
         mut items: Vec<Item<T::Record>>,
         retired: &mut Vec<Item<T::Record>>,
     ) -> Result<()> {
-        let mut state = BatchState {
-            retry: self.config.retry.start(Instant::now()),
-            recovery_attempts: 0,
-            created: false,
-            first_rejection: None,
-        };
+        let mut state = BatchState::new(&self.config.retry);
         loop {
             let solo = items.len() == 1;
             let timeout = state.retry.begin_attempt(Instant::now());

@@ -1,4 +1,4 @@
-//! Stage 3, send: taking batches out of the pool, the send task, one RPC attempt.
+//! The send stage: taking batches out of the pool, the send task, one RPC attempt.
 //!
 //! Every batch leaves the pool the same way, through [`Shared::dispatch`]: under one pool lock
 //! it is taken from its destination's batches and given a [`Lease`] on the destination's

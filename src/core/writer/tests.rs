@@ -807,3 +807,30 @@ async fn per_destination_counters_only_when_enabled() {
         None
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn settle_returns_as_the_last_running_send_ends() {
+    let mut h = Harness::new(config());
+    h.fake
+        .respond_with(|_| FakeReply::Delay(Duration::from_millis(3_005), Box::new(FakeReply::Ok)));
+    // Ten records: one full batch, sent at once.
+    h.write_all(1..=10, "d").await.expect("write");
+    let start = Instant::now();
+    let unresolved = h.writer.settle().await;
+    // Woken by the lease's end itself, not by a poll interval.
+    assert_eq!(start.elapsed(), Duration::from_millis(3_005));
+    assert_eq!(unresolved, 0);
+    assert_eq!(h.writer.delivered(), 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn settle_stops_at_the_shutdown_budget_and_counts_what_is_unresolved() {
+    let mut h = Harness::new(config());
+    h.fake.push(FakeReply::Stall);
+    h.write_all(1..=10, "d").await.expect("write");
+    let start = Instant::now();
+    let unresolved = h.writer.settle().await;
+    assert_eq!(start.elapsed(), Duration::from_secs(30));
+    assert_eq!(unresolved, 10);
+    assert_eq!(h.writer.delivered(), 0);
+}
