@@ -491,6 +491,48 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn an_emulator_connection_hands_out_plaintext_channels_whatever_the_url() {
+        let connection =
+            Connection::open(Some("127.0.0.1:1"), "https://pubsub.googleapis.com", None)
+                .await
+                .unwrap();
+        assert!(connection.is_plaintext());
+        assert!(!connection.channel().is_google());
+        let admin = connection
+            .channel_to("https://bigtableadmin.googleapis.com")
+            .await
+            .unwrap();
+        assert!(!admin.is_google());
+    }
+
+    #[test]
+    fn an_invalid_emulator_address_is_a_connect_error_naming_it() {
+        match Connection::plaintext("http://[::1") {
+            Err(Error::Connect { endpoint, .. }) => assert_eq!(endpoint, "http://[::1"),
+            Err(other) => panic!("expected a connect error, got {other:?}"),
+            Ok(_) => panic!("accepted an invalid address"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_plaintext_grpc_channel_fails_a_call_as_the_bare_channel_does() {
+        let endpoint = crate::emulators::plaintext_endpoint("127.0.0.1:1").unwrap();
+        let call = || tonic::Request::new(PreEncoded(vec![0x0a, 0x01, b't']));
+        let path = "/google.pubsub.v1.Publisher/Publish";
+        let bare: std::result::Result<tonic::Response<PreEncoded>, _> =
+            unary_pre_encoded(endpoint.connect_lazy(), call(), path).await;
+        let wrapped: std::result::Result<tonic::Response<PreEncoded>, _> = unary_pre_encoded(
+            GrpcChannel::Plaintext(endpoint.connect_lazy()),
+            call(),
+            path,
+        )
+        .await;
+        let (bare, wrapped) = (bare.unwrap_err(), wrapped.unwrap_err());
+        assert_eq!(bare.code(), wrapped.code());
+        assert_eq!(bare.message(), wrapped.message());
+    }
+
     #[test]
     fn pre_encoded_bytes_go_to_the_wire_unchanged() {
         let body = vec![0x0a, 0x03, b'a', b'b', b'c', 0x10, 0x01];

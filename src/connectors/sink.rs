@@ -166,3 +166,57 @@ impl<C: Connector> SinkConnector for Sink<C> {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+    use crate::connectors::build_sink;
+
+    fn raw(pairs: &[(&str, &str)]) -> RawOptions {
+        RawOptions::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap()
+    }
+
+    #[test]
+    fn every_connector_builds_the_generic_sink_of_its_kind() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, false),
+            Field::new("data", DataType::Utf8, true),
+        ]));
+        let cases = [
+            (
+                ConnectorKind::PubSub,
+                raw(&[
+                    ("topic", "projects/p/topics/clicks"),
+                    ("data_column", "data"),
+                    ("attribute_columns", "id"),
+                ]),
+            ),
+            (
+                ConnectorKind::CloudTasks,
+                raw(&[
+                    ("queue", "projects/p/locations/l/queues/q"),
+                    ("url", "https://w.example.com/"),
+                ]),
+            ),
+            (
+                ConnectorKind::Bigtable,
+                raw(&[
+                    ("table", "projects/p/instances/i/tables/t"),
+                    ("row_key", "id"),
+                ]),
+            ),
+        ];
+        for (kind, options) in cases {
+            let sink = build_sink(kind, schema.clone(), None, &options).unwrap();
+            assert_eq!(sink.kind(), kind);
+            assert_eq!(sink.schema(), &schema);
+            let debug = format!("{sink:?}");
+            assert!(
+                debug.starts_with("Sink {") && debug.contains(&format!("connector: {kind:?}")),
+                "{debug}"
+            );
+        }
+    }
+}
