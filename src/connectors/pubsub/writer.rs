@@ -82,7 +82,7 @@ impl Connector for PubSub {
     }
 
     /// Encodes the batch; without `enable_message_ordering`, a row with an ordering key is
-    /// refused (the failure policy decides), as the publisher refuses such a message.
+    /// refused (the failure policy decides), as the Java publisher refuses to publish one.
     fn encode_batch(
         options: &PubSubSinkOptions,
         mapping: &PubSubMapping,
