@@ -37,8 +37,9 @@ use gcloud_sdk::google::pubsub::v1::{AcknowledgeRequest, PullRequest, Subscripti
 use tonic::Code;
 use tonic::transport::Channel;
 
-use super::client::{DEFAULT_ENDPOINT, EMULATOR_HOST_ENV};
+use super::client::DEFAULT_ENDPOINT;
 use crate::error::{Error, Result};
+use crate::options::ConnectorKind;
 
 /// Most messages one `pubsub_pull` call returns.
 pub const MAX_PULL_MESSAGES: i64 = 10_000;
@@ -186,15 +187,13 @@ async fn subscriber() -> Result<SubscriberClient<Channel>> {
 }
 
 fn emulator_channel() -> Result<Channel> {
-    match std::env::var(EMULATOR_HOST_ENV)
-        .ok()
-        .filter(|h| !h.trim().is_empty())
-    {
+    let var = ConnectorKind::PubSub.emulator_env_var();
+    match std::env::var(var).ok().filter(|h| !h.trim().is_empty()) {
         Some(host) => Ok(crate::emulators::plaintext_endpoint(&host)?.connect_lazy()),
         None => Err(Error::Connect {
             endpoint: DEFAULT_ENDPOINT.to_string(),
             message: format!(
-                "pubsub_pull and pubsub_subscribe talk to an emulator only: set {EMULATOR_HOST_ENV}"
+                "pubsub_pull and pubsub_subscribe talk to an emulator only: set {var}"
             ),
         }),
     }
