@@ -20,7 +20,7 @@ use gcloud_sdk::google::cloud::tasks::v2::cloud_tasks_client::CloudTasksClient;
 use gcloud_sdk::google::pubsub::v1::ListTopicsRequest;
 use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
 
-use super::{error_chain, plaintext_channel};
+use super::plaintext_channel;
 use crate::error::{Error, Result};
 
 /// How long an emulator may take to answer its first gRPC call. The Pub/Sub emulator is a JVM
