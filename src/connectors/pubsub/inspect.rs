@@ -8,7 +8,8 @@
 //!
 //! Both talk to the emulator named by `PUBSUB_EMULATOR_HOST` only (`gcp-sql --emulators` sets
 //! it), and refuse otherwise: they exist for quickstarts, demos and checks, not for reading
-//! from production subscriptions.
+//! from production subscriptions. For the same reason [`crate::sql::register`] does not
+//! install them: [`crate::sql::register_inspection`] does (the `gcp-sql` tool calls it).
 //!
 //! ```sql
 //! SELECT * FROM pubsub_subscribe('projects/demo/topics/clicks', 'projects/demo/subscriptions/look');
