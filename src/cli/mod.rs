@@ -233,8 +233,9 @@ impl Interrupts {
 }
 
 /// The session the tool runs statements in: [`crate::sql::new_state_builder`] (DataFusion's
-/// defaults and the three sink factories), the [`LazyObjectStoreRegistry`], and direct file
-/// queries (`SELECT * FROM 'file.parquet'`).
+/// defaults and the three sink factories), the emulator inspection functions
+/// ([`crate::sql::register_inspection`]: `pubsub_subscribe`, `pubsub_pull`), the
+/// [`LazyObjectStoreRegistry`], and direct file queries (`SELECT * FROM 'file.parquet'`).
 pub fn new_session() -> Result<SessionContext> {
     let runtime = RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(LazyObjectStoreRegistry::new()))
@@ -242,7 +243,9 @@ pub fn new_session() -> Result<SessionContext> {
     let state = crate::sql::new_state_builder()
         .with_runtime_env(runtime)
         .build();
-    Ok(SessionContext::new_with_state(state).enable_url_table())
+    let ctx = SessionContext::new_with_state(state).enable_url_table();
+    crate::sql::register_inspection(&ctx);
+    Ok(ctx)
 }
 
 /// The tool's entry point: parses the process arguments and runs.

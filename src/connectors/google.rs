@@ -1,20 +1,25 @@
 //! gRPC plumbing the three connectors' clients share when they talk to Google: the
-//! authenticated TLS connection, credentials files, the `x-goog-request-params` routing header,
-//! per-attempt deadlines, and request bodies that are already serialized.
+//! authenticated TLS connection, the one channel type every client calls through (plaintext to
+//! an emulator, or TLS with OAuth tokens), credentials files, the `x-goog-request-params`
+//! routing header, per-attempt deadlines, and request bodies that are already serialized.
 //!
 //! What is specific to a service (its endpoints, method paths, how statuses are classified,
 //! how many channels it opens) stays in that connector's `client` module.
 
 use std::fmt::Debug;
 use std::path::Path;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::TryFutureExt;
+use futures::future::{Either, MapErr};
 use gcloud_sdk::google_cloud_auth::credentials::{
     Credentials, external_account, impersonated, service_account, user_account,
 };
 use gcloud_sdk::{GoogleApi, GoogleAuthMiddleware, RequestTimeouts};
-use tonic::codegen::{Body, Bytes, StdError, http};
+use tonic::codegen::{Body, BoxFuture, Bytes, Service, StdError, http};
 use tonic::metadata::{AsciiMetadataValue, MetadataValue};
+use tonic::transport::{Endpoint, channel::ResponseFuture};
 
 use crate::error::{Error, Result};
 
@@ -59,6 +64,134 @@ pub async fn connect(
         None => GoogleApi::from_function(std::convert::identity, endpoint, None).await,
     }
     .map_err(|e| connect_error(e.to_string()))
+}
+
+/// One gRPC channel a client calls through: plaintext (an emulator or a fake server: no TLS,
+/// no credentials) or TLS to Google with OAuth tokens added by gcloud-sdk's auth middleware.
+///
+/// It is a tower service, so a generated client (`PublisherClient::new(channel)`) or
+/// [`unary_pre_encoded`] takes either kind without the caller matching on it. Cloning is cheap
+/// and shares the underlying HTTP/2 connection.
+#[derive(Clone)]
+pub enum GrpcChannel {
+    /// A plaintext channel (see [`crate::emulators::plaintext_endpoint`]).
+    Plaintext(tonic::transport::Channel),
+    /// An authenticated TLS channel to a Google endpoint.
+    Google(GoogleAuthMiddleware),
+}
+
+impl GrpcChannel {
+    /// Whether calls go to Google through the auth middleware (and so whether a deadline also
+    /// bounds the token fetch; see [`with_deadline`]).
+    pub fn is_google(&self) -> bool {
+        matches!(self, GrpcChannel::Google(_))
+    }
+}
+
+impl Debug for GrpcChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GrpcChannel::Plaintext(_) => "GrpcChannel::Plaintext",
+            GrpcChannel::Google(_) => "GrpcChannel::Google",
+        })
+    }
+}
+
+type PlaintextFuture = MapErr<ResponseFuture, fn(tonic::transport::Error) -> StdError>;
+
+fn boxed_error(error: tonic::transport::Error) -> StdError {
+    error.into()
+}
+
+impl Service<http::Request<tonic::body::Body>> for GrpcChannel {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = StdError;
+    type Future = Either<PlaintextFuture, BoxFuture<http::Response<tonic::body::Body>, StdError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), StdError>> {
+        match self {
+            GrpcChannel::Plaintext(channel) => channel.poll_ready(cx).map_err(Into::into),
+            GrpcChannel::Google(service) => service.poll_ready(cx),
+        }
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        match self {
+            GrpcChannel::Plaintext(channel) => Either::Left(
+                channel
+                    .call(request)
+                    .map_err(boxed_error as fn(tonic::transport::Error) -> StdError),
+            ),
+            GrpcChannel::Google(service) => Either::Right(service.call(request)),
+        }
+    }
+}
+
+/// Where a transport's channels come from: an emulator address (plaintext channels, connected
+/// lazily, without HTTP/2 keepalive pings and without credentials) or an authenticated Google
+/// endpoint (TLS, credentials from `credentials_file` or Application Default Credentials).
+#[derive(Clone)]
+pub enum Connection {
+    /// Plaintext channels to this address.
+    Plaintext(Box<Endpoint>),
+    /// The authenticated client of the first endpoint; further channels share its token source.
+    Google(GoogleApi<GoogleAuthMiddleware>),
+}
+
+impl Connection {
+    /// Prepares the channels of a transport.
+    ///
+    /// With an `emulator_host` (an empty one counts as none) the address is only parsed
+    /// ([`crate::emulators::plaintext_endpoint`]); nothing connects until the first call. Else
+    /// the credentials are loaded and a TLS channel to `endpoint` is connected here (see
+    /// [`connect`]); failures are [`Error::Connect`].
+    pub async fn open(
+        emulator_host: Option<&str>,
+        endpoint: &str,
+        credentials_file: Option<&Path>,
+    ) -> Result<Self> {
+        match emulator_host.filter(|h| !h.trim().is_empty()) {
+            Some(host) => Self::plaintext(host),
+            None => Ok(Connection::Google(
+                connect(endpoint, credentials_file).await?,
+            )),
+        }
+    }
+
+    /// Plaintext channels to `host` (`host:port` or `http://host:port`); connects nothing.
+    pub fn plaintext(host: &str) -> Result<Self> {
+        Ok(Connection::Plaintext(Box::new(
+            crate::emulators::plaintext_endpoint(host)?,
+        )))
+    }
+
+    /// Whether the channels are plaintext ones (an emulator or a fake server).
+    pub fn is_plaintext(&self) -> bool {
+        matches!(self, Connection::Plaintext(_))
+    }
+
+    /// The first channel: a new lazily connected plaintext channel, or the authenticated channel
+    /// [`open`](Self::open) connected.
+    pub fn channel(&self) -> GrpcChannel {
+        match self {
+            Connection::Plaintext(endpoint) => GrpcChannel::Plaintext(endpoint.connect_lazy()),
+            Connection::Google(api) => GrpcChannel::Google(api.get()),
+        }
+    }
+
+    /// Another channel: plaintext ones go to the same address whatever `url` says; Google ones
+    /// are connected to `url` now, sharing the first channel's credentials and token source.
+    /// The error is the connection failure's message.
+    pub async fn channel_to(&self, url: &str) -> std::result::Result<GrpcChannel, String> {
+        match self {
+            Connection::Plaintext(endpoint) => Ok(GrpcChannel::Plaintext(endpoint.connect_lazy())),
+            Connection::Google(api) => api
+                .connect_with_endpoint(std::convert::identity, url, None)
+                .await
+                .map(|api| GrpcChannel::Google(api.get()))
+                .map_err(|e| e.to_string()),
+        }
+    }
 }
 
 /// Builds credentials from a JSON credentials file, by its `type`: `service_account`,
@@ -356,6 +489,48 @@ mod tests {
             Err(other) => panic!("expected a connect error, got {other:?}"),
             Ok(_) => panic!("connected with a credentials file that does not exist"),
         }
+    }
+
+    #[tokio::test]
+    async fn an_emulator_connection_hands_out_plaintext_channels_whatever_the_url() {
+        let connection =
+            Connection::open(Some("127.0.0.1:1"), "https://pubsub.googleapis.com", None)
+                .await
+                .unwrap();
+        assert!(connection.is_plaintext());
+        assert!(!connection.channel().is_google());
+        let admin = connection
+            .channel_to("https://bigtableadmin.googleapis.com")
+            .await
+            .unwrap();
+        assert!(!admin.is_google());
+    }
+
+    #[test]
+    fn an_invalid_emulator_address_is_a_connect_error_naming_it() {
+        match Connection::plaintext("http://[::1") {
+            Err(Error::Connect { endpoint, .. }) => assert_eq!(endpoint, "http://[::1"),
+            Err(other) => panic!("expected a connect error, got {other:?}"),
+            Ok(_) => panic!("accepted an invalid address"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_plaintext_grpc_channel_fails_a_call_as_the_bare_channel_does() {
+        let endpoint = crate::emulators::plaintext_endpoint("127.0.0.1:1").unwrap();
+        let call = || tonic::Request::new(PreEncoded(vec![0x0a, 0x01, b't']));
+        let path = "/google.pubsub.v1.Publisher/Publish";
+        let bare: std::result::Result<tonic::Response<PreEncoded>, _> =
+            unary_pre_encoded(endpoint.connect_lazy(), call(), path).await;
+        let wrapped: std::result::Result<tonic::Response<PreEncoded>, _> = unary_pre_encoded(
+            GrpcChannel::Plaintext(endpoint.connect_lazy()),
+            call(),
+            path,
+        )
+        .await;
+        let (bare, wrapped) = (bare.unwrap_err(), wrapped.unwrap_err());
+        assert_eq!(bare.code(), wrapped.code());
+        assert_eq!(bare.message(), wrapped.message());
     }
 
     #[test]

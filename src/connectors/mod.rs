@@ -1,6 +1,7 @@
 //! The three connectors. Each is split the same way: `options` (the typed option model and
 //! its builder), `mapping` (Arrow rows to records, pure), `client` (the gRPC side, a
-//! [`crate::core::Transport`]), `writer` (the glue onto the flow-control core).
+//! [`crate::core::Transport`]), `writer` (the connector's [`sink::Connector`] impl: what the one
+//! generic [`sink::Sink`] needs from it).
 
 pub mod bigtable;
 pub mod catalog;
@@ -8,6 +9,7 @@ pub mod cloud_tasks;
 pub mod google;
 pub mod kind;
 pub mod pubsub;
+pub mod sink;
 
 pub use kind::ConnectorKind;
 

@@ -21,7 +21,7 @@ struct Counts {
 
 /// The in-flight count and byte gate of one writer.
 #[derive(Debug)]
-pub struct Gate {
+pub(crate) struct Gate {
     max_records: u64,
     max_bytes: u64,
     counts: Mutex<Counts>,
@@ -32,7 +32,7 @@ pub struct Gate {
 impl Gate {
     /// A gate admitting at most `max_records` records and `max_bytes` bytes (`u64::MAX`:
     /// count only). Each release counts as a completion on `progress`.
-    pub fn new(
+    pub(crate) fn new(
         max_records: usize,
         max_bytes: u64,
         progress: Arc<Progress>,
@@ -48,7 +48,7 @@ impl Gate {
     }
 
     /// Takes a permit for a record of `bytes` if it fits now.
-    pub fn try_admit(self: &Arc<Self>, bytes: u64) -> Option<Permit> {
+    pub(crate) fn try_admit(self: &Arc<Self>, bytes: u64) -> Option<Permit> {
         self.try_admit_many([bytes]).pop()
     }
 
@@ -62,7 +62,10 @@ impl Gate {
     /// Takes permits for the longest prefix of `sizes` that fits now, under one lock: the same
     /// decisions as calling [`Gate::try_admit`] for each size in turn until one does not fit, at
     /// the cost of one. Returns the permits, in order (empty when the first does not fit).
-    pub fn try_admit_many(self: &Arc<Self>, sizes: impl IntoIterator<Item = u64>) -> Vec<Permit> {
+    pub(crate) fn try_admit_many(
+        self: &Arc<Self>,
+        sizes: impl IntoIterator<Item = u64>,
+    ) -> Vec<Permit> {
         let mut permits = Vec::new();
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         for bytes in sizes {
@@ -86,7 +89,7 @@ impl Gate {
     /// Takes a permit, awaiting completions while the gate is full (never blocking a runtime
     /// thread), under the progress watchdog. `check` is consulted at every wake-up (it reports
     /// a failed writer). `on_block` runs once if the record has to wait.
-    pub async fn admit(
+    pub(crate) async fn admit(
         self: &Arc<Self>,
         bytes: u64,
         mut check: impl FnMut() -> Result<()>,
@@ -109,7 +112,7 @@ impl Gate {
     }
 
     /// Records and bytes in flight now.
-    pub fn in_flight(&self) -> (u64, u64) {
+    pub(crate) fn in_flight(&self) -> (u64, u64) {
         let c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         (c.records, c.bytes)
     }
@@ -129,7 +132,7 @@ impl Gate {
 
 /// One admitted record's share of the gate; released (a completion) when dropped.
 #[derive(Debug)]
-pub struct Permit {
+pub(crate) struct Permit {
     /// `None` once released.
     gate: Option<Arc<Gate>>,
     bytes: u64,
@@ -137,7 +140,8 @@ pub struct Permit {
 
 impl Permit {
     /// The bytes this permit holds.
-    pub fn bytes(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }
 
@@ -145,7 +149,7 @@ impl Permit {
     /// permits of the same gate, instead of one per permit (the send path releases a resolved
     /// batch of up to 1000 records at once). Dropping them one by one has the same effect on the
     /// counts.
-    pub fn release_all(permits: impl IntoIterator<Item = Permit>) {
+    pub(crate) fn release_all(permits: impl IntoIterator<Item = Permit>) {
         let mut run: Option<(Arc<Gate>, u64, u64)> = None;
         for mut permit in permits {
             let Some(gate) = permit.gate.take() else {

@@ -23,18 +23,18 @@ const MAX_RESERVED_ITEMS: usize = 1024;
 
 /// One admitted record on its way: the envelope and its gate permit.
 #[derive(Debug)]
-pub struct Item<R> {
+pub(crate) struct Item<R> {
     /// The record.
-    pub envelope: Envelope<R>,
+    pub(crate) envelope: Envelope<R>,
     /// Its share of the admission gate; dropping it resolves the record.
-    pub permit: Permit,
+    pub(crate) permit: Permit,
     /// Whether it was already counted in `records_sent`.
-    pub counted: bool,
+    pub(crate) counted: bool,
 }
 
 impl<R> Item<R> {
     /// A record not yet sent.
-    pub fn new(envelope: Envelope<R>, permit: Permit) -> Self {
+    pub(crate) fn new(envelope: Envelope<R>, permit: Permit) -> Self {
         Item {
             envelope,
             permit,
@@ -45,20 +45,20 @@ impl<R> Item<R> {
 
 /// A batch ready to send.
 #[derive(Debug)]
-pub struct Batch<R> {
+pub(crate) struct Batch<R> {
     /// Its records, in admission order.
-    pub items: Vec<Item<R>>,
+    pub(crate) items: Vec<Item<R>>,
     /// The sequence key all of them share, if any.
-    pub key: Option<Arc<str>>,
+    pub(crate) key: Option<Arc<str>>,
 }
 
 /// Which open batch a timer belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TimerTag {
+pub(crate) struct TimerTag {
     /// The sequence key (`None`: the unkeyed batch).
-    pub key: Option<Arc<str>>,
+    pub(crate) key: Option<Arc<str>>,
     /// The generation of the open batch when the timer was armed.
-    pub generation: u64,
+    pub(crate) generation: u64,
 }
 
 #[derive(Debug)]
@@ -80,16 +80,16 @@ struct KeyQueue<R> {
 
 /// What a push produced.
 #[derive(Debug)]
-pub struct Pushed<R> {
+pub(crate) struct Pushed<R> {
     /// Batches that reached a threshold and must be sent now.
-    pub ready: Vec<Batch<R>>,
+    pub(crate) ready: Vec<Batch<R>>,
     /// A timer to arm for a batch this push opened.
-    pub timer: Option<TimerTag>,
+    pub(crate) timer: Option<TimerTag>,
 }
 
 /// The open batches of one destination.
 #[derive(Debug)]
-pub struct DestBatches<R> {
+pub(crate) struct DestBatches<R> {
     thresholds: BatchThresholds,
     free: Open<R>,
     keys: HashMap<Arc<str>, KeyQueue<R>>,
@@ -98,7 +98,7 @@ pub struct DestBatches<R> {
 
 impl<R> DestBatches<R> {
     /// Empty batches under `thresholds`.
-    pub fn new(thresholds: BatchThresholds) -> Self {
+    pub(crate) fn new(thresholds: BatchThresholds) -> Self {
         let thresholds = BatchThresholds {
             max_records: thresholds.max_records.max(1),
             ..thresholds
@@ -121,12 +121,12 @@ impl<R> DestBatches<R> {
     }
 
     /// Whether nothing is open, queued or in flight under a key.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.free.items.is_empty() && self.keys.is_empty()
     }
 
     /// Adds a record. Returns the batches that must go now and the timer to arm, if any.
-    pub fn push(&mut self, item: Item<R>) -> Pushed<R> {
+    pub(crate) fn push(&mut self, item: Item<R>) -> Pushed<R> {
         let mut ready = Vec::new();
         let t = self.thresholds;
         match item.envelope.sequence_key.clone() {
@@ -234,7 +234,7 @@ impl<R> DestBatches<R> {
     }
 
     /// The delay of the batch tagged `tag` elapsed: returns it if it is still open.
-    pub fn on_timer(&mut self, tag: &TimerTag) -> Option<Batch<R>> {
+    pub(crate) fn on_timer(&mut self, tag: &TimerTag) -> Option<Batch<R>> {
         match &tag.key {
             None => (self.free.generation == tag.generation)
                 .then(|| self.take_free())
@@ -251,7 +251,7 @@ impl<R> DestBatches<R> {
 
     /// Everything that may go now (a flush, a drain, a blocked admission): the unkeyed batch
     /// and the next batch of every key with none in flight.
-    pub fn take_ready(&mut self) -> Vec<Batch<R>> {
+    pub(crate) fn take_ready(&mut self) -> Vec<Batch<R>> {
         let mut out: Vec<Batch<R>> = self.take_free().into_iter().collect();
         let keys: Vec<Arc<str>> = self
             .keys
@@ -266,7 +266,7 @@ impl<R> DestBatches<R> {
     }
 
     /// The in-flight batch of `key` is fully resolved: returns the key's next batch, if any.
-    pub fn key_done(&mut self, key: &Arc<str>) -> Option<Batch<R>> {
+    pub(crate) fn key_done(&mut self, key: &Arc<str>) -> Option<Batch<R>> {
         let q = self.keys.get_mut(key)?;
         q.in_flight = false;
         if q.pending.is_empty() {

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 
 /// Counts confirmed rejections in a row across a writer's destinations.
 #[derive(Debug)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     limit: Option<u64>,
     option: &'static str,
     consecutive: Mutex<u64>,
@@ -21,7 +21,7 @@ pub struct Breaker {
 
 impl Breaker {
     /// A breaker that trips at `limit` consecutive rejections (`None`: never), naming `option`.
-    pub fn new(limit: Option<u64>, option: &'static str) -> Self {
+    pub(crate) fn new(limit: Option<u64>, option: &'static str) -> Self {
         Breaker {
             limit,
             option,
@@ -30,13 +30,13 @@ impl Breaker {
     }
 
     /// A record was acknowledged: the run of rejections is over.
-    pub fn on_success(&self) {
+    pub(crate) fn on_success(&self) {
         *self.consecutive.lock().unwrap_or_else(|p| p.into_inner()) = 0;
     }
 
     /// A rejection was confirmed alone. Errs with [`Error::RejectionBreaker`] when this one
     /// reaches the limit.
-    pub fn on_confirmed_rejection(&self) -> Result<()> {
+    pub(crate) fn on_confirmed_rejection(&self) -> Result<()> {
         let mut c = self.consecutive.lock().unwrap_or_else(|p| p.into_inner());
         *c = c.saturating_add(1);
         match self.limit {
@@ -49,7 +49,8 @@ impl Breaker {
     }
 
     /// Confirmed rejections since the last success.
-    pub fn consecutive(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn consecutive(&self) -> u64 {
         *self.consecutive.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

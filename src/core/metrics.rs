@@ -2,7 +2,7 @@
 //!
 //! Every metric is registered in the sink's DataFusion [`ExecutionPlanMetricsSet`] (what
 //! `EXPLAIN ANALYZE` shows) under a name from [`names`], so a test can assert a metric by its
-//! registered name. [`SinkMetrics::snapshot`] reads them all as plain numbers.
+//! registered name (the core's own tests also read them all at once, as plain numbers).
 //!
 //! Status-code and per-destination counters are created on first use, with a label
 //! (`code=UNAVAILABLE`, `destination=<name>`), and kept for the sink's lifetime.
@@ -70,10 +70,9 @@ pub mod names {
 /// use gcp_sql::core::SinkMetrics;
 ///
 /// let set = ExecutionPlanMetricsSet::new();
-/// let metrics = SinkMetrics::new(&set);
-/// metrics.resource_created();
-/// assert_eq!(metrics.snapshot().resources_created, 1);
-/// assert_eq!(set.clone_inner().sum_by_name("resources_created").map(|v| v.as_usize()), Some(1));
+/// let _metrics = SinkMetrics::new(&set);
+/// // Registered at once, read by name (what `EXPLAIN ANALYZE` shows).
+/// assert_eq!(set.clone_inner().sum_by_name("resources_created").map(|v| v.as_usize()), Some(0));
 /// ```
 #[derive(Debug, Clone)]
 pub struct SinkMetrics {
@@ -100,9 +99,10 @@ pub struct SinkMetrics {
 }
 
 /// Plain numbers read from a [`SinkMetrics`].
+#[cfg(test)]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[allow(missing_docs)] // each field is the metric of the same name in [`names`]
-pub struct MetricsSnapshot {
+pub(crate) struct MetricsSnapshot {
     pub records_sent: u64,
     pub records_acked: u64,
     pub bytes_sent: u64,
@@ -125,6 +125,7 @@ pub struct MetricsSnapshot {
     pub send_errors_by_code: HashMap<tonic::Code, u64>,
 }
 
+#[cfg(test)]
 fn n(v: usize) -> u64 {
     v as u64
 }
@@ -167,15 +168,15 @@ impl SinkMetrics {
         }
     }
 
-    /// Counts a resource (topic, table, column family, queue) the sink created. The core calls
-    /// this when [`Transport::create_destination`](super::Transport::create_destination)
-    /// returns `Ok(true)`; a connector calls it for resources it creates on its own.
-    pub fn resource_created(&self) {
+    /// Counts a resource (topic, table, column family, queue) the sink created: called when
+    /// [`Transport::create_destination`](super::Transport::create_destination) returns
+    /// `Ok(true)`.
+    pub(crate) fn resource_created(&self) {
         self.resources_created.add(1);
     }
 
     /// Counts a row the encoder rejected and the `drop` policy skipped.
-    pub fn record_skipped(&self) {
+    pub(crate) fn record_skipped(&self) {
         self.records_skipped.add(1);
     }
 
@@ -269,7 +270,8 @@ impl SinkMetrics {
     }
 
     /// Reads every metric as plain numbers.
-    pub fn snapshot(&self) -> MetricsSnapshot {
+    #[cfg(test)]
+    pub(crate) fn snapshot(&self) -> MetricsSnapshot {
         let by_code = self.by_code.lock().unwrap_or_else(|p| p.into_inner());
         MetricsSnapshot {
             records_sent: n(self.records_sent.value()),
@@ -295,7 +297,7 @@ impl SinkMetrics {
 }
 
 /// The canonical upper-case name of a status code (`UNAVAILABLE`), as gRPC spells it.
-pub fn code_name(code: tonic::Code) -> &'static str {
+pub(crate) fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
     match code {
         Ok => "OK",
@@ -377,6 +379,15 @@ mod tests {
             .sum();
         assert_eq!(unavailable, 3);
         assert_eq!(registered(&set, names::SEND_ERRORS_BY_DESTINATION), None);
+    }
+
+    #[test]
+    fn a_created_resource_counts_in_the_snapshot_and_under_its_name() {
+        let set = ExecutionPlanMetricsSet::new();
+        let metrics = SinkMetrics::new(&set);
+        metrics.resource_created();
+        assert_eq!(metrics.snapshot().resources_created, 1);
+        assert_eq!(registered(&set, names::RESOURCES_CREATED), Some(1));
     }
 
     #[test]

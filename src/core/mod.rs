@@ -16,14 +16,14 @@
 //!
 //! See `docs/architecture.md` for the whole picture.
 
-pub mod admission;
-pub mod batch;
-pub mod breaker;
+mod admission;
+mod batch;
+mod breaker;
 pub mod metrics;
-pub mod pool;
-pub mod progress;
+mod pool;
+mod progress;
 pub mod retry;
-pub mod writer;
+mod writer;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -21,20 +21,20 @@ use crate::error::{Error, Result};
 
 /// One open destination.
 #[derive(Debug)]
-pub struct Dest<C, R> {
+pub(crate) struct Dest<C, R> {
     /// Its client, shared with the send tasks that hold a lease on it.
-    pub client: Arc<C>,
+    pub(crate) client: Arc<C>,
     /// When a record last arrived for it.
-    pub last_used: Instant,
+    pub(crate) last_used: Instant,
     /// Send tasks running with its client.
-    pub leases: usize,
+    pub(crate) leases: usize,
     /// Its open batches and sequence-key queues.
-    pub batches: DestBatches<R>,
+    pub(crate) batches: DestBatches<R>,
 }
 
 impl<C, R> Dest<C, R> {
     /// A destination with a freshly opened client.
-    pub fn new(client: C, thresholds: BatchThresholds) -> Self {
+    pub(crate) fn new(client: C, thresholds: BatchThresholds) -> Self {
         Dest {
             client: Arc::new(client),
             last_used: Instant::now(),
@@ -44,16 +44,16 @@ impl<C, R> Dest<C, R> {
     }
 
     /// Nothing open, queued or in flight: it may be released.
-    pub fn is_clean(&self) -> bool {
+    pub(crate) fn is_clean(&self) -> bool {
         self.leases == 0 && self.batches.is_empty()
     }
 }
 
 /// The open destinations of one writer.
 #[derive(Debug)]
-pub struct Pool<C, R> {
+pub(crate) struct Pool<C, R> {
     /// The destinations by name.
-    pub dests: HashMap<Destination, Dest<C, R>>,
+    pub(crate) dests: HashMap<Destination, Dest<C, R>>,
 }
 
 impl<C, R> Default for Pool<C, R> {
@@ -66,7 +66,7 @@ impl<C, R> Default for Pool<C, R> {
 
 impl<C, R> Pool<C, R> {
     /// The least-recently-used clean destination.
-    pub fn lru_clean(&self) -> Option<Destination> {
+    pub(crate) fn lru_clean(&self) -> Option<Destination> {
         self.dests
             .iter()
             .filter(|(_, d)| d.is_clean())
@@ -75,7 +75,7 @@ impl<C, R> Pool<C, R> {
     }
 
     /// Clean destinations unused for longer than `idle` at `now`.
-    pub fn idle(&self, now: Instant, idle: Duration) -> Vec<Destination> {
+    pub(crate) fn idle(&self, now: Instant, idle: Duration) -> Vec<Destination> {
         self.dests
             .iter()
             .filter(|(_, d)| d.is_clean() && now.saturating_duration_since(d.last_used) > idle)
@@ -86,7 +86,7 @@ impl<C, R> Pool<C, R> {
 
 /// Releases `clients` within one `budget`: every client is asked to close before any is
 /// awaited, so the release costs the budget once however many clients it covers.
-pub async fn release<T: Transport>(
+pub(crate) async fn release<T: Transport>(
     transport: &T,
     clients: Vec<(Destination, T::Client)>,
     budget: Duration,
@@ -117,7 +117,7 @@ pub async fn release<T: Transport>(
 
 /// Takes a client out of its `Arc` for release. The pool holds the last reference once no send
 /// task leases it; if one still does, the client is dropped instead of closed, with a warning.
-pub fn unshare<C>(destination: &Destination, client: Arc<C>) -> Option<C> {
+pub(crate) fn unshare<C>(destination: &Destination, client: Arc<C>) -> Option<C> {
     match Arc::try_unwrap(client) {
         Ok(c) => Some(c),
         Err(_) => {

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 
 /// The completion clock shared by the writer and its send tasks.
 #[derive(Debug)]
-pub struct Progress {
+pub(crate) struct Progress {
     budget: Option<Duration>,
     option: &'static str,
     last_completion: Mutex<Option<Instant>>,
@@ -25,7 +25,7 @@ pub struct Progress {
 
 impl Progress {
     /// A watchdog with `budget` (`None`: waits never time out), named by `option` in errors.
-    pub fn new(budget: Option<Duration>, option: &'static str) -> Self {
+    pub(crate) fn new(budget: Option<Duration>, option: &'static str) -> Self {
         Progress {
             budget,
             option,
@@ -35,7 +35,7 @@ impl Progress {
     }
 
     /// A record resolved: restarts the budget and wakes the waiter.
-    pub fn completed(&self) {
+    pub(crate) fn completed(&self) {
         *self
             .last_completion
             .lock()
@@ -45,7 +45,7 @@ impl Progress {
 
     /// Something the waiter may be waiting for changed without a completion (a client lease
     /// ended, the writer failed): wakes the waiter without restarting the budget.
-    pub fn poke(&self) {
+    pub(crate) fn poke(&self) {
         self.changed.notify_waiters();
     }
 
@@ -56,10 +56,26 @@ impl Progress {
             .unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Waits until `ready` returns `true`, re-checking it at every completion or poke, with no
+    /// budget and no error: the caller bounds the wait (a settle bounds it by the shutdown
+    /// budget).
+    pub(crate) async fn wait_quietly(&self, mut ready: impl FnMut() -> bool) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a change between the check and the await wakes us.
+            notified.as_mut().enable();
+            if ready() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Waits until `ready` returns `Ok(true)` (or an error, returned as is), re-checking it at
     /// every completion or poke. Fails with [`Error::ProgressTimeout`] naming `waiting_for`
     /// when no completion arrives within the budget.
-    pub async fn wait_until(
+    pub(crate) async fn wait_until(
         &self,
         waiting_for: &'static str,
         mut ready: impl FnMut() -> Result<bool>,

@@ -4,8 +4,8 @@
 //! another attempt; this module decides *when* and *for how long*: the delay before each retry,
 //! the deadline of each attempt, and when the budget is spent.
 //!
-//! The zero values mean what gax means by them (see `shared/GCP_FACTS.md`, "gax meaning of
-//! zero"):
+//! The zero values mean what the retry settings of the Google API client libraries (gax
+//! `RetrySettings`) mean by them:
 //!
 //! | setting | zero means |
 //! |---|---|
@@ -53,7 +53,7 @@ pub struct RetrySettings {
     pub jitter: bool,
 }
 
-/// Java Pub/Sub publisher defaults (`shared/GCP_FACTS.md`, "Java publisher defaults").
+/// The default retry settings of the Java Pub/Sub client's publisher (`Publisher.Builder`).
 impl Default for RetrySettings {
     fn default() -> Self {
         RetrySettings {
@@ -80,21 +80,6 @@ impl RetrySettings {
             total_timeout: Duration::MAX,
             max_attempts: 0,
             ..base.clone()
-        }
-    }
-
-    /// Settings that never retry (one attempt, no deadline).
-    pub fn no_retries() -> Self {
-        RetrySettings {
-            total_timeout: Duration::ZERO,
-            max_attempts: 1,
-            initial_retry_delay: Duration::ZERO,
-            retry_delay_multiplier: 1.0,
-            max_retry_delay: Duration::ZERO,
-            initial_rpc_timeout: Duration::ZERO,
-            rpc_timeout_multiplier: 1.0,
-            max_rpc_timeout: Duration::ZERO,
-            jitter: false,
         }
     }
 
@@ -193,7 +178,7 @@ fn scale(d: Duration, factor: f64) -> Duration {
 }
 
 /// A uniformly random duration in `[0, delay)` (zero stays zero).
-pub fn jittered(delay: Duration) -> Duration {
+fn jittered(delay: Duration) -> Duration {
     let nanos = delay.as_nanos().min(u64::MAX as u128) as u64;
     if nanos == 0 {
         return Duration::ZERO;
@@ -238,8 +223,9 @@ impl Backoff {
 }
 
 /// Whether a status code is transient for the Google APIs this crate calls: the codes the
-/// official Pub/Sub clients retry for Publish (`shared/GCP_FACTS.md`): ABORTED, CANCELLED,
-/// DEADLINE_EXCEEDED, INTERNAL, RESOURCE_EXHAUSTED, UNKNOWN and UNAVAILABLE.
+/// official Pub/Sub client libraries retry for Publish in their default publisher retry
+/// configuration: ABORTED, CANCELLED, DEADLINE_EXCEEDED, INTERNAL, RESOURCE_EXHAUSTED, UNKNOWN
+/// and UNAVAILABLE.
 pub fn is_transient_code(code: tonic::Code) -> bool {
     use tonic::Code::*;
     matches!(

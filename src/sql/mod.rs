@@ -24,12 +24,10 @@ mod factory;
 mod table;
 mod with;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::catalog::{TableFunction, TableFunctionImpl};
-
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::TableFunctionImpl;
 use datafusion::dataframe::DataFrame;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
@@ -52,39 +50,56 @@ pub const CONNECTORS: [ConnectorKind; 3] = [
     ConnectorKind::Bigtable,
 ];
 
-/// Installs the three sink factories (`STORED AS PUBSUB | CLOUD_TASKS | BIGTABLE`) and the
-/// helper table functions into an existing context.
+/// Installs the three sink factories (`STORED AS PUBSUB | CLOUD_TASKS | BIGTABLE`) into an
+/// existing context. Nothing else of the session changes: the emulator helpers of
+/// [`register_inspection`] are not installed.
 ///
 /// ```
 /// let ctx = datafusion::prelude::SessionContext::new();
 /// gcp_sql::sql::register(&ctx);
 /// ```
 pub fn register(ctx: &SessionContext) {
-    {
-        let state = ctx.state_ref();
-        let mut state = state.write();
-        for kind in CONNECTORS {
-            state.table_factories_mut().insert(
-                kind.stored_as().to_string(),
-                Arc::new(SinkTableFactory::new(kind)),
-            );
-        }
+    let state = ctx.state_ref();
+    let mut state = state.write();
+    for kind in CONNECTORS {
+        state.table_factories_mut().insert(
+            kind.stored_as().to_string(),
+            Arc::new(SinkTableFactory::new(kind)),
+        );
     }
-    for (name, function) in table_functions() {
+}
+
+/// Installs the inspection table functions `pubsub_subscribe(topic, subscription)` and
+/// `pubsub_pull(subscription [, max_messages])` (see [`crate::connectors::pubsub::inspect`]).
+///
+/// They are emulator and debugging helpers: they create a subscription and pull (and
+/// acknowledge) what a sink published to it, and they talk only to the emulator named by
+/// `PUBSUB_EMULATOR_HOST`. Neither [`register`] nor [`with_gcp_sinks`] installs them; the
+/// `gcp-sql` tool does, for its quickstart.
+///
+/// ```
+/// let ctx = datafusion::prelude::SessionContext::new();
+/// gcp_sql::sql::register(&ctx);
+/// gcp_sql::sql::register_inspection(&ctx);
+/// assert!(ctx.state().table_functions().contains_key("pubsub_pull"));
+/// ```
+pub fn register_inspection(ctx: &SessionContext) {
+    for (name, function) in inspection_functions() {
         ctx.register_udtf(name, function);
     }
 }
 
-/// The helper table functions (`pubsub_subscribe`, `pubsub_pull`), see
+/// The inspection table functions (`pubsub_subscribe`, `pubsub_pull`), see
 /// [`crate::connectors::pubsub::inspect`].
-fn table_functions() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
+fn inspection_functions() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
     vec![
         ("pubsub_subscribe", Arc::new(PubSubSubscribeFunction)),
         ("pubsub_pull", Arc::new(PubSubPullFunction)),
     ]
 }
 
-/// Adds the three sink factories to a [`SessionStateBuilder`].
+/// Adds the three sink factories to a [`SessionStateBuilder`] (as [`register`] does; the
+/// inspection functions are not added, see [`register_inspection`]).
 ///
 /// ```
 /// use datafusion::execution::SessionStateBuilder;
@@ -98,22 +113,16 @@ pub fn with_gcp_sinks(mut builder: SessionStateBuilder) -> SessionStateBuilder {
             Arc::new(SinkTableFactory::new(kind)),
         );
     }
-    let functions = builder.table_functions().get_or_insert_with(HashMap::new);
-    for (name, function) in table_functions() {
-        functions.insert(
-            name.to_string(),
-            Arc::new(TableFunction::new(name.to_string(), function)),
-        );
-    }
     builder
 }
 
-/// A state builder with DataFusion's defaults and the three sinks.
+/// A state builder with DataFusion's defaults and the three sinks (no inspection functions).
 pub fn new_state_builder() -> SessionStateBuilder {
     with_gcp_sinks(SessionStateBuilder::new().with_default_features())
 }
 
-/// A context with DataFusion's defaults and the three sinks registered.
+/// A context with DataFusion's defaults and the three sinks registered (no inspection
+/// functions: add them with [`register_inspection`]).
 pub fn new_context() -> SessionContext {
     SessionContext::new_with_state(new_state_builder().build())
 }
@@ -255,6 +264,45 @@ mod tests {
     async fn with_gcp_sinks_keeps_the_default_table_functions() {
         let state = with_gcp_sinks(SessionStateBuilder::new().with_default_features()).build();
         assert!(state.table_functions().contains_key("generate_series"));
-        assert!(state.table_functions().contains_key("pubsub_pull"));
+        assert!(state.table_factories().contains_key("PUBSUB"));
+    }
+
+    const INSPECTION: [&str; 2] = ["pubsub_subscribe", "pubsub_pull"];
+
+    #[tokio::test]
+    async fn register_installs_the_sinks_but_not_the_inspection_functions() {
+        let ctx = SessionContext::new();
+        register(&ctx);
+        let state = ctx.state();
+        for kind in CONNECTORS {
+            assert!(state.table_factories().contains_key(kind.stored_as()));
+        }
+        for name in INSPECTION {
+            assert!(!state.table_functions().contains_key(name), "{name}");
+        }
+        let err = run(
+            &ctx,
+            "SELECT * FROM pubsub_pull('projects/p/subscriptions/s')",
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("pubsub_pull"), "{err}");
+
+        let built = new_state_builder().build();
+        for name in INSPECTION {
+            assert!(!built.table_functions().contains_key(name), "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn register_inspection_installs_the_inspection_functions() {
+        let ctx = new_context();
+        register_inspection(&ctx);
+        let state = ctx.state();
+        for name in INSPECTION {
+            assert!(state.table_functions().contains_key(name), "{name}");
+        }
+        assert!(state.table_functions().contains_key("generate_series"));
+        assert!(state.table_factories().contains_key("PUBSUB"));
     }
 }

@@ -42,7 +42,7 @@
 //! | `NOT_FOUND` (call: the table is missing; entry: a column family is missing) | [`Class::NotFound`]: auto-creation when `auto_create_table`, else fatal |
 //! | `INVALID_ARGUMENT` | [`Class::Rejected`] (isolation pass, then the failure policy) |
 //! | `INTERNAL` on an entry whose message names an unknown column family | [`Class::NotFound`] (how the emulator reports a missing family) |
-//! | other `INTERNAL` on an entry | [`Class::Rejected`]: the emulator reports every per-entry refusal as `INTERNAL` where the service says `INVALID_ARGUMENT` (GCP_FACTS.md); the isolation pass confirms it against the entry alone before the failure policy sees it |
+//! | other `INTERNAL` on an entry | [`Class::Rejected`]: the emulator (`cbtemulator`) reports every per-entry refusal as `INTERNAL` where the service says `INVALID_ARGUMENT`; the isolation pass confirms it against the entry alone before the failure policy sees it |
 //! | anything else (`PERMISSION_DENIED`, `UNAUTHENTICATED`, `INTERNAL` on the call, ...) | [`Class::Fatal`] |
 
 use std::collections::HashMap;
@@ -58,18 +58,18 @@ use gcloud_sdk::google::bigtable::admin::v2::{
     ColumnFamily, CreateTableRequest, GetTableRequest, ModifyColumnFamiliesRequest, Table, table,
 };
 use gcloud_sdk::google::bigtable::v2::MutateRowsResponse;
-use gcloud_sdk::{GoogleApi, GoogleAuthMiddleware};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Code;
-use tonic::codegen::{Body, Bytes, StdError, http};
+use tonic::codegen::http;
 use tonic::metadata::{AsciiMetadataValue, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
 
 use super::mapping::{
     BigtableEntry, request_base_len, request_entry_len, write_mutate_rows_request,
 };
 use crate::connectors::bigtable::names;
-use crate::connectors::google::{self, PreEncoded, ROUTING_HEADER, routing_value, with_deadline};
+use crate::connectors::google::{
+    self, Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, routing_value, with_deadline,
+};
 use crate::core::{Class, Destination, SendOutcome, Transport};
 use crate::error::{Error, Result};
 
@@ -77,8 +77,6 @@ use crate::error::{Error, Result};
 pub const DEFAULT_ENDPOINT: &str = "https://bigtable.googleapis.com";
 /// The Bigtable admin endpoint (table creation) used when no `endpoint` is set.
 pub const DEFAULT_ADMIN_ENDPOINT: &str = "https://bigtableadmin.googleapis.com";
-/// The environment variable the official clients read for an emulator address.
-pub const EMULATOR_HOST_ENV: &str = "BIGTABLE_EMULATOR_HOST";
 /// Deadline of each admin call the auto-create recovery makes (`CreateTable`, `GetTable`,
 /// `ModifyColumnFamilies`). Our bound: the admin API sets none, and a minute is what the Java
 /// client allows a `MutateRows` attempt.
@@ -94,8 +92,8 @@ pub struct ClientSettings {
     /// The data endpoint (`endpoint`); [`DEFAULT_ENDPOINT`] when `None`. A custom endpoint also
     /// serves the admin API.
     pub endpoint: Option<String>,
-    /// An emulator address, `host:port` (`emulator_host`); when `None`,
-    /// `BIGTABLE_EMULATOR_HOST` is read.
+    /// An emulator address, `host:port` (`emulator_host`, or `BIGTABLE_EMULATOR_HOST` as the
+    /// table options resolved it).
     pub emulator_host: Option<String>,
     /// A credentials JSON file (`credentials_file`); Application Default Credentials when `None`.
     pub credentials_file: Option<std::path::PathBuf>,
@@ -121,24 +119,9 @@ impl ClientSettings {
     }
 }
 
-/// How channels are made.
-#[derive(Clone)]
-enum Connection {
-    Emulator(Box<Endpoint>),
-    /// The authenticated data-endpoint client; instance and admin channels reuse its auth.
-    Google(GoogleApi<GoogleAuthMiddleware>),
-}
-
-/// A channel, plaintext or authenticated.
-#[derive(Clone)]
-enum Service {
-    Plain(Channel),
-    Google(GoogleAuthMiddleware),
-}
-
 /// An open instance channel; its pool slot is held until the last reference is gone.
 struct Slot {
-    service: Service,
+    service: GrpcChannel,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -252,6 +235,8 @@ impl InstancePool {
 /// The Bigtable [`Transport`]: instance channels shared by their tables, a
 /// [`BigtableTableClient`] handle per table.
 pub struct BigtableTransport {
+    /// How channels are made: instance and admin channels of a Google connection reuse the
+    /// data-endpoint client's auth.
     connection: Connection,
     endpoint: String,
     admin_endpoint: String,
@@ -259,7 +244,7 @@ pub struct BigtableTransport {
     auto_create_table: bool,
     families: Vec<String>,
     instances: InstancePool,
-    admin: tokio::sync::OnceCell<Service>,
+    admin: tokio::sync::OnceCell<GrpcChannel>,
 }
 
 impl std::fmt::Debug for BigtableTransport {
@@ -267,10 +252,7 @@ impl std::fmt::Debug for BigtableTransport {
         f.debug_struct("BigtableTransport")
             .field("endpoint", &self.endpoint)
             .field("admin_endpoint", &self.admin_endpoint)
-            .field(
-                "emulator",
-                &matches!(self.connection, Connection::Emulator(_)),
-            )
+            .field("emulator", &self.connection.is_plaintext())
             .field("app_profile_id", &self.app_profile_id)
             .field("auto_create_table", &self.auto_create_table)
             .field("families", &self.families)
@@ -293,13 +275,7 @@ impl BigtableTransport {
     /// [`Error::Connect`] naming the endpoint.
     pub async fn connect(settings: &ClientSettings) -> Result<Self> {
         if let Some(host) = settings.effective_emulator_host() {
-            let endpoint = crate::emulators::plaintext_endpoint(&host)?;
-            return Ok(Self::with_connection(
-                Connection::Emulator(Box::new(endpoint)),
-                host.clone(),
-                host,
-                settings,
-            ));
+            return Self::plaintext(&host, settings);
         }
         let (endpoint, admin_endpoint) = match &settings.endpoint {
             Some(e) => (e.clone(), e.clone()),
@@ -308,9 +284,10 @@ impl BigtableTransport {
                 DEFAULT_ADMIN_ENDPOINT.to_string(),
             ),
         };
-        let api = google::connect(&endpoint, settings.credentials_file.as_deref()).await?;
+        let connection =
+            Connection::open(None, &endpoint, settings.credentials_file.as_deref()).await?;
         Ok(Self::with_connection(
-            Connection::Google(api),
+            connection,
             endpoint.clone(),
             admin_endpoint,
             settings,
@@ -319,9 +296,8 @@ impl BigtableTransport {
 
     /// A transport whose channels go to a plaintext address (an emulator or a fake server).
     pub fn plaintext(host: &str, settings: &ClientSettings) -> Result<Self> {
-        let endpoint = crate::emulators::plaintext_endpoint(host)?;
         Ok(Self::with_connection(
-            Connection::Emulator(Box::new(endpoint)),
+            Connection::plaintext(host)?,
             host.to_string(),
             host.to_string(),
             settings,
@@ -357,15 +333,8 @@ impl BigtableTransport {
     }
 
     /// A new channel to `url` (the data or admin endpoint).
-    async fn new_service(&self, url: &str) -> std::result::Result<Service, String> {
-        match &self.connection {
-            Connection::Emulator(endpoint) => Ok(Service::Plain(endpoint.connect_lazy())),
-            Connection::Google(api) => api
-                .connect_with_endpoint(std::convert::identity, url, None)
-                .await
-                .map(|api| Service::Google(api.get()))
-                .map_err(|e| e.to_string()),
-        }
+    async fn new_service(&self, url: &str) -> std::result::Result<GrpcChannel, String> {
+        self.connection.channel_to(url).await
     }
 
     /// The channel of `instance`, opening it (and evicting the least recently used one at the
@@ -408,7 +377,7 @@ impl BigtableTransport {
         ))
     }
 
-    async fn admin_service(&self) -> Result<Service> {
+    async fn admin_service(&self) -> Result<GrpcChannel> {
         self.admin
             .get_or_try_init(|| async {
                 self.new_service(&self.admin_endpoint)
@@ -424,18 +393,12 @@ impl BigtableTransport {
 }
 
 /// One `MutateRows` call: the statuses of the entries, by index (`None`: not reported).
-async fn mutate_rows_on<T>(
-    service: T,
+async fn mutate_rows_on(
+    service: GrpcChannel,
     request: tonic::Request<PreEncoded>,
     statuses: &mut [Option<std::result::Result<(), tonic::Status>>],
     describe: impl Fn(usize, tonic::Status) -> tonic::Status,
-) -> std::result::Result<(), tonic::Status>
-where
-    T: tonic::client::GrpcService<tonic::body::Body>,
-    T::Error: Into<StdError>,
-    T::ResponseBody: Body<Data = Bytes> + Send + 'static,
-    <T::ResponseBody as Body>::Error: Into<StdError> + Send,
-{
+) -> std::result::Result<(), tonic::Status> {
     let mut grpc = google::ready(service).await?;
     let codec = tonic_prost::ProstCodec::<PreEncoded, MutateRowsResponse>::default();
     let mut stream = grpc
@@ -525,26 +488,11 @@ fn admin_request<M>(message: M, routing: (&str, &str), google: bool) -> Result<t
     Ok(request)
 }
 
-macro_rules! on_admin {
-    ($service:expr, |$client:ident| $call:expr) => {
-        match $service {
-            Service::Plain(channel) => {
-                let mut $client = BigtableTableAdminClient::new(channel);
-                $call.await
-            }
-            Service::Google(service) => {
-                let mut $client = BigtableTableAdminClient::new(service);
-                $call.await
-            }
-        }
-    };
-}
-
 impl BigtableTransport {
     /// Adds the mapping's families the existing table `destination` lacks. Returns whether it
     /// added any.
-    async fn ensure_families(&self, service: &Service, destination: &str) -> Result<bool> {
-        let google = matches!(service, Service::Google(_));
+    async fn ensure_families(&self, service: &GrpcChannel, destination: &str) -> Result<bool> {
+        let google = service.is_google();
         let request = admin_request(
             GetTableRequest {
                 name: destination.to_string(),
@@ -553,7 +501,9 @@ impl BigtableTransport {
             ("name", destination),
             google,
         )?;
-        let existing = on_admin!(service.clone(), |c| c.get_table(request))
+        let existing = BigtableTableAdminClient::new(service.clone())
+            .get_table(request)
+            .await
             .map_err(|s| admin_error("GetTable", destination, &s))?
             .into_inner();
         let missing: Vec<&String> = self
@@ -580,7 +530,10 @@ impl BigtableTransport {
             ("name", destination),
             google,
         )?;
-        match on_admin!(service.clone(), |c| c.modify_column_families(request)) {
+        match BigtableTableAdminClient::new(service.clone())
+            .modify_column_families(request)
+            .await
+        {
             Ok(_) => {
                 tracing::info!(table = %destination, families = ?missing, "added missing column families");
                 Ok(true)
@@ -648,7 +601,7 @@ impl Transport for BigtableTransport {
             &self.app_profile_id,
             batch.iter().map(|e| e.encoded()),
         );
-        let google = matches!(slot.service, Service::Google(_));
+        let google = slot.service.is_google();
         let mut request = with_deadline(tonic::Request::new(PreEncoded(body)), timeout, google);
         request
             .metadata_mut()
@@ -667,14 +620,7 @@ impl Transport for BigtableTransport {
         };
         let mut statuses: Vec<Option<std::result::Result<(), tonic::Status>>> =
             vec![None; batch.len()];
-        let result = match &slot.service {
-            Service::Plain(channel) => {
-                mutate_rows_on(channel.clone(), request, &mut statuses, describe).await
-            }
-            Service::Google(service) => {
-                mutate_rows_on(service.clone(), request, &mut statuses, describe).await
-            }
-        };
+        let result = mutate_rows_on(slot.service.clone(), request, &mut statuses, describe).await;
         drop(slot);
         let reported = statuses.iter().filter(|s| s.is_some()).count();
         match result {
@@ -718,7 +664,7 @@ impl Transport for BigtableTransport {
             ));
         };
         let service = self.admin_service().await?;
-        let google = matches!(service, Service::Google(_));
+        let google = service.is_google();
         let request = admin_request(
             CreateTableRequest {
                 parent: parent.to_string(),
@@ -736,7 +682,10 @@ impl Transport for BigtableTransport {
             ("parent", parent),
             google,
         )?;
-        match on_admin!(service.clone(), |c| c.create_table(request)) {
+        match BigtableTableAdminClient::new(service.clone())
+            .create_table(request)
+            .await
+        {
             Ok(_) => Ok(true),
             // The table exists (created meanwhile): a NOT_FOUND then means a missing family.
             Err(s) if s.code() == Code::AlreadyExists => {

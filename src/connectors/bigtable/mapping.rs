@@ -96,23 +96,23 @@ use crate::encode::json::{ColumnEncoder, check_json_type};
 use crate::encode::raw::BytesColumn;
 use crate::error::{Error, Result};
 
-/// Longest row key, in bytes. Source: Bigtable quotas and limits ("Row key: 4 KiB"),
-/// GCP_FACTS.md.
+/// Longest row key, in bytes. Source: Bigtable quotas and limits ("Row key: 4 KiB").
 pub const MAX_ROW_KEY_BYTES: usize = 4 * 1024;
-/// Longest column qualifier, in bytes. Source: Bigtable limits ("Column qualifier: 16 KiB"),
-/// GCP_FACTS.md.
+/// Longest column qualifier, in bytes. Source: Bigtable limits ("Column qualifier: 16 KiB").
 pub const MAX_QUALIFIER_BYTES: usize = 16 * 1024;
-/// Largest cell value, in bytes. Source: Bigtable limits ("Cell value: 100 MiB"), GCP_FACTS.md.
+/// Largest cell value, in bytes. Source: Bigtable limits ("Cell value: 100 MiB").
 pub const MAX_CELL_VALUE_BYTES: usize = 100 * 1024 * 1024;
-/// Largest row written by one entry, in bytes. Source: Bigtable limits ("Row: 256 MiB"), the
-/// seed's `batchRequestByteThreshold` note.
+/// Largest row written by one entry, in bytes. Source: Bigtable limits ("Row: 256 MiB"); the writer
+/// option contract bounds `batch_request_byte_threshold` by it too.
 pub const MAX_ENTRY_BYTES: usize = 256 * 1024 * 1024;
 /// Most mutations in one `MutateRows` request, all entries together. Source: the
 /// `MutateRowsRequest.entries` documentation ("in total the entries can contain at most 100000
-/// mutations"), GCP_FACTS.md.
+/// mutations").
 pub const MAX_MUTATIONS_PER_REQUEST: usize = 100_000;
 /// Timestamps are written as whole milliseconds: tables default to millisecond granularity,
-/// where the service (and the emulator) refuse other values. Source: GCP_FACTS.md.
+/// where the service (and the emulator) refuse other values. Source: Bigtable
+/// table granularity (`Table.granularity`, MILLIS by default) in the googleapis admin protos;
+/// see docs/gcp_facts.md.
 pub const TIMESTAMP_GRANULARITY_MICROS: i64 = 1_000;
 
 // Protobuf field keys (field number << 3 | wire type) of the messages written by hand.

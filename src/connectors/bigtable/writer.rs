@@ -1,7 +1,8 @@
 //! The Bigtable sink: rows in, applied row mutations out, through the shared core.
 //!
-//! This file is glue: the options become a [`FlowConfig`], the mapping encodes each batch into
-//! `MutateRows` entries, and the core admits, batches, sends, retries and resolves.
+//! This file is glue, the [`Connector`] the generic [`Sink`] is built on: the options become a
+//! [`FlowConfig`], the mapping encodes each batch into `MutateRows` entries, and the core
+//! admits, batches, sends, retries and resolves.
 //!
 //! # Settings that are not options
 //!
@@ -16,23 +17,20 @@
 //! | shutdown budget | [`SHUTDOWN_TIMEOUT`] (30 s) | Pub/Sub's `shutdown_timeout` default; [`BigtableSink::with_shutdown_timeout`] changes it |
 //! | open tables | [`MAX_OPEN_TABLES`] | ADR 0020: the core's pool is per table; the instance cap lives in the transport |
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::execution::SendableRecordBatchStream;
+use datafusion::arrow::record_batch::RecordBatch;
 
 use super::client::{BigtableTransport, ClientSettings};
-use super::mapping::{self, BigtableMapping};
+use super::mapping::{self, BigtableEntry, BigtableMapping};
 use super::options::{
     BATCH_DELAY_THRESHOLD, BigtableSinkOptions, PROGRESS_TIMEOUT, SHUTDOWN_TIMEOUT,
 };
 use crate::connectors::ConnectorKind;
-use crate::connectors::{SinkConnector, write_stream};
-use crate::core::{
-    BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
-};
+use crate::connectors::sink::{Connector, Sink};
+use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::Result;
 use crate::options::RawOptions;
 
@@ -72,123 +70,103 @@ pub fn mutate_rows_retry() -> RetrySettings {
     }
 }
 
+/// The Bigtable connector as the generic [`Sink`] sees it: [`BigtableSinkOptions`] in, a
+/// [`BigtableMapping`] and a [`BigtableTransport`] out.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bigtable;
+
 /// A declared Bigtable sink: its options, checked against the table schema.
-#[derive(Debug)]
-pub struct BigtableSink {
-    schema: SchemaRef,
-    options: BigtableSinkOptions,
-    mapping: BigtableMapping,
-    flow: FlowConfig,
-}
+///
+/// Built with `try_new(schema, location, raw)` (SQL options) or `from_options(schema, options)`
+/// (the Rust API, without SQL):
+///
+/// ```
+/// use std::sync::Arc;
+/// use datafusion::arrow::datatypes::{DataType, Field, Schema};
+/// use gcp_sql::connectors::bigtable::options::BigtableSinkOptions;
+/// use gcp_sql::connectors::bigtable::writer::BigtableSink;
+/// use gcp_sql::options::RawOptions;
+///
+/// let raw = RawOptions::from_pairs([
+///     ("table".to_string(), "projects/demo/instances/main/tables/users".to_string()),
+///     ("row_key".to_string(), "id".to_string()),
+///     ("batch_element_count_threshold".to_string(), "500".to_string()),
+/// ]).unwrap();
+/// let options = BigtableSinkOptions::from_raw(None, &raw).unwrap();
+/// let schema = Arc::new(Schema::new(vec![
+///     Field::new("id", DataType::Utf8, false),
+///     Field::new("name", DataType::Utf8, true),
+/// ]));
+/// let sink = BigtableSink::from_options(schema, options).unwrap();
+/// assert_eq!(sink.flow_config().batch.max_records, 500);
+/// assert_eq!(sink.flow_config().max_in_flight_records, 1000);
+/// ```
+pub type BigtableSink = Sink<Bigtable>;
 
-impl BigtableSink {
-    /// Checks the options and the schema; contacts no service.
-    pub fn try_new(schema: SchemaRef, location: Option<&str>, raw: &RawOptions) -> Result<Self> {
-        Self::from_options(schema, BigtableSinkOptions::from_raw(location, raw)?)
-    }
-
-    /// Builds the sink from typed options (the Rust API, without SQL).
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    /// use gcp_sql::connectors::bigtable::options::BigtableSinkOptions;
-    /// use gcp_sql::connectors::bigtable::writer::BigtableSink;
-    /// use gcp_sql::options::RawOptions;
-    ///
-    /// let raw = RawOptions::from_pairs([
-    ///     ("table".to_string(), "projects/demo/instances/main/tables/users".to_string()),
-    ///     ("row_key".to_string(), "id".to_string()),
-    ///     ("batch_element_count_threshold".to_string(), "500".to_string()),
-    /// ]).unwrap();
-    /// let options = BigtableSinkOptions::from_raw(None, &raw).unwrap();
-    /// let schema = Arc::new(Schema::new(vec![
-    ///     Field::new("id", DataType::Utf8, false),
-    ///     Field::new("name", DataType::Utf8, true),
-    /// ]));
-    /// let sink = BigtableSink::from_options(schema, options).unwrap();
-    /// assert_eq!(sink.flow_config().batch.max_records, 500);
-    /// assert_eq!(sink.flow_config().max_in_flight_records, 1000);
-    /// ```
-    pub fn from_options(schema: SchemaRef, options: BigtableSinkOptions) -> Result<Self> {
-        let mapping = BigtableMapping::new(&options, &schema)?;
-        let flow = flow_config(&options, &mapping);
-        Ok(Self {
-            schema,
-            options,
-            mapping,
-            flow,
-        })
-    }
-
+impl Sink<Bigtable> {
     /// Replaces the progress budget (default [`PROGRESS_TIMEOUT`]): how long the writer waits
     /// with no send completing before it fails the statement. For embedders and tests; it is not
     /// a table option.
     pub fn with_progress_timeout(mut self, budget: Duration) -> Self {
-        self.flow.progress_timeout = Some(budget);
+        self.flow_config_mut().progress_timeout = Some(budget);
         self
     }
 
     /// Replaces the shutdown budget (default [`SHUTDOWN_TIMEOUT`]) of each release of clients.
     /// For embedders and tests; it is not a table option.
     pub fn with_shutdown_timeout(mut self, budget: Duration) -> Self {
-        self.flow.shutdown_timeout = budget;
+        self.flow_config_mut().shutdown_timeout = budget;
         self
-    }
-
-    /// The parsed options.
-    pub fn options(&self) -> &BigtableSinkOptions {
-        &self.options
-    }
-
-    /// The row mapping.
-    pub fn mapping(&self) -> &BigtableMapping {
-        &self.mapping
-    }
-
-    /// The flow-control settings the options translate to.
-    pub fn flow_config(&self) -> &FlowConfig {
-        &self.flow
-    }
-
-    /// The connection settings the transport is built from.
-    pub fn client_settings(&self) -> ClientSettings {
-        let connection = &self.options.connection;
-        ClientSettings {
-            endpoint: connection.endpoint.clone(),
-            emulator_host: connection.emulator.as_ref().map(|e| e.host.clone()),
-            credentials_file: connection.credentials_file.clone(),
-            app_profile_id: self.options.app_profile_id.clone(),
-            auto_create_table: self.options.auto_create_table,
-            families: self.mapping.families().to_vec(),
-            max_active_instances: usize::try_from(self.options.writer.max_active_instances())
-                .unwrap_or(1)
-                .max(1),
-        }
     }
 }
 
 #[async_trait]
-impl SinkConnector for BigtableSink {
-    fn kind(&self) -> ConnectorKind {
-        ConnectorKind::Bigtable
+impl Connector for Bigtable {
+    const KIND: ConnectorKind = ConnectorKind::Bigtable;
+    type Options = BigtableSinkOptions;
+    type Mapping = BigtableMapping;
+    type ClientSettings = ClientSettings;
+    type Transport = BigtableTransport;
+
+    fn options_from_raw(location: Option<&str>, raw: &RawOptions) -> Result<BigtableSinkOptions> {
+        BigtableSinkOptions::from_raw(location, raw)
     }
 
-    fn schema(&self) -> &SchemaRef {
-        &self.schema
+    fn mapping(options: &BigtableSinkOptions, schema: &SchemaRef) -> Result<BigtableMapping> {
+        BigtableMapping::new(options, schema)
     }
 
-    async fn write_all(
-        &self,
-        input: SendableRecordBatchStream,
-        metrics: SinkMetrics,
-    ) -> Result<u64> {
-        let transport = Arc::new(BigtableTransport::connect(&self.client_settings()).await?);
-        let writer = FlowWriter::new(transport, self.flow.clone(), metrics);
-        write_stream(writer, input, |batch, first_row, out| {
-            self.mapping.encode_batch(batch, first_row, out)
-        })
-        .await
+    fn flow_config(options: &BigtableSinkOptions, mapping: &BigtableMapping) -> FlowConfig {
+        flow_config(options, mapping)
+    }
+
+    fn client_settings(options: &BigtableSinkOptions, mapping: &BigtableMapping) -> ClientSettings {
+        let connection = &options.connection;
+        ClientSettings {
+            endpoint: connection.endpoint.clone(),
+            emulator_host: connection.emulator.as_ref().map(|e| e.host.clone()),
+            credentials_file: connection.credentials_file.clone(),
+            app_profile_id: options.app_profile_id.clone(),
+            auto_create_table: options.auto_create_table,
+            families: mapping.families().to_vec(),
+            max_active_instances: usize::try_from(options.writer.max_active_instances())
+                .unwrap_or(1)
+                .max(1),
+        }
+    }
+
+    async fn connect(settings: &ClientSettings) -> Result<BigtableTransport> {
+        BigtableTransport::connect(settings).await
+    }
+
+    fn encode_batch(
+        _options: &BigtableSinkOptions,
+        mapping: &BigtableMapping,
+        batch: &RecordBatch,
+        first_row: u64,
+        out: &mut Vec<Result<Envelope<BigtableEntry>>>,
+    ) -> Result<()> {
+        mapping.encode_batch(batch, first_row, out)
     }
 }
 

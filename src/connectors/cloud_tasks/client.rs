@@ -31,7 +31,7 @@
 //! |---|---|
 //! | `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` | [`Class::Retryable`] (the seed's transient-failure retry, `recovery_*`) |
 //! | `NOT_FOUND` | [`Class::NotFound`] (the queue is missing: re-sent under `not_found_recovery_*`; never created) |
-//! | `FAILED_PRECONDITION` whose message says the queue does not exist | [`Class::NotFound`]: the emulator's answer for a missing queue (GCP_FACTS.md, Emulators) |
+//! | `FAILED_PRECONDITION` whose message says the queue does not exist | [`Class::NotFound`]: how `gcloud-tasks-emulator` answers for a missing queue |
 //! | `ALREADY_EXISTS` | [`Class::Duplicate`]: a named task that exists or ran recently, i.e. delivered before (only named tasks can collide) |
 //! | `INVALID_ARGUMENT` | [`Class::Rejected`] (the service refuses the task itself) |
 //! | anything else (`PERMISSION_DENIED`, `UNAUTHENTICATED`, other `FAILED_PRECONDITION`s, `INTERNAL`, ...) | [`Class::Fatal`] |
@@ -42,22 +42,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use gcloud_sdk::GoogleAuthMiddleware;
 use tonic::Code;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 use super::mapping::{TaskRecord, create_task_request_len, write_create_task_request};
 use crate::connectors::google::{
-    self, PreEncoded, ROUTING_HEADER, unary_pre_encoded, with_deadline,
+    self, Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, unary_pre_encoded, with_deadline,
 };
 use crate::core::{Class, Destination, SendOutcome, Transport};
 use crate::error::{Error, Result};
 
 /// The Cloud Tasks service endpoint used when no `endpoint` is set.
 pub const DEFAULT_ENDPOINT: &str = "https://cloudtasks.googleapis.com";
-/// The environment variable read for an emulator address (when the options are built).
-pub const EMULATOR_HOST_ENV: &str = "CLOUD_TASKS_EMULATOR_HOST";
 /// Deadline of one `CreateTask` attempt. Source: googleapis
 /// `google/cloud/tasks/v2/cloudtasks_grpc_service_config.json`, which gives `CreateTask` a
 /// 20 s timeout (and no retry policy).
@@ -79,20 +76,14 @@ pub struct ClientSettings {
     pub channel_pool_size: Option<usize>,
 }
 
-#[derive(Clone)]
-enum Service {
-    Plaintext(Channel),
-    Google(GoogleAuthMiddleware),
-}
-
 /// The channels of a transport and the round-robin cursor over them.
 struct Channels {
-    services: Vec<Service>,
+    services: Vec<GrpcChannel>,
     next: AtomicUsize,
 }
 
 impl Channels {
-    fn pick(&self) -> Option<&Service> {
+    fn pick(&self) -> Option<&GrpcChannel> {
         let n = self.services.len();
         if n == 0 {
             return None;
@@ -165,20 +156,22 @@ impl CloudTasksTransport {
             .endpoint
             .clone()
             .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
-        let api = google::connect(&endpoint, settings.credentials_file.as_deref()).await?;
+        let connection =
+            Connection::open(None, &endpoint, settings.credentials_file.as_deref()).await?;
         let size = settings.channel_pool_size.unwrap_or(1).max(1);
         let mut services = Vec::with_capacity(size);
-        services.push(Service::Google(api.get()));
+        services.push(connection.channel());
         for _ in 1..size {
             // Another channel to the same endpoint, sharing the first one's token source.
-            let more = api
-                .connect_with_endpoint(std::convert::identity, &endpoint, None)
-                .await
-                .map_err(|e| Error::Connect {
-                    endpoint: endpoint.clone(),
-                    message: e.to_string(),
-                })?;
-            services.push(Service::Google(more.get()));
+            let more =
+                connection
+                    .channel_to(&endpoint)
+                    .await
+                    .map_err(|message| Error::Connect {
+                        endpoint: endpoint.clone(),
+                        message,
+                    })?;
+            services.push(more);
         }
         Ok(CloudTasksTransport {
             channels: Arc::new(Channels {
@@ -194,7 +187,7 @@ impl CloudTasksTransport {
     pub fn from_channel(channel: Channel, endpoint: impl Into<String>) -> Self {
         CloudTasksTransport {
             channels: Arc::new(Channels {
-                services: vec![Service::Plaintext(channel)],
+                services: vec![GrpcChannel::Plaintext(channel)],
                 next: AtomicUsize::new(0),
             }),
             endpoint: endpoint.into(),
@@ -329,19 +322,13 @@ async fn create_one(
     let mut request = with_deadline(
         tonic::Request::new(PreEncoded(body)),
         Some(timeout),
-        matches!(service, Service::Google(_)),
+        service.is_google(),
     );
     request
         .metadata_mut()
         .insert(ROUTING_HEADER, client.routing.clone());
-    let result: std::result::Result<tonic::Response<CreatedTask>, _> = match service {
-        Service::Plaintext(channel) => {
-            unary_pre_encoded(channel.clone(), request, CREATE_TASK_PATH).await
-        }
-        Service::Google(service) => {
-            unary_pre_encoded(service.clone(), request, CREATE_TASK_PATH).await
-        }
-    };
+    let result: std::result::Result<tonic::Response<CreatedTask>, _> =
+        unary_pre_encoded(service.clone(), request, CREATE_TASK_PATH).await;
     result.map(|response| {
         tracing::trace!(task = %response.get_ref().name, "created a task");
     })
@@ -452,7 +439,7 @@ mod tests {
     #[tokio::test]
     async fn round_robin_visits_every_channel() {
         let channel = || {
-            Service::Plaintext(
+            GrpcChannel::Plaintext(
                 tonic::transport::Endpoint::from_static("http://127.0.0.1:1").connect_lazy(),
             )
         };
@@ -462,7 +449,7 @@ mod tests {
         };
         let picks: Vec<usize> = (0..6)
             .map(|_| {
-                let picked = channels.pick().unwrap() as *const Service;
+                let picked = channels.pick().unwrap() as *const GrpcChannel;
                 channels
                     .services
                     .iter()

@@ -79,9 +79,9 @@ use crate::encode::raw::{BytesColumn, RawEncoder};
 use crate::error::{Error, Result};
 use crate::options::PayloadFormat;
 
-/// Largest serialized task, in bytes. Source: GCP_FACTS.md and DESIGN.md ("A task is at most
-/// 100 KB"), read as 100 × 1024 bytes, the push-task limit Cloud Tasks inherited from App
-/// Engine task queues. (Google's current quota page lists a larger maximum; the sink keeps the
+/// Largest serialized task, in bytes. Source: Cloud Tasks quotas ("Maximum task size: 100 KB",
+/// see docs/gcp_facts.md), read as 100 × 1024 bytes, the push-task limit Cloud Tasks inherited
+/// from App Engine task queues. (Google's current quota page lists a larger maximum; the sink keeps the
 /// stricter figure it was specified with, so a task it accepts is accepted everywhere.)
 pub const MAX_TASK_BYTES: u64 = 100 * 1024;
 /// Longest task URL, in characters after percent-encoding. Source: Cloud Tasks `HttpRequest.url`

@@ -1,7 +1,8 @@
 //! The Cloud Tasks sink: rows in, created tasks out, through the shared core.
 //!
-//! This file is glue: the options become a [`FlowConfig`], the mapping encodes each batch, and
-//! the core admits, sends, retries and resolves. How each seed option acts:
+//! This file is glue, the [`Connector`] the generic [`Sink`] is built on: the options become a
+//! [`FlowConfig`], the mapping encodes each batch, and the core admits, sends, retries and
+//! resolves. How each seed option acts:
 //!
 //! | option | here |
 //! |---|---|
@@ -18,24 +19,21 @@
 //! is dropped and counted, however many there are. Each `CreateTask` carries one task, so the
 //! batch size is 1 and a batch never waits.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::execution::SendableRecordBatchStream;
+use datafusion::arrow::record_batch::RecordBatch;
 
 use super::client::{CREATE_TASK_TIMEOUT, ClientSettings, CloudTasksTransport};
-use super::mapping::CloudTasksMapping;
+use super::mapping::{CloudTasksMapping, TaskRecord};
 use super::options::{
     CloudTasksSinkOptions, CloudTasksWriterOptions, DESTINATION_IDLE_TIMEOUT, MAX_ACTIVE_QUEUES,
     PROGRESS_TIMEOUT, SHUTDOWN_TIMEOUT,
 };
 use crate::connectors::ConnectorKind;
-use crate::connectors::{SinkConnector, write_stream};
-use crate::core::{
-    BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
-};
+use crate::connectors::sink::{Connector, Sink};
+use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::Result;
 use crate::options::RawOptions;
 
@@ -52,109 +50,89 @@ pub const PROGRESS_BUDGET_NAME: &str =
 pub const SHUTDOWN_BUDGET_NAME: &str =
     "the Cloud Tasks writer's fixed shutdown budget (not an option)";
 
+/// The Cloud Tasks connector as the generic [`Sink`] sees it: [`CloudTasksSinkOptions`] in, a
+/// [`CloudTasksMapping`] and a [`CloudTasksTransport`] out.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CloudTasks;
+
 /// A declared Cloud Tasks sink: its options, checked against the table schema.
-#[derive(Debug)]
-pub struct CloudTasksSink {
-    schema: SchemaRef,
-    options: CloudTasksSinkOptions,
-    mapping: CloudTasksMapping,
-    flow: FlowConfig,
-}
+///
+/// Built with `try_new(schema, location, raw)` (SQL options) or `from_options(schema, options)`
+/// (the Rust API, without SQL, which checks the schema against the mapping and contacts no
+/// service). Its `write_all` creates one task per row and returns how many the service
+/// acknowledged (a named task that already existed counts as delivered, and in
+/// `records_deduplicated`).
+///
+/// ```
+/// use std::sync::Arc;
+/// use datafusion::arrow::datatypes::{DataType, Field, Schema};
+/// use gcp_sql::connectors::cloud_tasks::options::CloudTasksSinkOptions;
+/// use gcp_sql::connectors::cloud_tasks::writer::CloudTasksSink;
+/// use gcp_sql::options::RawOptions;
+///
+/// let raw = RawOptions::from_pairs([
+///     ("queue".to_string(), "projects/demo/locations/us-central1/queues/jobs".to_string()),
+///     ("url".to_string(), "https://worker.example.com/run".to_string()),
+///     ("max_in_flight_tasks".to_string(), "200".to_string()),
+/// ])?;
+/// let options = CloudTasksSinkOptions::from_raw(None, &raw)?;
+/// let schema = Arc::new(Schema::new(vec![Field::new("user_id", DataType::Int64, false)]));
+/// let sink = CloudTasksSink::from_options(schema, options)?;
+/// assert_eq!(sink.flow_config().max_in_flight_records, 200);
+/// assert_eq!(sink.flow_config().batch.max_records, 1);
+/// # Ok::<(), gcp_sql::Error>(())
+/// ```
+pub type CloudTasksSink = Sink<CloudTasks>;
 
-impl CloudTasksSink {
-    /// Checks the options and the schema; contacts no service.
-    pub fn try_new(schema: SchemaRef, location: Option<&str>, raw: &RawOptions) -> Result<Self> {
-        Self::from_options(schema, CloudTasksSinkOptions::from_raw(location, raw)?)
+#[async_trait]
+impl Connector for CloudTasks {
+    const KIND: ConnectorKind = ConnectorKind::CloudTasks;
+    type Options = CloudTasksSinkOptions;
+    type Mapping = CloudTasksMapping;
+    type ClientSettings = ClientSettings;
+    type Transport = CloudTasksTransport;
+
+    fn options_from_raw(location: Option<&str>, raw: &RawOptions) -> Result<CloudTasksSinkOptions> {
+        CloudTasksSinkOptions::from_raw(location, raw)
     }
 
-    /// Builds the sink from typed options (the Rust API, without SQL). Checks the schema
-    /// against the mapping; contacts no service.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    /// use gcp_sql::connectors::cloud_tasks::options::CloudTasksSinkOptions;
-    /// use gcp_sql::connectors::cloud_tasks::writer::CloudTasksSink;
-    /// use gcp_sql::options::RawOptions;
-    ///
-    /// let raw = RawOptions::from_pairs([
-    ///     ("queue".to_string(), "projects/demo/locations/us-central1/queues/jobs".to_string()),
-    ///     ("url".to_string(), "https://worker.example.com/run".to_string()),
-    ///     ("max_in_flight_tasks".to_string(), "200".to_string()),
-    /// ])?;
-    /// let options = CloudTasksSinkOptions::from_raw(None, &raw)?;
-    /// let schema = Arc::new(Schema::new(vec![Field::new("user_id", DataType::Int64, false)]));
-    /// let sink = CloudTasksSink::from_options(schema, options)?;
-    /// assert_eq!(sink.flow_config().max_in_flight_records, 200);
-    /// assert_eq!(sink.flow_config().batch.max_records, 1);
-    /// # Ok::<(), gcp_sql::Error>(())
-    /// ```
-    pub fn from_options(schema: SchemaRef, options: CloudTasksSinkOptions) -> Result<Self> {
+    fn mapping(options: &CloudTasksSinkOptions, schema: &SchemaRef) -> Result<CloudTasksMapping> {
         options.validate()?;
-        let mapping = CloudTasksMapping::new(&options, &schema)?;
-        let flow = flow_config(&options);
-        Ok(Self {
-            schema,
-            options,
-            mapping,
-            flow,
-        })
+        CloudTasksMapping::new(options, schema)
     }
 
-    /// The parsed options.
-    pub fn options(&self) -> &CloudTasksSinkOptions {
-        &self.options
+    fn flow_config(options: &CloudTasksSinkOptions, _mapping: &CloudTasksMapping) -> FlowConfig {
+        flow_config(options)
     }
 
-    /// The validated row mapping.
-    pub fn mapping(&self) -> &CloudTasksMapping {
-        &self.mapping
-    }
-
-    /// The flow-control settings the options translate to.
-    pub fn flow_config(&self) -> &FlowConfig {
-        &self.flow
-    }
-
-    /// The connection settings the options translate to.
-    pub fn client_settings(&self) -> ClientSettings {
-        let connection = &self.options.connection;
+    fn client_settings(
+        options: &CloudTasksSinkOptions,
+        _mapping: &CloudTasksMapping,
+    ) -> ClientSettings {
+        let connection = &options.connection;
         ClientSettings {
             endpoint: connection.endpoint.clone(),
             emulator_host: connection.emulator.as_ref().map(|e| e.host.clone()),
             credentials_file: connection.credentials_file.clone(),
-            channel_pool_size: self
-                .options
+            channel_pool_size: options
                 .writer
                 .channel_pool_size()
                 .map(|n| usize::try_from(n).unwrap_or(1)),
         }
     }
-}
 
-#[async_trait]
-impl SinkConnector for CloudTasksSink {
-    fn kind(&self) -> ConnectorKind {
-        ConnectorKind::CloudTasks
+    async fn connect(settings: &ClientSettings) -> Result<CloudTasksTransport> {
+        CloudTasksTransport::connect(settings).await
     }
 
-    fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    /// Creates one task per row and returns how many the service acknowledged (a named task
-    /// that already existed counts as delivered, and in `records_deduplicated`).
-    async fn write_all(
-        &self,
-        input: SendableRecordBatchStream,
-        metrics: SinkMetrics,
-    ) -> Result<u64> {
-        let transport = Arc::new(CloudTasksTransport::connect(&self.client_settings()).await?);
-        let writer = FlowWriter::new(transport, self.flow.clone(), metrics);
-        write_stream(writer, input, |batch, first_row, out| {
-            self.mapping.encode_batch(batch, first_row, out)
-        })
-        .await
+    fn encode_batch(
+        _options: &CloudTasksSinkOptions,
+        mapping: &CloudTasksMapping,
+        batch: &RecordBatch,
+        first_row: u64,
+        out: &mut Vec<Result<Envelope<TaskRecord>>>,
+    ) -> Result<()> {
+        mapping.encode_batch(batch, first_row, out)
     }
 }
 
@@ -225,6 +203,8 @@ pub fn flow_config(options: &CloudTasksSinkOptions) -> FlowConfig {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::core::FailurePolicy;
 

@@ -37,14 +37,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
 use gcloud_sdk::google::pubsub::v1::{PublishResponse, Topic};
-use gcloud_sdk::{GoogleApi, GoogleAuthMiddleware};
 use tonic::Code;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 use super::mapping::{PubsubRecord, request_base_len, request_entry_len, write_publish_request};
 use crate::connectors::google::{
-    self, PreEncoded, ROUTING_HEADER, routing_value, unary_pre_encoded, with_deadline,
+    Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, routing_value, unary_pre_encoded,
+    with_deadline,
 };
 use crate::core::{Class, Destination, SendOutcome, Transport};
 use crate::error::{Error, Result};
@@ -53,8 +53,6 @@ pub use crate::connectors::google::{CLOUD_PLATFORM_SCOPE, credentials_from_file}
 
 /// The Pub/Sub service endpoint used when no `endpoint` is set.
 pub const DEFAULT_ENDPOINT: &str = "https://pubsub.googleapis.com";
-/// The environment variable the official clients read for an emulator address.
-pub const EMULATOR_HOST_ENV: &str = "PUBSUB_EMULATOR_HOST";
 /// Deadline of a `CreateTopic` call made by the auto-create recovery. Our bound (the service sets
 /// none); it matches the Java publisher's default maximum RPC timeout of 60 s.
 pub const CREATE_TOPIC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -67,8 +65,8 @@ const PUBLISH_PATH: &str = "/google.pubsub.v1.Publisher/Publish";
 pub struct ClientSettings {
     /// The service endpoint (`endpoint`); [`DEFAULT_ENDPOINT`] when `None`.
     pub endpoint: Option<String>,
-    /// An emulator address, `host:port` or `http://host:port` (`emulator_host`); when `None`,
-    /// `PUBSUB_EMULATOR_HOST` is read.
+    /// An emulator address, `host:port` or `http://host:port` (`emulator_host`, or
+    /// `PUBSUB_EMULATOR_HOST` as the table options resolved it).
     pub emulator_host: Option<String>,
     /// A credentials JSON file (`credentials_file`); Application Default Credentials when `None`.
     pub credentials_file: Option<PathBuf>,
@@ -87,16 +85,10 @@ impl ClientSettings {
     }
 }
 
-#[derive(Clone)]
-enum Connection {
-    Emulator(Channel),
-    Google(GoogleApi<GoogleAuthMiddleware>),
-}
-
 /// The Pub/Sub [`Transport`]: one shared channel, a [`PubSubClient`] handle per topic.
 #[derive(Clone)]
 pub struct PubSubTransport {
-    connection: Connection,
+    channel: GrpcChannel,
     endpoint: String,
     auto_create_topic: bool,
 }
@@ -105,10 +97,7 @@ impl std::fmt::Debug for PubSubTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PubSubTransport")
             .field("endpoint", &self.endpoint)
-            .field(
-                "emulator",
-                &matches!(self.connection, Connection::Emulator(_)),
-            )
+            .field("emulator", &!self.channel.is_google())
             .field("auto_create_topic", &self.auto_create_topic)
             .finish()
     }
@@ -117,7 +106,7 @@ impl std::fmt::Debug for PubSubTransport {
 /// A per-topic handle: the shared channel plus the topic's routing header.
 #[derive(Clone)]
 pub struct PubSubClient {
-    service: Service,
+    channel: GrpcChannel,
     routing: AsciiMetadataValue,
 }
 
@@ -129,12 +118,6 @@ impl std::fmt::Debug for PubSubClient {
     }
 }
 
-#[derive(Clone)]
-enum Service {
-    Emulator(Channel),
-    Google(GoogleAuthMiddleware),
-}
-
 impl PubSubTransport {
     /// Prepares the connection.
     ///
@@ -142,21 +125,22 @@ impl PubSubTransport {
     /// credentials are loaded and the TLS channel is connected here; failures are
     /// [`Error::Connect`] naming the endpoint.
     pub async fn connect(settings: &ClientSettings) -> Result<Self> {
-        if let Some(host) = settings.effective_emulator_host() {
-            let channel = crate::emulators::plaintext_endpoint(&host)?.connect_lazy();
-            return Ok(PubSubTransport {
-                connection: Connection::Emulator(channel),
-                endpoint: host,
-                auto_create_topic: settings.auto_create_topic,
-            });
-        }
-        let endpoint = settings
-            .endpoint
-            .clone()
-            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
-        let api = google::connect(&endpoint, settings.credentials_file.as_deref()).await?;
+        let emulator = settings.effective_emulator_host();
+        let endpoint = match &emulator {
+            Some(host) => host.clone(),
+            None => settings
+                .endpoint
+                .clone()
+                .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string()),
+        };
+        let connection = Connection::open(
+            emulator.as_deref(),
+            &endpoint,
+            settings.credentials_file.as_deref(),
+        )
+        .await?;
         Ok(PubSubTransport {
-            connection: Connection::Google(api),
+            channel: connection.channel(),
             endpoint,
             auto_create_topic: settings.auto_create_topic,
         })
@@ -169,7 +153,7 @@ impl PubSubTransport {
         auto_create_topic: bool,
     ) -> Self {
         PubSubTransport {
-            connection: Connection::Emulator(channel),
+            channel: GrpcChannel::Plaintext(channel),
             endpoint: endpoint.into(),
             auto_create_topic,
         }
@@ -178,13 +162,6 @@ impl PubSubTransport {
     /// The endpoint or emulator address this transport talks to.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
-    }
-
-    fn service(&self) -> Service {
-        match &self.connection {
-            Connection::Emulator(channel) => Service::Emulator(channel.clone()),
-            Connection::Google(api) => Service::Google(api.get()),
-        }
     }
 }
 
@@ -223,7 +200,7 @@ impl Transport for PubSubTransport {
             )
         })?;
         Ok(PubSubClient {
-            service: self.service(),
+            channel: self.channel.clone(),
             routing,
         })
     }
@@ -242,20 +219,13 @@ impl Transport for PubSubTransport {
                 .sum::<u64>();
         let mut body = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
         write_publish_request(&mut body, destination, batch.iter().map(|r| r.encoded()));
-        let google = matches!(client.service, Service::Google(_));
+        let google = client.channel.is_google();
         let mut request = with_deadline(tonic::Request::new(PreEncoded(body)), timeout, google);
         request
             .metadata_mut()
             .insert(ROUTING_HEADER, client.routing.clone());
-        let result: std::result::Result<tonic::Response<PublishResponse>, _> = match &client.service
-        {
-            Service::Emulator(channel) => {
-                unary_pre_encoded(channel.clone(), request, PUBLISH_PATH).await
-            }
-            Service::Google(service) => {
-                unary_pre_encoded(service.clone(), request, PUBLISH_PATH).await
-            }
-        };
+        let result: std::result::Result<tonic::Response<PublishResponse>, _> =
+            unary_pre_encoded(client.channel.clone(), request, PUBLISH_PATH).await;
         SendOutcome::Whole(result.and_then(|response| {
             let ids = response.get_ref().message_ids.len();
             if ids == batch.len() {
@@ -287,7 +257,7 @@ impl Transport for PubSubTransport {
             name: destination.to_string(),
             ..Default::default()
         };
-        let google = matches!(client.service, Service::Google(_));
+        let google = client.channel.is_google();
         let mut request = with_deadline(
             tonic::Request::new(topic),
             Some(CREATE_TOPIC_TIMEOUT),
@@ -299,18 +269,9 @@ impl Transport for PubSubTransport {
             routing_value(&[("name", &**destination)])
                 .map_err(|e| Error::invalid("topic", destination.to_string(), e))?,
         );
-        let result = match &client.service {
-            Service::Emulator(channel) => {
-                PublisherClient::new(channel.clone())
-                    .create_topic(request)
-                    .await
-            }
-            Service::Google(service) => {
-                PublisherClient::new(service.clone())
-                    .create_topic(request)
-                    .await
-            }
-        };
+        let result = PublisherClient::new(client.channel.clone())
+            .create_topic(request)
+            .await;
         match result {
             Ok(_) => Ok(true),
             Err(status) if status.code() == Code::AlreadyExists => Ok(false),

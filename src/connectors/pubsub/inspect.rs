@@ -8,7 +8,8 @@
 //!
 //! Both talk to the emulator named by `PUBSUB_EMULATOR_HOST` only (`gcp-sql --emulators` sets
 //! it), and refuse otherwise: they exist for quickstarts, demos and checks, not for reading
-//! from production subscriptions.
+//! from production subscriptions. For the same reason [`crate::sql::register`] does not
+//! install them: [`crate::sql::register_inspection`] does (the `gcp-sql` tool calls it).
 //!
 //! ```sql
 //! SELECT * FROM pubsub_subscribe('projects/demo/topics/clicks', 'projects/demo/subscriptions/look');
@@ -37,7 +38,8 @@ use gcloud_sdk::google::pubsub::v1::{AcknowledgeRequest, PullRequest, Subscripti
 use tonic::Code;
 use tonic::transport::Channel;
 
-use super::client::{DEFAULT_ENDPOINT, EMULATOR_HOST_ENV};
+use super::client::DEFAULT_ENDPOINT;
+use crate::connectors::ConnectorKind;
 use crate::error::{Error, Result};
 
 /// Most messages one `pubsub_pull` call returns.
@@ -186,15 +188,13 @@ async fn subscriber() -> Result<SubscriberClient<Channel>> {
 }
 
 fn emulator_channel() -> Result<Channel> {
-    match std::env::var(EMULATOR_HOST_ENV)
-        .ok()
-        .filter(|h| !h.trim().is_empty())
-    {
+    let var = ConnectorKind::PubSub.emulator_env_var();
+    match std::env::var(var).ok().filter(|h| !h.trim().is_empty()) {
         Some(host) => Ok(crate::emulators::plaintext_endpoint(&host)?.connect_lazy()),
         None => Err(Error::Connect {
             endpoint: DEFAULT_ENDPOINT.to_string(),
             message: format!(
-                "pubsub_pull and pubsub_subscribe talk to an emulator only: set {EMULATOR_HOST_ENV}"
+                "pubsub_pull and pubsub_subscribe talk to an emulator only: set {var}"
             ),
         }),
     }

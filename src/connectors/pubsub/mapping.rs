@@ -73,14 +73,14 @@ use crate::encode::raw::{BytesColumn, RawEncoder, is_bytes_type, is_string_type}
 use crate::error::{Error, Result};
 
 /// Most messages in one `Publish` request. Source: Pub/Sub quotas and limits ("Publish
-/// request: 1,000 messages"), GCP_FACTS.md.
+/// request: 1,000 messages").
 pub const MAX_MESSAGES_PER_REQUEST: usize = 1_000;
 /// Largest `Publish` request, in bytes. Source: Pub/Sub quotas and limits ("Publish request:
-/// 10 MB total size", enforced as 10,000,000 bytes), GCP_FACTS.md.
+/// 10 MB total size", enforced as 10,000,000 bytes).
 pub const MAX_REQUEST_BYTES: u64 = 10_000_000;
 /// Largest serialized message (data, attributes and ordering key). Source: Pub/Sub limits; a
 /// message must fit in one request, so the request limit (10,000,000 bytes) binds before the
-/// 10 MiB data limit does. GCP_FACTS.md.
+/// 10 MiB data limit does (docs/gcp_facts.md).
 pub const MAX_MESSAGE_BYTES: u64 = 10_000_000;
 /// Most attributes per message. Source: Pub/Sub limits ("Attributes per message: 100").
 pub const MAX_ATTRIBUTES: usize = 100;

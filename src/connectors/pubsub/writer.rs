@@ -1,129 +1,111 @@
 //! The Pub/Sub sink: rows in, acknowledged messages out, through the shared core.
 //!
-//! This file is glue: the options become a [`FlowConfig`], the mapping encodes each batch, and
-//! the core admits, batches, sends, retries and resolves.
-
-use std::sync::Arc;
+//! This file is glue, the [`Connector`] the generic [`Sink`] is built on: the options become a
+//! [`FlowConfig`], the mapping encodes each batch, and the core admits, batches, sends, retries
+//! and resolves.
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::execution::SendableRecordBatchStream;
+use datafusion::arrow::record_batch::RecordBatch;
 
 use super::client::{ClientSettings, PubSubTransport};
-use super::mapping::{self, MappingSpec, PubSubMapping};
+use super::mapping::{self, MappingSpec, PubSubMapping, PubsubRecord};
 use super::options::PubSubSinkOptions;
 use crate::connectors::ConnectorKind;
-use crate::connectors::{SinkConnector, write_stream};
-use crate::core::{
-    BatchThresholds, FlowConfig, FlowWriter, RecoverySettings, RetrySettings, SinkMetrics,
-};
+use crate::connectors::sink::{Connector, Sink};
+use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::{Error, Result};
 use crate::options::{ColumnRef, PayloadFormat, RawOptions};
 
-/// A declared Pub/Sub sink: its options, checked against the table schema.
-#[derive(Debug)]
-pub struct PubSubSink {
-    schema: SchemaRef,
-    options: PubSubSinkOptions,
-    mapping: PubSubMapping,
-    flow: FlowConfig,
-}
+/// The Pub/Sub connector as the generic [`Sink`] sees it: [`PubSubSinkOptions`] in, a
+/// [`PubSubMapping`] and a [`PubSubTransport`] out.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PubSub;
 
-impl PubSubSink {
-    /// Checks the options and the schema; contacts no service.
-    pub fn try_new(schema: SchemaRef, location: Option<&str>, raw: &RawOptions) -> Result<Self> {
-        Self::from_options(schema, PubSubSinkOptions::from_raw(location, raw)?)
+/// A declared Pub/Sub sink: its options, checked against the table schema.
+///
+/// Built with `try_new(schema, location, raw)` (SQL options) or `from_options(schema, options)`
+/// (the Rust API, without SQL):
+///
+/// ```
+/// use std::sync::Arc;
+/// use datafusion::arrow::datatypes::{DataType, Field, Schema};
+/// use gcp_sql::connectors::pubsub::options::PubSubSinkOptions;
+/// use gcp_sql::connectors::pubsub::writer::PubSubSink;
+/// use gcp_sql::options::RawOptions;
+///
+/// let raw = RawOptions::from_pairs([("topic".to_string(), "projects/demo/topics/clicks".to_string())]).unwrap();
+/// let options = PubSubSinkOptions::from_raw(None, &raw).unwrap();
+/// let schema = Arc::new(Schema::new(vec![Field::new("data", DataType::Utf8, false)]));
+/// let sink = PubSubSink::from_options(schema, options).unwrap();
+/// assert_eq!(sink.flow_config().max_in_flight_records, 1000);
+/// ```
+pub type PubSubSink = Sink<PubSub>;
+
+#[async_trait]
+impl Connector for PubSub {
+    const KIND: ConnectorKind = ConnectorKind::PubSub;
+    type Options = PubSubSinkOptions;
+    type Mapping = PubSubMapping;
+    type ClientSettings = ClientSettings;
+    type Transport = PubSubTransport;
+
+    fn options_from_raw(location: Option<&str>, raw: &RawOptions) -> Result<PubSubSinkOptions> {
+        PubSubSinkOptions::from_raw(location, raw)
     }
 
-    /// Builds the sink from typed options (the Rust API, without SQL).
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use datafusion::arrow::datatypes::{DataType, Field, Schema};
-    /// use gcp_sql::connectors::pubsub::options::PubSubSinkOptions;
-    /// use gcp_sql::connectors::pubsub::writer::PubSubSink;
-    /// use gcp_sql::options::RawOptions;
-    ///
-    /// let raw = RawOptions::from_pairs([("topic".to_string(), "projects/demo/topics/clicks".to_string())]).unwrap();
-    /// let options = PubSubSinkOptions::from_raw(None, &raw).unwrap();
-    /// let schema = Arc::new(Schema::new(vec![Field::new("data", DataType::Utf8, false)]));
-    /// let sink = PubSubSink::from_options(schema, options).unwrap();
-    /// assert_eq!(sink.flow_config().max_in_flight_records, 1000);
-    /// ```
-    pub fn from_options(schema: SchemaRef, options: PubSubSinkOptions) -> Result<Self> {
+    fn mapping(options: &PubSubSinkOptions, schema: &SchemaRef) -> Result<PubSubMapping> {
         options.validate()?;
-        let mapping = PubSubMapping::new(
-            &mapping_spec(&options),
-            &schema,
+        PubSubMapping::new(
+            &mapping_spec(options),
+            schema,
             options.topic.as_deref(),
             options.connection.project.as_deref(),
-        )?;
-        let flow = flow_config(&options);
-        Ok(Self {
-            schema,
-            options,
-            mapping,
-            flow,
-        })
+        )
     }
 
-    /// The parsed options.
-    pub fn options(&self) -> &PubSubSinkOptions {
-        &self.options
+    fn flow_config(options: &PubSubSinkOptions, _mapping: &PubSubMapping) -> FlowConfig {
+        flow_config(options)
     }
 
-    /// The flow-control settings the options translate to.
-    pub fn flow_config(&self) -> &FlowConfig {
-        &self.flow
-    }
-
-    fn client_settings(&self) -> ClientSettings {
-        let connection = &self.options.connection;
+    fn client_settings(options: &PubSubSinkOptions, _mapping: &PubSubMapping) -> ClientSettings {
+        let connection = &options.connection;
         ClientSettings {
             endpoint: connection.endpoint.clone(),
             emulator_host: connection.emulator.as_ref().map(|e| e.host.clone()),
             credentials_file: connection.credentials_file.clone(),
-            auto_create_topic: self.options.auto_create_topic,
+            auto_create_topic: options.auto_create_topic,
         }
     }
-}
 
-#[async_trait]
-impl SinkConnector for PubSubSink {
-    fn kind(&self) -> ConnectorKind {
-        ConnectorKind::PubSub
+    async fn connect(settings: &ClientSettings) -> Result<PubSubTransport> {
+        PubSubTransport::connect(settings).await
     }
 
-    fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    async fn write_all(
-        &self,
-        input: SendableRecordBatchStream,
-        metrics: SinkMetrics,
-    ) -> Result<u64> {
-        let transport = Arc::new(PubSubTransport::connect(&self.client_settings()).await?);
-        let writer = FlowWriter::new(transport, self.flow.clone(), metrics);
-        let ordering = self.options.publisher.enable_message_ordering();
-        write_stream(writer, input, |batch, first_row, out| {
-            let start = out.len();
-            self.mapping.encode_batch(batch, first_row, out)?;
-            if !ordering {
-                for (i, entry) in out[start..].iter_mut().enumerate() {
-                    if matches!(entry, Ok(envelope) if envelope.sequence_key.is_some()) {
-                        *entry = Err(Error::Encode {
-                            row: first_row + i as u64,
-                            reason:
-                                "the row has an ordering key but 'enable_message_ordering' is false"
-                                    .into(),
-                        });
-                    }
+    /// Encodes the batch; without `enable_message_ordering`, a row with an ordering key is
+    /// refused (the failure policy decides), as the Java publisher refuses to publish one.
+    fn encode_batch(
+        options: &PubSubSinkOptions,
+        mapping: &PubSubMapping,
+        batch: &RecordBatch,
+        first_row: u64,
+        out: &mut Vec<Result<Envelope<PubsubRecord>>>,
+    ) -> Result<()> {
+        let start = out.len();
+        mapping.encode_batch(batch, first_row, out)?;
+        if !options.publisher.enable_message_ordering() {
+            for (i, entry) in out[start..].iter_mut().enumerate() {
+                if matches!(entry, Ok(envelope) if envelope.sequence_key.is_some()) {
+                    *entry = Err(Error::Encode {
+                        row: first_row + i as u64,
+                        reason:
+                            "the row has an ordering key but 'enable_message_ordering' is false"
+                                .into(),
+                    });
                 }
             }
-            Ok(())
-        })
-        .await
+        }
+        Ok(())
     }
 }
 
@@ -223,6 +205,8 @@ fn flow_config(options: &PubSubSinkOptions) -> FlowConfig {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
 

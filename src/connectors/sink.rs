@@ -1,0 +1,223 @@
+//! The one sink every connector is: [`Sink<C>`], generic over a small [`Connector`] trait.
+//!
+//! What the three sinks share lives here: typed options checked against the table schema into
+//! a row mapping and a [`FlowConfig`] when the table is declared (no service contacted), then,
+//! per statement, a transport connected from the client settings and every batch encoded
+//! through the flow-control core. A connector implements [`Connector`] with
+//! only what differs: its kind, its options, mapping, client settings and transport types, how
+//! the options become a `FlowConfig` and client settings, and how a batch is encoded.
+//!
+//! The public names stay as aliases: [`PubSubSink`](crate::connectors::pubsub::writer::PubSubSink)
+//! is `Sink<PubSub>`, [`CloudTasksSink`](crate::connectors::cloud_tasks::writer::CloudTasksSink)
+//! is `Sink<CloudTasks>` and [`BigtableSink`](crate::connectors::bigtable::writer::BigtableSink)
+//! is `Sink<Bigtable>`.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::execution::SendableRecordBatchStream;
+
+use crate::connectors::ConnectorKind;
+use crate::connectors::{SinkConnector, write_stream};
+use crate::core::{Envelope, FlowConfig, FlowWriter, SinkMetrics, Transport};
+use crate::error::Result;
+use crate::options::RawOptions;
+
+/// The record type a connector's transport sends.
+pub type RecordOf<C> = <<C as Connector>::Transport as Transport>::Record;
+
+/// What one connector supplies to the generic [`Sink`]. Implemented by a marker type per
+/// connector; every method is a plain function of the options (and the mapping built from
+/// them), so a sink holds no connector state besides those.
+#[async_trait]
+pub trait Connector: Send + Sync + 'static {
+    /// Which connector this is.
+    const KIND: ConnectorKind;
+
+    /// The typed options (`PubSubSinkOptions`, ...).
+    type Options: Debug + Send + Sync;
+    /// The validated row mapping, built from the options and the table schema.
+    type Mapping: Debug + Send + Sync;
+    /// The connection settings the transport is built from.
+    type ClientSettings: Debug + Send + Sync;
+    /// The gRPC side: a core [`Transport`].
+    type Transport: Transport;
+
+    /// Parses the options of a declared table (`LOCATION` and `OPTIONS`); contacts no service.
+    fn options_from_raw(location: Option<&str>, raw: &RawOptions) -> Result<Self::Options>;
+
+    /// Checks the options (the rules between them that the connector checks here) and the
+    /// schema against them, and builds the row mapping.
+    fn mapping(options: &Self::Options, schema: &SchemaRef) -> Result<Self::Mapping>;
+
+    /// Translates the options into the core's settings.
+    fn flow_config(options: &Self::Options, mapping: &Self::Mapping) -> FlowConfig;
+
+    /// Translates the options into the transport's connection settings.
+    fn client_settings(options: &Self::Options, mapping: &Self::Mapping) -> Self::ClientSettings;
+
+    /// Connects the transport, once per statement, before the first row is read.
+    async fn connect(settings: &Self::ClientSettings) -> Result<Self::Transport>;
+
+    /// Encodes `batch`, whose first row has index `first_row` within the statement: appends one
+    /// entry per row, in row order, `Err` for a row that cannot be sent (it goes to the failure
+    /// policy). An `Err` return fails the statement.
+    fn encode_batch(
+        options: &Self::Options,
+        mapping: &Self::Mapping,
+        batch: &RecordBatch,
+        first_row: u64,
+        out: &mut Vec<Result<Envelope<RecordOf<Self>>>>,
+    ) -> Result<()>;
+}
+
+/// A declared sink of connector `C`: its options, checked against the table schema, the row
+/// mapping and the flow-control settings they translate to. Building one contacts no service;
+/// the transport connects when a statement starts writing.
+pub struct Sink<C: Connector> {
+    schema: SchemaRef,
+    options: C::Options,
+    mapping: C::Mapping,
+    flow: FlowConfig,
+}
+
+impl<C: Connector> Sink<C> {
+    /// Checks the options and the schema; contacts no service.
+    pub fn try_new(schema: SchemaRef, location: Option<&str>, raw: &RawOptions) -> Result<Self> {
+        Self::from_options(schema, C::options_from_raw(location, raw)?)
+    }
+
+    /// Builds the sink from typed options (the Rust API, without SQL). Checks the schema
+    /// against the mapping; contacts no service.
+    pub fn from_options(schema: SchemaRef, options: C::Options) -> Result<Self> {
+        let mapping = C::mapping(&options, &schema)?;
+        let flow = C::flow_config(&options, &mapping);
+        Ok(Self {
+            schema,
+            options,
+            mapping,
+            flow,
+        })
+    }
+
+    /// The parsed options.
+    pub fn options(&self) -> &C::Options {
+        &self.options
+    }
+
+    /// The validated row mapping.
+    pub fn mapping(&self) -> &C::Mapping {
+        &self.mapping
+    }
+
+    /// The flow-control settings the options translate to.
+    pub fn flow_config(&self) -> &FlowConfig {
+        &self.flow
+    }
+
+    /// The connection settings the transport is built from.
+    pub fn client_settings(&self) -> C::ClientSettings {
+        C::client_settings(&self.options, &self.mapping)
+    }
+
+    /// The flow-control settings, for a connector's own builder methods (such as Bigtable's
+    /// budgets, which are not table options).
+    pub(crate) fn flow_config_mut(&mut self) -> &mut FlowConfig {
+        &mut self.flow
+    }
+}
+
+impl<C: Connector> Debug for Sink<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sink")
+            .field("connector", &C::KIND)
+            .field("schema", &self.schema)
+            .field("options", &self.options)
+            .field("mapping", &self.mapping)
+            .field("flow", &self.flow)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl<C: Connector> SinkConnector for Sink<C> {
+    fn kind(&self) -> ConnectorKind {
+        C::KIND
+    }
+
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Connects the transport, writes every row through the core and returns how many the
+    /// service acknowledged.
+    async fn write_all(
+        &self,
+        input: SendableRecordBatchStream,
+        metrics: SinkMetrics,
+    ) -> Result<u64> {
+        let transport = Arc::new(C::connect(&self.client_settings()).await?);
+        let writer = FlowWriter::new(transport, self.flow.clone(), metrics);
+        write_stream(writer, input, |batch, first_row, out| {
+            C::encode_batch(&self.options, &self.mapping, batch, first_row, out)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+    use crate::connectors::build_sink;
+
+    fn raw(pairs: &[(&str, &str)]) -> RawOptions {
+        RawOptions::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap()
+    }
+
+    #[test]
+    fn every_connector_builds_the_generic_sink_of_its_kind() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, false),
+            Field::new("data", DataType::Utf8, true),
+        ]));
+        let cases = [
+            (
+                ConnectorKind::PubSub,
+                raw(&[
+                    ("topic", "projects/p/topics/clicks"),
+                    ("data_column", "data"),
+                    ("attribute_columns", "id"),
+                ]),
+            ),
+            (
+                ConnectorKind::CloudTasks,
+                raw(&[
+                    ("queue", "projects/p/locations/l/queues/q"),
+                    ("url", "https://w.example.com/"),
+                ]),
+            ),
+            (
+                ConnectorKind::Bigtable,
+                raw(&[
+                    ("table", "projects/p/instances/i/tables/t"),
+                    ("row_key", "id"),
+                ]),
+            ),
+        ];
+        for (kind, options) in cases {
+            let sink = build_sink(kind, schema.clone(), None, &options).unwrap();
+            assert_eq!(sink.kind(), kind);
+            assert_eq!(sink.schema(), &schema);
+            let debug = format!("{sink:?}");
+            assert!(
+                debug.starts_with("Sink {") && debug.contains(&format!("connector: {kind:?}")),
+                "{debug}"
+            );
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! [`FlowWriter`]: the engine every connector writes through, and its public lifecycle.
+//!
+//! ```text
+//! write(envelope)
+//!   -> admit    gate permit (count + bytes), awaited under the progress watchdog
+//!   -> route    pool: open lazily; at the cap drain + release the LRU clean destination
+//!   -> batch    DestBatches::push; a threshold sends now, the first record arms a delay timer
+//!   -> send     spawned send task per batch (<= max_concurrent_sends RPCs at once)
+//!   -> resolve  ack | retry (gax timing) | NOT_FOUND recovery | isolation -> policy -> breaker
+//! ```
+//!
+//! One file per stage:
+//!
+//! - this file: the lifecycle (`new`, `write`, `write_many`, `reject_encoded`, `flush`,
+//!   `settle`, `close`, `delivered`, drop), the writer's shared state and its failure latch;
+//! - [`route`]: admission hand-off to a destination's batches, the destination pool (lazy
+//!   open, LRU and idle eviction), batch delay timers;
+//! - [`send`]: taking batches out of the pool with a lease on their client, the send task,
+//!   one RPC attempt under its deadline;
+//! - [`resolve`]: what a send's outcome means for each record (ack, retry, NOT_FOUND recovery,
+//!   rejection isolation, failure policy and breaker, fatal).
+//!
+//! Send tasks and delay timers run as tasks of one `JoinSet` owned by the writer, so they
+//! make progress while nothing calls the writer, and are aborted when the writer is dropped.
+
+mod resolve;
+mod route;
+mod send;
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use super::admission::Gate;
+use super::batch::Item;
+use super::breaker::Breaker;
+use super::metrics::SinkMetrics;
+use super::pool::{self, Pool};
+use super::progress::Progress;
+use super::{Destination, Envelope, FailurePolicy, FlowConfig, Transport};
+use crate::error::{Error, Result};
+
+/// The first failure of a writer.
+#[derive(Debug, Default)]
+struct Failure {
+    /// The error itself, handed out once.
+    first: Option<Error>,
+    /// Its text, for every later call.
+    summary: Option<String>,
+}
+
+/// The writer's send tasks and delay timers. Once `closed` (the writer closed or dropped),
+/// nothing more is spawned.
+#[derive(Default)]
+struct Tasks {
+    set: JoinSet<()>,
+    closed: bool,
+}
+
+/// The state a writer shares with its send tasks and delay timers. Each stage adds its own
+/// methods from its file (`route`, `send`, `resolve`); this file holds the failure latch and
+/// task spawning.
+struct Shared<T: Transport> {
+    transport: Arc<T>,
+    config: FlowConfig,
+    metrics: SinkMetrics,
+    progress: Arc<Progress>,
+    gate: Arc<Gate>,
+    breaker: Breaker,
+    sends: Semaphore,
+    pool: Mutex<Pool<T::Client, T::Record>>,
+    failure: Mutex<Failure>,
+    /// Set (under the `failure` lock) once `failure.summary` is; read without the lock.
+    has_failed: AtomicBool,
+    tasks: Mutex<Tasks>,
+    delivered: AtomicU64,
+}
+
+/// Whether two destinations are the same (the pointer test first: records of one batch usually
+/// share one `Arc`).
+fn same_destination(a: &Destination, b: &Destination) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
+fn lock<M>(m: &Mutex<M>) -> std::sync::MutexGuard<'_, M> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The flow-control engine of one sink writer (one statement).
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use gcp_sql::core::{FlowConfig, FlowWriter, SinkMetrics, Envelope, Transport};
+/// # async fn demo<T: Transport>(transport: Arc<T>, config: FlowConfig, metrics: SinkMetrics,
+/// #     records: Vec<Envelope<T::Record>>) -> gcp_sql::Result<u64> {
+/// let mut writer = FlowWriter::new(transport, config, metrics);
+/// for envelope in records {
+///     writer.write(envelope).await?;
+/// }
+/// writer.flush().await?;
+/// let delivered = writer.delivered();
+/// writer.close().await?;
+/// # Ok(delivered) }
+/// ```
+pub struct FlowWriter<T: Transport> {
+    shared: Arc<Shared<T>>,
+    closed: bool,
+}
+
+impl<T: Transport> std::fmt::Debug for FlowWriter<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlowWriter")
+            .field("config", &self.shared.config)
+            .field("delivered", &self.delivered())
+            .finish()
+    }
+}
+
+impl<T: Transport> FlowWriter<T> {
+    /// A writer over `transport`. No side effects: spawns nothing, opens nothing.
+    pub fn new(transport: Arc<T>, config: FlowConfig, metrics: SinkMetrics) -> Self {
+        let progress = Arc::new(Progress::new(
+            config.progress_timeout,
+            config.progress_option,
+        ));
+        let gate = Gate::new(
+            config.max_in_flight_records,
+            config.max_in_flight_bytes,
+            progress.clone(),
+            metrics.clone(),
+        );
+        let shared = Shared {
+            breaker: Breaker::new(config.max_consecutive_rejections, config.breaker_option),
+            sends: Semaphore::new(config.max_concurrent_sends.clamp(1, Semaphore::MAX_PERMITS)),
+            transport,
+            metrics,
+            progress,
+            gate,
+            pool: Mutex::default(),
+            failure: Mutex::default(),
+            has_failed: AtomicBool::new(false),
+            tasks: Mutex::default(),
+            delivered: AtomicU64::new(0),
+            config,
+        };
+        FlowWriter {
+            shared: Arc::new(shared),
+            closed: false,
+        }
+    }
+
+    /// Admits `envelope` (awaiting room under the progress watchdog; never blocking a runtime
+    /// thread), routes it to its destination's batch, and sends when a threshold is hit.
+    /// Returns the writer's first fatal error if it has failed.
+    pub async fn write(&mut self, envelope: Envelope<T::Record>) -> Result<()> {
+        self.write_many(&mut vec![envelope]).await
+    }
+
+    /// Writes every envelope of `envelopes` in order (draining it), with the same admission,
+    /// routing and batching decisions as calling [`FlowWriter::write`] for each, but admitting
+    /// and routing each run of records that fits now under one lock instead of one per record.
+    ///
+    /// On an error, the envelopes not yet admitted are dropped unsent (and the error returned).
+    pub async fn write_many(&mut self, envelopes: &mut Vec<Envelope<T::Record>>) -> Result<()> {
+        let shared = &self.shared;
+        let mut rest = envelopes.drain(..);
+        while let Some(first) = rest.as_slice().first() {
+            shared.check()?;
+            let destination = first.destination.clone();
+            let run = rest
+                .as_slice()
+                .iter()
+                .take_while(|e| same_destination(&e.destination, &destination))
+                .map(|e| e.bytes);
+            let permits = shared.gate.try_admit_many(run);
+            let items: Vec<Item<T::Record>> = if permits.is_empty() {
+                // The gate is full: this record waits (sending what is open first).
+                let Some(envelope) = rest.next() else { break };
+                let check = || shared.check();
+                let permit = shared
+                    .gate
+                    .admit(envelope.bytes, check, || shared.send_all_open())
+                    .await
+                    .map_err(|e| shared.failed(e))?;
+                vec![Item::new(envelope, permit)]
+            } else {
+                permits
+                    .into_iter()
+                    .zip(&mut rest)
+                    .map(|(permit, envelope)| Item::new(envelope, permit))
+                    .collect()
+            };
+            shared
+                .ensure_open(&destination)
+                .await
+                .map_err(|e| shared.failed(e))?;
+            // A send may have failed the writer since the check above: the run is then dropped
+            // unsent (its permits released) rather than batched after the failure.
+            shared.check()?;
+            shared.enqueue(&destination, items);
+        }
+        Ok(())
+    }
+
+    /// A row the encoder rejected (a serializer rejection). Under [`FailurePolicy::Fail`]
+    /// returns `Err(error)` (and the writer is failed); under [`FailurePolicy::Drop`] counts it
+    /// in `records_skipped` and returns `Ok`. Never counts toward the rejection breaker.
+    pub fn reject_encoded(&mut self, error: Error) -> Result<()> {
+        self.shared.check()?;
+        match self.shared.config.failure_policy {
+            FailurePolicy::Fail => Err(self.shared.failed(error)),
+            FailurePolicy::Drop => {
+                tracing::warn!(%error, "skipping a row the encoder rejected");
+                self.shared.metrics.record_skipped();
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends every open batch and waits until nothing admitted is unresolved (under the
+    /// progress watchdog); then releases destinations idle for longer than
+    /// `destination_idle_timeout`, within one shutdown budget.
+    pub async fn flush(&mut self) -> Result<()> {
+        let shared = &self.shared;
+        shared.check()?;
+        shared.send_all_open();
+        shared
+            .progress
+            .wait_until(
+                "flushing (waiting for every admitted record to resolve)",
+                || {
+                    shared.check()?;
+                    Ok(shared.gate.in_flight().0 == 0)
+                },
+            )
+            .await
+            .map_err(|e| shared.failed(e))?;
+        shared.evict_idle().await.map_err(|e| shared.failed(e))
+    }
+
+    /// Releases every client within one shutdown budget (all are asked before any is awaited);
+    /// an overrun is [`Error::ShutdownTimeout`]. Does not flush: call [`FlowWriter::flush`]
+    /// first. Sends still outstanding are aborted.
+    pub async fn close(mut self) -> Result<()> {
+        self.closed = true;
+        shutdown(self.shared.clone()).await
+    }
+
+    /// After a failure: sends nothing new, waits (at most `shutdown_timeout`) for the sends
+    /// already under way to finish, and returns how many admitted records are still unresolved
+    /// (never sent, or still in an RPC when the budget ran out).
+    ///
+    /// A failed statement calls this before [`FlowWriter::close`], so that records already on
+    /// the wire are acknowledged or reported instead of being cut off mid-RPC.
+    pub async fn settle(&mut self) -> u64 {
+        let shared = &self.shared;
+        let running = || {
+            lock(&shared.pool)
+                .dests
+                .values()
+                .map(|d| d.leases)
+                .sum::<usize>()
+        };
+        // A send task's lease pokes the progress clock as it ends (see `send::Lease`), so this
+        // wakes once per finished send and re-counts; nothing polls.
+        let wait = shared.progress.wait_quietly(|| running() == 0);
+        if tokio::time::timeout(shared.config.shutdown_timeout, wait)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                sends = running(),
+                "sends still running when the shutdown budget ran out; they are cut off"
+            );
+        }
+        shared.gate.in_flight().0
+    }
+
+    /// Records the service acknowledged so far (delivered and de-duplicated).
+    pub fn delivered(&self) -> u64 {
+        self.shared.delivered.load(Ordering::Relaxed)
+    }
+
+    /// The writer's metrics.
+    #[cfg(test)]
+    fn metrics(&self) -> &SinkMetrics {
+        &self.shared.metrics
+    }
+}
+
+impl<T: Transport> Drop for FlowWriter<T> {
+    /// A statement cancelled (its future dropped) or failed: outstanding sends are aborted and
+    /// the clients are released anyway, bounded by the shutdown budget, in a spawned task when
+    /// a runtime is available.
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        let set = {
+            let mut tasks = lock(&self.shared.tasks);
+            tasks.closed = true;
+            std::mem::take(&mut tasks.set)
+        };
+        let mut set = set;
+        set.abort_all();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let shared = self.shared.clone();
+            handle.spawn(async move {
+                if let Err(error) = shutdown_with(shared, set).await {
+                    tracing::warn!(%error, "releasing clients of a dropped writer");
+                }
+            });
+        }
+    }
+}
+
+async fn shutdown<T: Transport>(shared: Arc<Shared<T>>) -> Result<()> {
+    let mut set = {
+        let mut tasks = lock(&shared.tasks);
+        tasks.closed = true;
+        std::mem::take(&mut tasks.set)
+    };
+    set.abort_all();
+    shutdown_with(shared, set).await
+}
+
+/// Final release: waits for aborted tasks to let go of their clients, then closes every
+/// client, all within one shutdown budget.
+async fn shutdown_with<T: Transport>(shared: Arc<Shared<T>>, mut set: JoinSet<()>) -> Result<()> {
+    let budget = shared.config.shutdown_timeout;
+    let count = lock(&shared.pool).dests.len();
+    let work = async {
+        while set.join_next().await.is_some() {}
+        let clients: Vec<(Destination, T::Client)> = {
+            let mut pool = lock(&shared.pool);
+            pool.dests
+                .drain()
+                .filter_map(|(name, d)| pool::unshare(&name, d.client).map(|c| (name, c)))
+                .collect()
+        };
+        let n = clients.len();
+        let all =
+            futures::future::join_all(clients.into_iter().map(|(_, c)| shared.transport.close(c)));
+        all.await;
+        n
+    };
+    match tokio::time::timeout(budget, work).await {
+        Ok(n) => {
+            tracing::info!(clients = n, "writer closed");
+            Ok(())
+        }
+        Err(_) => Err(Error::ShutdownTimeout {
+            option: shared.config.shutdown_option,
+            budget,
+            clients: count,
+        }),
+    }
+}
+
+impl<T: Transport> Shared<T> {
+    /// The writer's state: `Err` once it has failed (the first error once, then its summary).
+    fn check(&self) -> Result<()> {
+        // Fast path for every write: no lock while the writer has not failed.
+        if !self.has_failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut f = lock(&self.failure);
+        if let Some(e) = f.first.take() {
+            return Err(e);
+        }
+        match &f.summary {
+            Some(s) => Err(Error::Failed(s.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks the writer failed by `e` (if it was not already) and hands `e` back to report.
+    fn failed(&self, e: Error) -> Error {
+        let mut f = lock(&self.failure);
+        if f.summary.is_none() {
+            tracing::error!(error = %e, "writer failed");
+            f.summary = Some(e.to_string());
+            self.has_failed.store(true, Ordering::Release);
+        }
+        drop(f);
+        self.progress.poke();
+        e
+    }
+
+    /// A send task's fatal error: kept for the writer's next call.
+    fn fail(&self, e: Error) {
+        let mut f = lock(&self.failure);
+        if f.summary.is_none() {
+            tracing::error!(error = %e, "writer failed");
+            f.summary = Some(e.to_string());
+            f.first = Some(e);
+            self.has_failed.store(true, Ordering::Release);
+        }
+        drop(f);
+        self.progress.poke();
+    }
+
+    fn is_failed(&self) -> bool {
+        self.has_failed.load(Ordering::Acquire)
+    }
+
+    fn spawn(self: &Arc<Self>, fut: impl Future<Output = ()> + Send + 'static) {
+        let mut tasks = lock(&self.tasks);
+        if tasks.closed {
+            return;
+        }
+        let mut panicked = false;
+        while let Some(done) = tasks.set.try_join_next() {
+            panicked |= done.as_ref().err().is_some_and(|e| e.is_panic());
+        }
+        tasks.set.spawn(fut);
+        drop(tasks);
+        if panicked {
+            self.fail(Error::Failed("a send task panicked".into()));
+        }
+    }
+}

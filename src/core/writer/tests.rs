@@ -1,0 +1,836 @@
+//! Unit tests of the writer, end to end through its public lifecycle, on a paused clock against
+//! the in-process [`FakeTransport`].
+
+use std::time::Duration;
+
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use tokio::time::Instant;
+use tonic::Code;
+
+use super::*;
+use crate::core::metrics::names;
+use crate::core::{Backoff, BatchThresholds, RecoverySettings, RetrySettings};
+use crate::testing::{FakeReply, FakeTransport};
+
+type Fake = FakeTransport<u32>;
+
+fn config() -> FlowConfig {
+    FlowConfig {
+        max_in_flight_records: 100,
+        max_in_flight_bytes: u64::MAX,
+        in_flight_option: "max_in_flight_messages",
+        progress_timeout: Some(Duration::from_secs(600)),
+        progress_option: "publish_progress_timeout",
+        shutdown_timeout: Duration::from_secs(30),
+        shutdown_option: "shutdown_timeout",
+        max_active_destinations: 10,
+        destination_idle_timeout: Duration::from_secs(300),
+        per_destination_metrics: false,
+        max_consecutive_rejections: Some(100),
+        breaker_option: "max_consecutive_rejections",
+        batch: BatchThresholds {
+            max_records: 10,
+            max_bytes: 1_000_000,
+            max_delay: Duration::from_millis(10),
+        },
+        retry: RetrySettings {
+            total_timeout: Duration::ZERO,
+            max_attempts: 5,
+            initial_retry_delay: Duration::from_millis(100),
+            retry_delay_multiplier: 2.0,
+            max_retry_delay: Duration::from_secs(1),
+            initial_rpc_timeout: Duration::ZERO,
+            rpc_timeout_multiplier: 1.0,
+            max_rpc_timeout: Duration::ZERO,
+            jitter: false,
+        },
+        retry_option: Some("retry_max_attempts"),
+        not_found: None,
+        failure_policy: FailurePolicy::Fail,
+        max_concurrent_sends: 10,
+    }
+}
+
+struct Harness {
+    fake: Arc<Fake>,
+    writer: FlowWriter<Fake>,
+    set: ExecutionPlanMetricsSet,
+}
+
+impl Harness {
+    fn new(config: FlowConfig) -> Self {
+        let fake = Arc::new(Fake::new());
+        let set = ExecutionPlanMetricsSet::new();
+        let writer = FlowWriter::new(fake.clone(), config, SinkMetrics::new(&set));
+        Harness { fake, writer, set }
+    }
+
+    fn metric(&self, name: &str) -> usize {
+        self.set
+            .clone_inner()
+            .sum_by_name(name)
+            .map(|v| v.as_usize())
+            .unwrap_or(0)
+    }
+
+    async fn write(&mut self, n: u32, destination: &str) -> Result<()> {
+        self.writer.write(envelope(n, destination, None)).await
+    }
+
+    async fn write_all(
+        &mut self,
+        range: std::ops::RangeInclusive<u32>,
+        destination: &str,
+    ) -> Result<()> {
+        for n in range {
+            self.write(n, destination).await?;
+        }
+        Ok(())
+    }
+}
+
+fn envelope(n: u32, destination: &str, key: Option<&str>) -> Envelope<u32> {
+    Envelope {
+        record: n,
+        bytes: 10,
+        destination: Arc::from(destination),
+        sequence_key: key.map(Arc::from),
+    }
+}
+
+fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+    v.sort_unstable();
+    v
+}
+
+#[tokio::test(start_paused = true)]
+async fn new_writer_has_no_side_effects() {
+    let h = Harness::new(config());
+    tokio::task::yield_now().await;
+    assert!(h.fake.opened().is_empty());
+    assert!(h.fake.calls().is_empty());
+    drop(h.writer);
+    tokio::task::yield_now().await;
+    assert!(h.fake.closed().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn delay_timer_sends_while_the_writer_is_not_called() {
+    let mut h = Harness::new(config());
+    h.write(1, "d").await.expect("write");
+    assert!(h.fake.calls().is_empty(), "below every threshold");
+    // The input stalls: nothing calls the writer, the 10 ms delay still sends the batch.
+    tokio::time::sleep(Duration::from_millis(11)).await;
+    assert_eq!(h.fake.batches(), vec![vec![1]]);
+    assert_eq!(h.writer.delivered(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn count_threshold_sends_full_batches_and_flush_sends_the_rest() {
+    let mut h = Harness::new(config());
+    h.write_all(1..=25, "d").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    let sizes: Vec<usize> = h.fake.batches().iter().map(Vec::len).collect();
+    assert_eq!(sizes, vec![10, 10, 5]);
+    assert_eq!(h.writer.delivered(), 25);
+    assert_eq!(h.metric(names::RECORDS_SENT), 25);
+    assert_eq!(h.metric(names::RECORDS_ACKED), 25);
+    assert_eq!(h.metric(names::BYTES_SENT), 250);
+    assert_eq!(h.metric(names::SEND_RPCS), 3);
+    assert_eq!(h.metric(names::IN_FLIGHT_RECORDS), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn writing_many_batches_like_writing_one_by_one_across_destinations_and_a_full_gate() {
+    let mut c = config();
+    c.max_in_flight_records = 15;
+    c.batch.max_records = 4;
+    let mut h = Harness::new(c);
+    h.fake
+        .respond_with(|_| FakeReply::Delay(Duration::from_secs(1), Box::new(FakeReply::Ok)));
+    let mut envelopes: Vec<Envelope<u32>> = (1..=30)
+        .map(|n| envelope(n, if n <= 20 { "a" } else { "b" }, None))
+        .collect();
+    let start = Instant::now();
+    h.writer.write_many(&mut envelopes).await.expect("write");
+    assert!(envelopes.is_empty(), "the input is drained");
+    // 15 fit at once; the 16th waited for the first batches to resolve, 1 s in.
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert_eq!(h.metric(names::IN_FLIGHT_RECORDS_HIGH_WATER), 15);
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.writer.delivered(), 30);
+    let calls = h.fake.calls();
+    let to = |d: &str| -> Vec<Vec<u32>> {
+        calls
+            .iter()
+            .filter(|c| &*c.destination == d)
+            .map(|c| c.records.clone())
+            .collect()
+    };
+    // Batches per destination in admission order, cut at 4 records; the blocked admission of
+    // 16 sent the open [13, 14, 15] first, and the flush sent the [20] left open.
+    assert_eq!(
+        to("a"),
+        vec![
+            vec![1, 2, 3, 4],
+            vec![5, 6, 7, 8],
+            vec![9, 10, 11, 12],
+            vec![13, 14, 15],
+            vec![16, 17, 18, 19],
+            vec![20]
+        ]
+    );
+    assert_eq!(
+        to("b"),
+        vec![vec![21, 22, 23, 24], vec![25, 26, 27, 28], vec![29, 30]]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn write_at_the_in_flight_cap_waits_for_a_completion() {
+    let mut c = config();
+    c.max_in_flight_records = 2;
+    c.batch.max_records = 1;
+    let mut h = Harness::new(c);
+    h.fake
+        .respond_with(|_| FakeReply::Delay(Duration::from_secs(5), Box::new(FakeReply::Ok)));
+    let start = Instant::now();
+    h.write_all(1..=3, "d").await.expect("write");
+    // The third write waited for the first completion, 5 s in.
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    assert_eq!(h.metric(names::IN_FLIGHT_RECORDS_HIGH_WATER), 2);
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.writer.delivered(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retryable_failure_is_retried_and_counted_once_as_sent() {
+    let mut h = Harness::new(config());
+    h.fake
+        .push(FakeReply::code(Code::Unavailable))
+        .push(FakeReply::code(Code::ResourceExhausted));
+    h.write_all(1..=3, "d").await.expect("write");
+    let start = Instant::now();
+    h.writer.flush().await.expect("flush");
+    // 100 ms then 200 ms of backoff.
+    assert_eq!(start.elapsed(), Duration::from_millis(300));
+    assert_eq!(h.fake.batches(), vec![vec![1, 2, 3]; 3]);
+    assert_eq!(
+        h.metric(names::RECORDS_SENT),
+        3,
+        "each record once, never per retry"
+    );
+    assert_eq!(h.metric(names::SEND_RPCS), 3);
+    assert_eq!(h.metric(names::RETRIES), 2);
+    assert_eq!(h.metric(names::SEND_ERRORS), 6);
+    assert_eq!(h.metric(names::SEND_ERRORS_BY_CODE), 6);
+    let snapshot = h.writer.metrics().snapshot();
+    assert_eq!(
+        snapshot.send_errors_by_code.get(&Code::Unavailable),
+        Some(&3)
+    );
+    assert_eq!(snapshot.parked_for_retry, 0);
+    assert_eq!(h.writer.delivered(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_waiting_out_a_backoff_are_parked_and_stay_in_flight() {
+    let mut h = Harness::new(config());
+    h.fake.push(FakeReply::code(Code::Unavailable));
+    h.write_all(1..=2, "d").await.expect("write");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(h.metric(names::PARKED_FOR_RETRY), 2);
+    assert_eq!(h.metric(names::IN_FLIGHT_RECORDS), 2);
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.metric(names::PARKED_FOR_RETRY), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_exhaustion_names_operation_destination_and_code() {
+    let mut c = config();
+    c.retry.max_attempts = 3;
+    let mut h = Harness::new(c);
+    h.fake.respond_with(|_| FakeReply::code(Code::Unavailable));
+    h.write(1, "projects/p/topics/t").await.expect("write");
+    match h.writer.flush().await {
+        Err(Error::RetryExhausted { source, option }) => {
+            assert_eq!(option, "retry_max_attempts");
+            let Error::Rpc {
+                operation,
+                destination,
+                code,
+                attempts,
+                ..
+            } = *source
+            else {
+                panic!("unexpected {source:?}");
+            };
+            assert_eq!(operation, "FakeSend");
+            assert_eq!(destination, "projects/p/topics/t");
+            assert_eq!(code, Code::Unavailable);
+            assert_eq!(attempts, 3);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(h.metric(names::RETRIES), 2);
+    // Later calls report the failure by its summary.
+    assert!(matches!(
+        h.write(2, "projects/p/topics/t").await,
+        Err(Error::Failed(_))
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn attempt_deadline_is_passed_and_enforced() {
+    let mut c = config();
+    c.retry.initial_rpc_timeout = Duration::from_secs(1);
+    c.retry.max_rpc_timeout = Duration::from_secs(1);
+    let mut h = Harness::new(c);
+    h.fake.push(FakeReply::Delay(
+        Duration::from_secs(3600),
+        Box::new(FakeReply::Ok),
+    ));
+    h.write(1, "d").await.expect("write");
+    h.writer.flush().await.expect("the retry succeeds");
+    let calls = h.fake.calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].timeout, Some(Duration::from_secs(1)));
+    assert_eq!(
+        h.writer
+            .metrics()
+            .snapshot()
+            .send_errors_by_code
+            .get(&Code::DeadlineExceeded),
+        Some(&1)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fatal_status_fails_the_writer_with_its_first_error() {
+    let mut h = Harness::new(config());
+    h.fake.push(FakeReply::code(Code::PermissionDenied));
+    h.write(1, "d").await.expect("write");
+    assert!(matches!(
+        h.writer.flush().await,
+        Err(Error::Rpc {
+            code: Code::PermissionDenied,
+            attempts: 1,
+            ..
+        })
+    ));
+    assert!(matches!(h.writer.flush().await, Err(Error::Failed(_))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_waiting_at_the_cap_does_not_slip_in_past_a_failure() {
+    let mut c = config();
+    c.max_in_flight_records = 1;
+    c.batch.max_records = 1;
+    let mut h = Harness::new(c);
+    h.fake.push(FakeReply::code(Code::PermissionDenied));
+    h.write(1, "d").await.expect("the first write is admitted");
+    // The second write waits for the first record's permit; that permit is released only
+    // after the writer is marked failed, so the second record is never sent.
+    assert!(h.write(2, "d").await.is_err());
+    assert_eq!(h.fake.batches(), vec![vec![1]]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn delivered_is_final_when_flush_returns() {
+    let mut h = Harness::new(config());
+    h.fake
+        .respond_with(|_| FakeReply::Delay(Duration::from_millis(5), Box::new(FakeReply::Ok)));
+    h.write_all(1..=50, "d").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.writer.delivered(), 50);
+    assert_eq!(h.metric(names::RECORDS_ACKED), 50);
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_record_failures_retry_only_the_failed_entries() {
+    let mut h = Harness::new(config());
+    h.fake.push(FakeReply::PerRecord(vec![
+        Ok(()),
+        Err(tonic::Status::unavailable("busy")),
+        Ok(()),
+    ]));
+    h.write_all(1..=3, "d").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.fake.batches(), vec![vec![1, 2, 3], vec![2]]);
+    assert_eq!(h.writer.delivered(), 3);
+    assert_eq!(h.metric(names::RECORDS_SENT), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn duplicate_counts_as_delivered_and_deduplicated() {
+    let mut h = Harness::new(config());
+    h.fake.push(FakeReply::PerRecord(vec![
+        Ok(()),
+        Err(tonic::Status::already_exists("task exists")),
+    ]));
+    h.write_all(1..=2, "d").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.writer.delivered(), 2);
+    assert_eq!(h.metric(names::RECORDS_DEDUPLICATED), 1);
+    assert_eq!(h.metric(names::RECORDS_ACKED), 2);
+}
+
+fn reject_seven(fake: &Fake) {
+    fake.respond_with(|call| {
+        if call.records.contains(&7) {
+            FakeReply::code(Code::InvalidArgument)
+        } else {
+            FakeReply::Ok
+        }
+    });
+}
+
+#[tokio::test(start_paused = true)]
+async fn isolation_finds_the_one_bad_record_in_a_batch_of_ten() {
+    let mut c = config();
+    c.failure_policy = FailurePolicy::Drop;
+    let mut h = Harness::new(c);
+    reject_seven(&h.fake);
+    h.write_all(1..=10, "d").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    let batches = h.fake.batches();
+    assert_eq!(batches[0], (1..=10).collect::<Vec<_>>());
+    // Every record of the refused batch is re-sent alone.
+    assert_eq!(
+        sorted(batches[1..].iter().map(|b| b[0]).collect()),
+        (1..=10).collect::<Vec<_>>()
+    );
+    assert!(batches[1..].iter().all(|b| b.len() == 1));
+    assert_eq!(h.writer.delivered(), 9);
+    assert_eq!(h.metric(names::RECORDS_ACKED), 9);
+    assert_eq!(h.metric(names::RECORDS_REJECTED), 1);
+    assert_eq!(h.metric(names::RECORDS_DROPPED), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fail_policy_fails_at_the_first_confirmed_rejection() {
+    let mut h = Harness::new(config());
+    reject_seven(&h.fake);
+    h.write_all(1..=10, "projects/p/topics/t")
+        .await
+        .expect("write");
+    match h.writer.flush().await {
+        Err(Error::Rejected {
+            destination, code, ..
+        }) => {
+            assert_eq!(destination, "projects/p/topics/t");
+            assert_eq!(code, Code::InvalidArgument);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(h.metric(names::RECORDS_REJECTED), 1);
+    assert_eq!(h.metric(names::RECORDS_DROPPED), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn breaker_trips_after_n_consecutive_confirmed_rejections() {
+    let mut c = config();
+    c.failure_policy = FailurePolicy::Drop;
+    c.max_consecutive_rejections = Some(3);
+    c.batch.max_records = 1;
+    let mut h = Harness::new(c);
+    h.fake
+        .respond_with(|_| FakeReply::code(Code::InvalidArgument));
+    let mut result = Ok(());
+    for n in 1..=10 {
+        result = h.write(n, "d").await;
+        if result.is_err() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    if result.is_ok() {
+        result = h.writer.flush().await;
+    }
+    match result {
+        Err(Error::RejectionBreaker { option, count }) => {
+            assert_eq!(option, "max_consecutive_rejections");
+            assert_eq!(count, 3);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn any_success_resets_the_breaker() {
+    let mut c = config();
+    c.failure_policy = FailurePolicy::Drop;
+    c.max_consecutive_rejections = Some(2);
+    c.batch.max_records = 1;
+    let mut h = Harness::new(c);
+    // Odd records are refused, even ones delivered: never two refusals in a row.
+    h.fake.respond_with(|call| {
+        if call.records[0] % 2 == 1 {
+            FakeReply::code(Code::InvalidArgument)
+        } else {
+            FakeReply::Ok
+        }
+    });
+    for n in 1..=40 {
+        h.write(n, "d").await.expect("write");
+        h.writer.flush().await.expect("flush");
+    }
+    assert_eq!(h.metric(names::RECORDS_DROPPED), 20);
+    assert_eq!(h.writer.delivered(), 20);
+}
+
+#[tokio::test(start_paused = true)]
+async fn unbounded_breaker_never_trips() {
+    let mut c = config();
+    c.failure_policy = FailurePolicy::Drop;
+    c.max_consecutive_rejections = None;
+    let mut h = Harness::new(c);
+    h.fake
+        .respond_with(|_| FakeReply::code(Code::InvalidArgument));
+    h.write_all(1..=50, "d").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.metric(names::RECORDS_DROPPED), 50);
+}
+
+#[tokio::test(start_paused = true)]
+async fn serializer_rejections_never_count_toward_the_breaker() {
+    let mut c = config();
+    c.failure_policy = FailurePolicy::Drop;
+    c.max_consecutive_rejections = Some(1);
+    let mut h = Harness::new(c);
+    for row in 0..10 {
+        h.writer
+            .reject_encoded(Error::Encode {
+                row,
+                reason: "too big".into(),
+            })
+            .expect("skipped");
+    }
+    h.write(1, "d").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.metric(names::RECORDS_SKIPPED), 10);
+    assert_eq!(h.metric(names::RECORDS_REJECTED), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn serializer_rejection_under_fail_policy_is_returned() {
+    let mut h = Harness::new(config());
+    let err = h
+        .writer
+        .reject_encoded(Error::Encode {
+            row: 4,
+            reason: "attribute key over 256 bytes".into(),
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::Encode { row: 4, .. }));
+    assert_eq!(h.metric(names::RECORDS_SKIPPED), 0);
+    assert!(matches!(h.write(1, "d").await, Err(Error::Failed(_))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn stall_trips_the_watchdog_once_naming_the_option() {
+    let mut h = Harness::new(config());
+    h.fake.push(FakeReply::Stall);
+    h.write(1, "d").await.expect("write");
+    let start = Instant::now();
+    match h.writer.flush().await {
+        Err(Error::ProgressTimeout {
+            option,
+            waiting_for,
+            ..
+        }) => {
+            assert_eq!(option, "publish_progress_timeout");
+            assert!(waiting_for.contains("flush"));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(start.elapsed(), Duration::from_secs(600));
+    assert!(matches!(h.writer.flush().await, Err(Error::Failed(_))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_but_answering_service_never_trips_the_watchdog() {
+    let mut c = config();
+    c.progress_timeout = Some(Duration::from_secs(10));
+    c.batch.max_records = 1;
+    c.max_concurrent_sends = 1;
+    let mut h = Harness::new(c);
+    h.fake
+        .respond_with(|_| FakeReply::Delay(Duration::from_secs(8), Box::new(FakeReply::Ok)));
+    h.write_all(1..=20, "d").await.expect("write");
+    let start = Instant::now();
+    h.writer
+        .flush()
+        .await
+        .expect("a slow service is not a stall");
+    assert!(start.elapsed() > Duration::from_secs(100));
+    assert_eq!(h.writer.delivered(), 20);
+}
+
+fn recovery(create: bool) -> RecoverySettings {
+    RecoverySettings {
+        backoff: Backoff {
+            initial: Duration::from_millis(500),
+            max: Duration::from_secs(10),
+            multiplier: 2.0,
+        },
+        max_attempts: 3,
+        attempts_option: "recovery_max_attempts",
+        create,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn not_found_recovery_creates_then_resends() {
+    let mut c = config();
+    c.not_found = Some(recovery(true));
+    let mut h = Harness::new(c);
+    h.fake.set_missing("projects/p/topics/new");
+    h.write(1, "projects/p/topics/new").await.expect("write");
+    let start = Instant::now();
+    h.writer.flush().await.expect("recovered");
+    assert_eq!(start.elapsed(), Duration::from_millis(500));
+    assert_eq!(
+        h.fake.created(),
+        vec![Arc::<str>::from("projects/p/topics/new")]
+    );
+    assert_eq!(h.fake.batches(), vec![vec![1], vec![1]]);
+    assert_eq!(h.metric(names::RESOURCES_CREATED), 1);
+    assert_eq!(h.writer.delivered(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn not_found_recovery_exhausts_naming_the_attempts_option() {
+    let mut c = config();
+    c.not_found = Some(recovery(false));
+    let mut h = Harness::new(c);
+    h.fake.set_missing("q");
+    h.write(1, "q").await.expect("write");
+    match h.writer.flush().await {
+        Err(Error::RecoveryExhausted {
+            destination,
+            option,
+            attempts,
+            ..
+        }) => {
+            assert_eq!(destination, "q");
+            assert_eq!(option, "recovery_max_attempts");
+            assert_eq!(attempts, 3);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(h.fake.created().is_empty(), "creation was not asked for");
+    assert_eq!(h.fake.calls().len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn not_found_without_recovery_is_fatal() {
+    let mut h = Harness::new(config());
+    h.fake.set_missing("q");
+    h.write(1, "q").await.expect("write");
+    assert!(matches!(
+        h.writer.flush().await,
+        Err(Error::Rpc {
+            code: Code::NotFound,
+            ..
+        })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn sequence_key_failure_is_repaired_before_later_records_of_the_key() {
+    let mut c = config();
+    c.batch.max_records = 2;
+    let mut h = Harness::new(c);
+    h.fake.push(FakeReply::code(Code::Unavailable));
+    for n in 1..=4 {
+        h.writer
+            .write(envelope(n, "d", Some("k")))
+            .await
+            .expect("write");
+    }
+    // Records 3 and 4 wait while the key's first batch is in flight (and retried).
+    h.writer
+        .write(envelope(100, "d", None))
+        .await
+        .expect("unkeyed");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let during = h.fake.batches();
+    assert_eq!(
+        during,
+        vec![vec![1, 2], vec![100]],
+        "later records of the key wait for the repair"
+    );
+    h.writer.flush().await.expect("flush");
+    assert_eq!(
+        h.fake.batches(),
+        vec![vec![1, 2], vec![100], vec![1, 2], vec![3, 4]]
+    );
+    assert_eq!(h.writer.delivered(), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn eviction_drains_before_release_at_one_active_destination() {
+    let mut c = config();
+    c.max_active_destinations = 1;
+    let mut h = Harness::new(c);
+    h.fake
+        .respond_with(|_| FakeReply::Delay(Duration::from_secs(2), Box::new(FakeReply::Ok)));
+    let start = Instant::now();
+    for d in ["a", "b", "c"] {
+        h.write_all(1..=3, d).await.expect("write");
+    }
+    // Each switch waited for the previous destination's batch to resolve (2 s each).
+    assert_eq!(start.elapsed(), Duration::from_secs(4));
+    let names = |v: Vec<Destination>| v.iter().map(|d| d.to_string()).collect::<Vec<_>>();
+    assert_eq!(names(h.fake.opened()), vec!["a", "b", "c"]);
+    assert_eq!(names(h.fake.closed()), vec!["a", "b"]);
+    assert_eq!(
+        h.writer.delivered(),
+        6,
+        "a and b were drained before release"
+    );
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.writer.delivered(), 9);
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_overrun_fails_the_writer_before_opening_the_replacement() {
+    let mut c = config();
+    c.max_active_destinations = 1;
+    let mut h = Harness::new(c);
+    h.fake.set_close_delay(Duration::from_secs(60));
+    h.write(1, "a").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    match h.write(2, "b").await {
+        Err(Error::ShutdownTimeout {
+            option,
+            budget,
+            clients,
+        }) => {
+            assert_eq!(option, "shutdown_timeout");
+            assert_eq!(budget, Duration::from_secs(30));
+            assert_eq!(clients, 1);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(h.fake.opened().len(), 1, "no replacement was opened");
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_costs_one_budget_for_all_clients_and_overrun_fails() {
+    let mut c = config();
+    let mut h = Harness::new(c.clone());
+    h.fake.set_close_delay(Duration::from_secs(20));
+    for d in ["a", "b", "c"] {
+        h.write(1, d).await.expect("write");
+    }
+    h.writer.flush().await.expect("flush");
+    let start = Instant::now();
+    h.writer
+        .close()
+        .await
+        .expect("three 20 s closes fit one 30 s budget");
+    assert_eq!(start.elapsed(), Duration::from_secs(20));
+    assert_eq!(h.fake.closed().len(), 3);
+
+    c.shutdown_timeout = Duration::from_secs(10);
+    let mut h = Harness::new(c);
+    h.fake.set_close_delay(Duration::from_secs(20));
+    h.write(1, "a").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    assert!(matches!(
+        h.writer.close().await,
+        Err(Error::ShutdownTimeout { clients: 1, .. })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_destinations_are_released_after_a_flush_and_reopen_transparently() {
+    let mut h = Harness::new(config());
+    h.write(1, "a").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    tokio::time::sleep(Duration::from_secs(301)).await;
+    h.write(2, "b").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    let names = |v: Vec<Destination>| v.iter().map(|d| d.to_string()).collect::<Vec<_>>();
+    assert_eq!(names(h.fake.closed()), vec!["a"]);
+    h.write(3, "a").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    assert_eq!(names(h.fake.opened()), vec!["a", "b", "a"]);
+    assert_eq!(h.writer.delivered(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropped_writer_aborts_sends_and_releases_clients() {
+    let mut h = Harness::new(config());
+    h.fake.push(FakeReply::Stall);
+    h.write_all(1..=10, "a").await.expect("write");
+    tokio::task::yield_now().await;
+    assert_eq!(h.fake.calls().len(), 1);
+    let Harness { fake, writer, set } = h;
+    drop(writer);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(fake.closed(), vec![Arc::<str>::from("a")]);
+    assert_eq!(
+        set.clone_inner()
+            .sum_by_name(names::IN_FLIGHT_RECORDS)
+            .map(|v| v.as_usize()),
+        Some(0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn open_failure_is_returned_by_write() {
+    let mut h = Harness::new(config());
+    h.fake.set_open_error("no credentials");
+    assert!(matches!(h.write(1, "a").await, Err(Error::Connect { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_destination_counters_only_when_enabled() {
+    let mut c = config();
+    c.per_destination_metrics = true;
+    let mut h = Harness::new(c);
+    h.write_all(1..=3, "a").await.expect("write");
+    h.write_all(1..=2, "b").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.metric(names::RECORDS_SENT_BY_DESTINATION), 5);
+
+    let mut h = Harness::new(config());
+    h.write(1, "a").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    assert_eq!(
+        h.set
+            .clone_inner()
+            .sum_by_name(names::RECORDS_SENT_BY_DESTINATION),
+        None
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn settle_returns_as_the_last_running_send_ends() {
+    let mut h = Harness::new(config());
+    h.fake
+        .respond_with(|_| FakeReply::Delay(Duration::from_millis(3_005), Box::new(FakeReply::Ok)));
+    // Ten records: one full batch, sent at once.
+    h.write_all(1..=10, "d").await.expect("write");
+    let start = Instant::now();
+    let unresolved = h.writer.settle().await;
+    // Woken by the lease's end itself, not by a poll interval.
+    assert_eq!(start.elapsed(), Duration::from_millis(3_005));
+    assert_eq!(unresolved, 0);
+    assert_eq!(h.writer.delivered(), 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn settle_stops_at_the_shutdown_budget_and_counts_what_is_unresolved() {
+    let mut h = Harness::new(config());
+    h.fake.push(FakeReply::Stall);
+    h.write_all(1..=10, "d").await.expect("write");
+    let start = Instant::now();
+    let unresolved = h.writer.settle().await;
+    assert_eq!(start.elapsed(), Duration::from_secs(30));
+    assert_eq!(unresolved, 10);
+    assert_eq!(h.writer.delivered(), 0);
+}
