@@ -177,7 +177,6 @@ pub fn default_of<T: OptionField>(spec: &OptionSpec) -> T {
 ///     pub struct AcmeWriterOptions / builder AcmeWriterOptionsBuilder {
 ///         /// Records per request before it is sent.
 ///         batch_size: i64 => BATCH_SIZE {
-///             group: OptionGroup::Writer,
 ///             kind: OptionKind::Int,
 ///             default: DefaultValue::Int(100),
 ///             bound: Bound::Positive,
@@ -193,7 +192,8 @@ pub fn default_of<T: OptionField>(spec: &OptionSpec) -> T {
 /// ```
 ///
 /// A row with a body declares `pub static BATCH_SIZE: OptionSpec` (its `name` is the field
-/// name); a row without one uses a spec in scope. The macro generates the options struct (its
+/// name, its group [`OptionGroup::Writer`](crate::options::OptionGroup::Writer)); a row
+/// without one uses a spec in scope. The macro generates the options struct (its
 /// [`Default`] reads each spec's default), `specs()` (the specs in row order), one getter per
 /// row, the builder with one setter per row, the builder's private `checked()` (every given
 /// value against its spec's bound, in row order) and `from_parsed()` (every option the statement
@@ -215,6 +215,7 @@ macro_rules! writer_options {
                 #[doc = concat!("The `", stringify!($field), "` option of [`", stringify!($Struct), "`].")]
                 pub static $SPEC: $crate::options::OptionSpec = $crate::options::OptionSpec {
                     name: stringify!($field),
+                    group: $crate::options::OptionGroup::Writer,
                     $($body)*
                 };
             )?
@@ -315,14 +316,13 @@ mod tests {
     use super::*;
     use crate::error::Error;
     use crate::options::common::PER_DESTINATION_METRICS;
-    use crate::options::{Bound, OptionGroup, OptionKind, RawOptions};
+    use crate::options::{Bound, OptionKind, RawOptions};
 
     writer_options! {
         /// A made-up connector's writer options.
         pub struct AcmeWriterOptions / builder AcmeWriterOptionsBuilder {
             /// Records per request.
             batch_size: i64 => BATCH_SIZE {
-                group: OptionGroup::Writer,
                 kind: OptionKind::Int,
                 default: DefaultValue::JavaSdk(&DefaultValue::Int(100)),
                 bound: Bound::Positive,
@@ -332,7 +332,6 @@ mod tests {
             };
             /// Attempt deadline.
             deadline: Duration => DEADLINE {
-                group: OptionGroup::Writer,
                 kind: OptionKind::Duration,
                 default: DefaultValue::Duration(Duration::from_secs(5)),
                 bound: Bound::AtLeastMillis,
@@ -342,7 +341,6 @@ mod tests {
             };
             /// Channels, unset by default.
             channels: Option<i32> => CHANNELS {
-                group: OptionGroup::Writer,
                 kind: OptionKind::Int,
                 default: DefaultValue::Unset("one"),
                 bound: Bound::Positive,

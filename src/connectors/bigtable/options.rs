@@ -280,7 +280,6 @@ writer_options! {
     pub struct BigtableWriterOptions / builder BigtableWriterOptionsBuilder {
         /// Entries per MutateRows request before it is sent.
         batch_element_count_threshold: i64 => BATCH_ELEMENT_COUNT_THRESHOLD {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::Int(DEFAULT_BATCH_ELEMENT_COUNT_THRESHOLD),
             bound: Bound::IntRange {
@@ -293,7 +292,6 @@ writer_options! {
         };
         /// Mutation bytes per request before it is sent.
         batch_request_byte_threshold: i64 => BATCH_REQUEST_BYTE_THRESHOLD {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::Bytes(DEFAULT_BATCH_REQUEST_BYTE_THRESHOLD),
             bound: Bound::IntRange {
@@ -306,7 +304,6 @@ writer_options! {
         };
         /// In-flight entry cap.
         max_in_flight_entries: i32 => MAX_IN_FLIGHT_ENTRIES {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::Int(DEFAULT_MAX_IN_FLIGHT_ENTRIES as i64),
             bound: Bound::Positive,
@@ -316,7 +313,6 @@ writer_options! {
         };
         /// In-flight byte cap.
         max_in_flight_bytes: i64 => MAX_IN_FLIGHT_BYTES {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::Bytes(DEFAULT_MAX_IN_FLIGHT_BYTES),
             bound: Bound::Positive,
@@ -328,7 +324,6 @@ writer_options! {
         max_consecutive_rejections: i32 => MAX_CONSECUTIVE_REJECTIONS;
         /// First backoff of the table auto-creation recovery.
         recovery_initial_backoff: Duration => RECOVERY_INITIAL_BACKOFF {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::Duration(DEFAULT_RECOVERY_INITIAL_BACKOFF),
             bound: Bound::AtLeastMillis,
@@ -338,7 +333,6 @@ writer_options! {
         };
         /// Backoff cap of the table auto-creation recovery.
         recovery_max_backoff: Duration => RECOVERY_MAX_BACKOFF {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::Duration(DEFAULT_RECOVERY_MAX_BACKOFF),
             bound: Bound::AtLeastMillis,
@@ -348,7 +342,6 @@ writer_options! {
         };
         /// Attempts of the table auto-creation recovery.
         recovery_max_attempts: i32 => RECOVERY_MAX_ATTEMPTS {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::Int(DEFAULT_RECOVERY_MAX_ATTEMPTS as i64),
             bound: Bound::Positive,
@@ -358,7 +351,6 @@ writer_options! {
         };
         /// Idle time after which a table's batching state is dropped.
         destination_idle_timeout: Duration => DESTINATION_IDLE_TIMEOUT {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::Duration(DEFAULT_DESTINATION_IDLE_TIMEOUT),
             bound: Bound::PositiveNanos,
@@ -368,7 +360,6 @@ writer_options! {
         };
         /// Open-or-closing instance client cap.
         max_active_instances: i32 => MAX_ACTIVE_INSTANCES {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::Int(DEFAULT_MAX_ACTIVE_INSTANCES as i64),
             bound: Bound::Positive,

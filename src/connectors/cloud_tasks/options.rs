@@ -339,7 +339,6 @@ writer_options! {
     pub struct CloudTasksWriterOptions / builder CloudTasksWriterOptionsBuilder {
         /// Outstanding task creations cap (in flight or waiting out a backoff).
         max_in_flight_tasks: i32 => MAX_IN_FLIGHT_TASKS {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::Int(DEFAULT_MAX_IN_FLIGHT_TASKS as i64),
             bound: Bound::Positive,
@@ -349,7 +348,6 @@ writer_options! {
         };
         /// gRPC channels of the client; `None` leaves the client's single channel.
         channel_pool_size: Option<i32> => CHANNEL_POOL_SIZE {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::Unset("one channel"),
             bound: Bound::Positive,
@@ -359,7 +357,6 @@ writer_options! {
         };
         /// First backoff of the transient-failure retry.
         recovery_initial_backoff: Duration => RECOVERY_INITIAL_BACKOFF {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::Duration(DEFAULT_RECOVERY_INITIAL_BACKOFF),
             bound: Bound::AtLeastMillis,
@@ -369,7 +366,6 @@ writer_options! {
         };
         /// Backoff cap of the transient-failure retry.
         recovery_max_backoff: Duration => RECOVERY_MAX_BACKOFF {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::Duration(DEFAULT_RECOVERY_MAX_BACKOFF),
             bound: Bound::AtLeastMillis,
@@ -379,7 +375,6 @@ writer_options! {
         };
         /// Attempts of the transient-failure retry, the first included.
         recovery_max_attempts: i32 => RECOVERY_MAX_ATTEMPTS {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::Int(DEFAULT_RECOVERY_MAX_ATTEMPTS as i64),
             bound: Bound::Positive,
@@ -389,7 +384,6 @@ writer_options! {
         };
         /// First backoff of the NOT_FOUND retry.
         not_found_recovery_initial_backoff: Duration => NOT_FOUND_RECOVERY_INITIAL_BACKOFF {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::Duration(DEFAULT_NOT_FOUND_RECOVERY_INITIAL_BACKOFF),
             bound: Bound::AtLeastMillis,
@@ -399,7 +393,6 @@ writer_options! {
         };
         /// Backoff cap of the NOT_FOUND retry.
         not_found_recovery_max_backoff: Duration => NOT_FOUND_RECOVERY_MAX_BACKOFF {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::Duration(DEFAULT_NOT_FOUND_RECOVERY_MAX_BACKOFF),
             bound: Bound::AtLeastMillis,
@@ -409,7 +402,6 @@ writer_options! {
         };
         /// Attempts of the NOT_FOUND retry, the first included.
         not_found_recovery_max_attempts: i32 => NOT_FOUND_RECOVERY_MAX_ATTEMPTS {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::Int(DEFAULT_NOT_FOUND_RECOVERY_MAX_ATTEMPTS as i64),
             bound: Bound::Positive,

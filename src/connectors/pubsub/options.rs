@@ -220,7 +220,6 @@ writer_options! {
     pub struct PubSubPublisherOptions / builder PubSubPublisherOptionsBuilder {
         /// Messages per publish request before it is sent.
         batch_element_count_threshold: i64 => BATCH_ELEMENT_COUNT_THRESHOLD {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::JavaSdk(&DefaultValue::Int(SDK_BATCH_ELEMENT_COUNT_THRESHOLD)),
             bound: Bound::Positive,
@@ -230,7 +229,6 @@ writer_options! {
         };
         /// Bytes per publish request before it is sent.
         batch_request_byte_threshold: i64 => BATCH_REQUEST_BYTE_THRESHOLD {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::JavaSdk(&DefaultValue::Int(SDK_BATCH_REQUEST_BYTE_THRESHOLD)),
             bound: Bound::Positive,
@@ -240,7 +238,6 @@ writer_options! {
         };
         /// How long a batch waits to fill.
         batch_delay_threshold: Duration => BATCH_DELAY_THRESHOLD {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::JavaSdk(&DefaultValue::Duration(SDK_BATCH_DELAY_THRESHOLD)),
             bound: Bound::PositiveDuration,
@@ -250,7 +247,6 @@ writer_options! {
         };
         /// Total budget of one publish and its retries (zero: bounded by attempts only).
         retry_total_timeout: Duration => RETRY_TOTAL_TIMEOUT {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::JavaSdk(&DefaultValue::Duration(SDK_RETRY_TOTAL_TIMEOUT)),
             bound: Bound::ZeroOrAtLeastMillis,
@@ -260,7 +256,6 @@ writer_options! {
         };
         /// Delay before the first retry.
         retry_initial_delay: Duration => RETRY_INITIAL_DELAY {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::JavaSdk(&DefaultValue::Duration(SDK_RETRY_INITIAL_DELAY)),
             bound: Bound::ZeroOrAtLeastMillis,
@@ -270,7 +265,6 @@ writer_options! {
         };
         /// Growth factor of the retry delay.
         retry_delay_multiplier: f64 => RETRY_DELAY_MULTIPLIER {
-            group: OptionGroup::Writer,
             kind: OptionKind::Float,
             default: DefaultValue::JavaSdk(&DefaultValue::Float(SDK_RETRY_DELAY_MULTIPLIER)),
             bound: Bound::AtLeastOne,
@@ -280,7 +274,6 @@ writer_options! {
         };
         /// Cap of the retry delay.
         retry_max_delay: Duration => RETRY_MAX_DELAY {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::JavaSdk(&DefaultValue::Duration(SDK_RETRY_MAX_DELAY)),
             bound: Bound::ZeroOrAtLeastMillis,
@@ -290,7 +283,6 @@ writer_options! {
         };
         /// Deadline of the first attempt (zero: none).
         retry_initial_rpc_timeout: Duration => RETRY_INITIAL_RPC_TIMEOUT {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::JavaSdk(&DefaultValue::Duration(SDK_RETRY_INITIAL_RPC_TIMEOUT)),
             bound: Bound::ZeroOrAtLeastMillis,
@@ -300,7 +292,6 @@ writer_options! {
         };
         /// Growth factor of the per-attempt deadline.
         retry_rpc_timeout_multiplier: f64 => RETRY_RPC_TIMEOUT_MULTIPLIER {
-            group: OptionGroup::Writer,
             kind: OptionKind::Float,
             default: DefaultValue::JavaSdk(&DefaultValue::Float(SDK_RETRY_RPC_TIMEOUT_MULTIPLIER)),
             bound: Bound::AtLeastOne,
@@ -310,7 +301,6 @@ writer_options! {
         };
         /// Cap of the per-attempt deadline (zero: none).
         retry_max_rpc_timeout: Duration => RETRY_MAX_RPC_TIMEOUT {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::JavaSdk(&DefaultValue::Duration(SDK_RETRY_MAX_RPC_TIMEOUT)),
             bound: Bound::ZeroOrAtLeastMillis,
@@ -320,7 +310,6 @@ writer_options! {
         };
         /// Attempt cap (zero: bounded by the total timeout only).
         retry_max_attempts: i32 => RETRY_MAX_ATTEMPTS {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::JavaSdk(&DefaultValue::Int(SDK_RETRY_MAX_ATTEMPTS)),
             bound: Bound::NonNegative,
@@ -331,7 +320,6 @@ writer_options! {
         /// Whether ordering keys are honoured. When true, the writer retries a publish without a
         /// time or attempt limit (the retry budget above does not apply).
         enable_message_ordering: bool => ENABLE_MESSAGE_ORDERING {
-            group: OptionGroup::Writer,
             kind: OptionKind::Bool,
             default: DefaultValue::Bool(false),
             bound: Bound::None,
@@ -341,7 +329,6 @@ writer_options! {
         };
         /// In-flight message cap.
         max_in_flight_messages: i32 => MAX_IN_FLIGHT_MESSAGES {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::Int(DEFAULT_MAX_IN_FLIGHT_MESSAGES as i64),
             bound: Bound::Positive,
@@ -351,7 +338,6 @@ writer_options! {
         };
         /// In-flight byte cap; [`COUNT_ONLY`] bounds by message count only.
         max_in_flight_bytes: i64 => MAX_IN_FLIGHT_BYTES {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::Bytes(DEFAULT_MAX_IN_FLIGHT_BYTES),
             bound: Bound::Positive,
@@ -361,7 +347,6 @@ writer_options! {
         };
         /// First backoff of the topic auto-creation recovery.
         recovery_initial_backoff: Duration => RECOVERY_INITIAL_BACKOFF {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::Duration(DEFAULT_RECOVERY_INITIAL_BACKOFF),
             bound: Bound::AtLeastMillis,
@@ -371,7 +356,6 @@ writer_options! {
         };
         /// Backoff cap of the topic auto-creation recovery.
         recovery_max_backoff: Duration => RECOVERY_MAX_BACKOFF {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::Duration(DEFAULT_RECOVERY_MAX_BACKOFF),
             bound: Bound::AtLeastMillis,
@@ -381,7 +365,6 @@ writer_options! {
         };
         /// Attempts of the topic auto-creation recovery.
         recovery_max_attempts: i32 => RECOVERY_MAX_ATTEMPTS {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::Int(DEFAULT_RECOVERY_MAX_ATTEMPTS as i64),
             bound: Bound::Positive,
@@ -391,7 +374,6 @@ writer_options! {
         };
         /// No-progress budget.
         publish_progress_timeout: Duration => PUBLISH_PROGRESS_TIMEOUT {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::Duration(DEFAULT_PUBLISH_PROGRESS_TIMEOUT),
             bound: Bound::PositiveNanos,
@@ -401,7 +383,6 @@ writer_options! {
         };
         /// Budget of one publisher release.
         shutdown_timeout: Duration => SHUTDOWN_TIMEOUT {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::Duration(DEFAULT_SHUTDOWN_TIMEOUT),
             bound: Bound::PositiveNanos,
@@ -411,7 +392,6 @@ writer_options! {
         };
         /// Open publisher cap.
         max_active_publishers: i32 => MAX_ACTIVE_PUBLISHERS {
-            group: OptionGroup::Writer,
             kind: OptionKind::Int,
             default: DefaultValue::Int(DEFAULT_MAX_ACTIVE_PUBLISHERS as i64),
             bound: Bound::Positive,
@@ -421,7 +401,6 @@ writer_options! {
         };
         /// Idle time after which a topic's publisher is released.
         destination_idle_timeout: Duration => DESTINATION_IDLE_TIMEOUT {
-            group: OptionGroup::Writer,
             kind: OptionKind::Duration,
             default: DefaultValue::Duration(DEFAULT_DESTINATION_IDLE_TIMEOUT),
             bound: Bound::PositiveNanos,
