@@ -31,6 +31,8 @@
 mod support;
 
 mod bigtable_sink;
+// Runs the `gcp-sql` binary (`CARGO_BIN_EXE_gcp-sql`): if the binary is ever built only under a
+// feature, gate this module on the same feature rather than the whole test binary.
 mod cli;
 mod cloud_tasks_sink;
 mod emulator_smoke;
