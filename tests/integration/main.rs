@@ -31,8 +31,9 @@
 mod support;
 
 mod bigtable_sink;
-// Runs the `gcp-sql` binary (`CARGO_BIN_EXE_gcp-sql`): if the binary is ever built only under a
-// feature, gate this module on the same feature rather than the whole test binary.
+// Runs the `gcp-sql` binary (`CARGO_BIN_EXE_gcp-sql`), which is built only with the `cli`
+// feature (on by default).
+#[cfg(feature = "cli")]
 mod cli;
 mod cloud_tasks_sink;
 mod emulator_smoke;
