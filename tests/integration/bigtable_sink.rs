@@ -11,14 +11,13 @@
 //! failures, a refused entry inside a batch, a service that refuses everything, a stall.
 //! Durations are small; nothing asserts wall-clock time.
 //!
-//! Run: `cargo test --test bigtable_sink`.
-
-mod support;
+//! Run: `cargo test --test integration bigtable_sink::`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{Insert, exec, insert, unique};
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use datafusion::prelude::SessionContext;
 use gcloud_sdk::google::bigtable::admin::v2::bigtable_table_admin_client::BigtableTableAdminClient;
@@ -33,7 +32,6 @@ use gcp_sql::core::metrics::names;
 use gcp_sql::options::RawOptions;
 use gcp_sql::sql::SinkTable;
 use gcp_sql::testing::{FakeServer, Reply, Script};
-use support::{Insert, exec, insert, unique};
 use tonic::Code;
 use tonic::transport::Channel;
 

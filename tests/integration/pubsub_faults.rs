@@ -8,18 +8,16 @@
 //! what was sent again. Durations are small to keep the tests fast; nothing asserts wall-clock
 //! time.
 //!
-//! Run: `cargo test --test pubsub_faults`.
-
-mod support;
+//! Run: `cargo test --test integration pubsub_faults::`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::support::{Insert, exec, insert, multiplicities};
 use gcloud_sdk::google::pubsub::v1::{PublishRequest, PublishResponse, Topic};
 use gcp_sql::core::metrics::names;
 use gcp_sql::testing::{FakeServer, Reply, Script};
-use support::{Insert, exec, insert, multiplicities};
 use tonic::Code;
 
 const PUBLISH: &str = "/google.pubsub.v1.Publisher/Publish";

@@ -34,7 +34,9 @@ async fn pubsub_emulator_publishes_and_delivers_a_message() {
     let mut publisher = PublisherClient::new(channel.clone());
     let mut subscriber = SubscriberClient::new(channel);
 
-    // Ids need at least 3 characters and a leading letter (GCP_FACTS.md, Emulators).
+    // Topic and subscription ids follow the service's naming rule, which the emulator checks
+    // too: 3 to 255 characters, starting with a letter (the `Topic.name` and
+    // `Subscription.name` comments of googleapis' `google/pubsub/v1/pubsub.proto`).
     let topic = "projects/smoke/topics/smoke-topic".to_string();
     let subscription = "projects/smoke/subscriptions/smoke-sub".to_string();
     publisher

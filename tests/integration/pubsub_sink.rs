@@ -9,16 +9,14 @@
 //! its own project and topics, so tests run in parallel. A missing emulator fails every test
 //! with the install step.
 //!
-//! Run: `cargo test --test pubsub_sink`.
-
-// `json!` objects with many fields need a deeper macro recursion than the default.
-#![recursion_limit = "256"]
-
-mod support;
+//! Run: `cargo test --test integration pubsub_sink::`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crate::support::{
+    self, PubSubAdmin, exec, ids, insert, json_payloads, register_pubsub_table, unique,
+};
 use arrow::array::{
     ArrayRef, BinaryViewArray, BooleanArray, Date32Array, Date64Array, Decimal32Array,
     Decimal64Array, Decimal128Array, Decimal256Array, DictionaryArray, DurationMicrosecondArray,
@@ -38,7 +36,6 @@ use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
 use gcp_sql::core::metrics::names;
 use serde_json::{Value, json};
-use support::{PubSubAdmin, exec, ids, insert, json_payloads, register_pubsub_table, unique};
 
 /// `CREATE TABLE <table> (<columns>) WITH (connector = 'pubsub', emulator_host = ..., <options>)`.
 fn create_table(table: &str, columns: &str, host: &str, options: &[(&str, &str)]) -> String {

@@ -824,7 +824,7 @@ fn refuses_a_batch_with_another_schema() {
 // --- micro-benchmark --------------------------------------------------------------------------
 
 /// Compares the two record representations over the same rows (run in release for numbers:
-/// `cargo test --release --test pubsub_mapping -- --ignored --nocapture`).
+/// `cargo test --release --test integration pubsub_mapping:: -- --ignored --nocapture`).
 #[test]
 #[ignore = "micro-benchmark; prints timings"]
 fn mapping_throughput_benchmark() {

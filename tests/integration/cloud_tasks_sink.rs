@@ -17,9 +17,7 @@
 //! `FAILED_PRECONDITION`, names are never de-duplicated, paused queues dispatch nothing, and a
 //! dispatched request carries the task's headers plus `X-CloudTasks-*` ones.
 //!
-//! Run: `cargo test --test cloud_tasks_sink`.
-
-mod support;
+//! Run: `cargo test --test integration cloud_tasks_sink::`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -27,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{Insert, exec, insert, unique};
 use arrow::array::{ArrayRef, Int64Array, MapBuilder, RecordBatch, StringBuilder};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::datasource::MemTable;
@@ -42,7 +41,6 @@ use gcp_sql::emulators::{EmulatorKind, plaintext_channel, shared};
 use gcp_sql::options::RawOptions;
 use gcp_sql::sql::SinkTable;
 use gcp_sql::testing::{FakeServer, Reply, Script};
-use support::{Insert, exec, insert, unique};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
 use tonic::transport::Channel;

@@ -1,9 +1,6 @@
 //! Helpers shared by the Pub/Sub sink tests: running one `INSERT` and reading the sink's
 //! metrics, registering a sink table whose schema SQL cannot declare, and the emulator side
 //! (topics, subscriptions, pulls).
-//!
-//! Each test binary uses a part of this module, hence the `dead_code` allowance.
-#![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -26,8 +23,10 @@ use gcp_sql::options::RawOptions;
 use gcp_sql::sql::SinkTable;
 use tonic::transport::Channel;
 
-/// A name no other test of this process uses: `<prefix>-<pid>-<n>`. Pub/Sub ids need at least
-/// 3 characters and a leading letter (GCP_FACTS.md, Emulators), so `prefix` starts with one.
+/// A name no other test of this process uses: `<prefix>-<pid>-<n>`. Pub/Sub ids are 3 to 255
+/// characters and start with a letter (the `Topic.name` comment of googleapis'
+/// `google/pubsub/v1/pubsub.proto`; the emulator checks the same rule), so `prefix` starts
+/// with one.
 pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     format!(

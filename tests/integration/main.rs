@@ -1,0 +1,42 @@
+//! The integration tests, gathered in one test binary so that DataFusion and the Google clients
+//! are linked once rather than once per file (as DataFusion does with its `core_integration`
+//! binary).
+//!
+//! Each module keeps the purpose it had as a binary of its own:
+//!
+//! | module | what it drives |
+//! |---|---|
+//! | [`emulator_smoke`] | the emulator harness: each real emulator starts, answers and stops |
+//! | [`pubsub_mapping`] | the Pub/Sub row mapping alone (no service) |
+//! | [`pubsub_sink`] | the Pub/Sub sink against the Pub/Sub emulator |
+//! | [`pubsub_faults`] | the Pub/Sub sink against a scripted fake Publisher |
+//! | [`cloud_tasks_sink`] | the Cloud Tasks sink against its emulator and a scripted fake |
+//! | [`bigtable_sink`] | the Bigtable sink against `cbtemulator` and a scripted fake |
+//! | [`cli`] | the `gcp-sql` binary as a process |
+//!
+//! The tests of one module run on their own with a filter: `cargo test --test integration
+//! pubsub_sink::`. Every emulator-backed module draws on the same emulators
+//! (`gcp_sql::emulators::shared`, one per kind for the whole binary, started on first use), so
+//! each test names its own projects, topics, queues and tables.
+//!
+//! No test here sets or removes an environment variable of this process: tests run on parallel
+//! threads, and a sink's options read the emulator variables (`PUBSUB_EMULATOR_HOST`, ...) when
+//! they are parsed. A test that needs the
+//! environment changed runs a child process (as [`cli`] does) or lives in a binary of its own.
+
+// `json!` objects with many fields (in `pubsub_sink`) need a deeper macro recursion than the
+// default.
+#![recursion_limit = "256"]
+
+mod support;
+
+mod bigtable_sink;
+// Runs the `gcp-sql` binary (`CARGO_BIN_EXE_gcp-sql`), which is built only with the `cli`
+// feature (on by default).
+#[cfg(feature = "cli")]
+mod cli;
+mod cloud_tasks_sink;
+mod emulator_smoke;
+mod pubsub_faults;
+mod pubsub_mapping;
+mod pubsub_sink;
