@@ -47,8 +47,8 @@ use tonic::server::NamedService;
 pub const PUBLISH_PATH: &str = "/google.pubsub.v1.Publisher/Publish";
 
 /// Largest request the server accepts. Pub/Sub's own limit is 10,000,000 bytes per request
-/// (GCP_FACTS.md); the margin lets an over-limit request through to be counted rather than
-/// refused, since measuring is the point.
+/// (Pub/Sub quotas and limits; docs/service_facts.md); the margin lets an over-limit request
+/// through to be counted rather than refused, since measuring is the point.
 pub const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
 
 /// HTTP/2 per-stream receive window: larger than any request, so a request never stalls on it.

@@ -78,10 +78,16 @@ impl EmulatorKind {
 
     /// The variable the connectors (and Google's own clients) read to reach this emulator.
     pub fn env_var(self) -> &'static str {
+        self.connector().emulator_env_var()
+    }
+
+    /// The connector this emulator serves.
+    pub fn connector(self) -> crate::connectors::ConnectorKind {
+        use crate::connectors::ConnectorKind;
         match self {
-            EmulatorKind::PubSub => "PUBSUB_EMULATOR_HOST",
-            EmulatorKind::Bigtable => "BIGTABLE_EMULATOR_HOST",
-            EmulatorKind::CloudTasks => "CLOUD_TASKS_EMULATOR_HOST",
+            EmulatorKind::PubSub => ConnectorKind::PubSub,
+            EmulatorKind::Bigtable => ConnectorKind::Bigtable,
+            EmulatorKind::CloudTasks => ConnectorKind::CloudTasks,
         }
     }
 

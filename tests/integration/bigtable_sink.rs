@@ -298,7 +298,7 @@ async fn null_handling_ignore_keeps_old_cells_and_delete_removes_them() {
     bt.create_table(&table, &["cf"]).await;
     let ctx = gcp_sql::sql::new_context();
     for (name, handling) in [
-        ("seed", "ignore"),
+        ("prefill", "ignore"),
         ("ignoring", "ignore"),
         ("deleting", "delete"),
     ] {
@@ -315,7 +315,7 @@ async fn null_handling_ignore_keeps_old_cells_and_delete_removes_them() {
     }
     insert(
         &ctx,
-        "INSERT INTO seed VALUES ('r1', 'a0', 'b0'), ('r2', 'a0', 'b0')",
+        "INSERT INTO prefill VALUES ('r1', 'a0', 'b0'), ('r2', 'a0', 'b0')",
     )
     .await
     .count();

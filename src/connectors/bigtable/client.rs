@@ -22,7 +22,7 @@
 //! in-flight calls (a slot is held until the channel is really gone). A later send for an evicted
 //! instance opens a new channel transparently. A channel also closes when the last table of its
 //! instance is released (idle eviction or the end of the statement). See ADR 0020 for how this
-//! differs from the seed.
+//! differs from the Java connector whose options this one follows.
 //!
 //! # Sending
 //!

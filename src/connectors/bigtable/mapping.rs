@@ -112,7 +112,7 @@ pub const MAX_MUTATIONS_PER_REQUEST: usize = 100_000;
 /// Timestamps are written as whole milliseconds: tables default to millisecond granularity,
 /// where the service (and the emulator) refuse other values. Source: Bigtable
 /// table granularity (`Table.granularity`, MILLIS by default) in the googleapis admin protos;
-/// see docs/gcp_facts.md.
+/// see docs/service_facts.md.
 pub const TIMESTAMP_GRANULARITY_MICROS: i64 = 1_000;
 
 // Protobuf field keys (field number << 3 | wire type) of the messages written by hand.

@@ -6,7 +6,7 @@
 //!
 //! # Settings that are not options
 //!
-//! The seed (`BigtableWriterOptions.Builder`) has no retry, delay, progress or shutdown options;
+//! The writer option contract (the Java connector's `BigtableWriterOptions` builder) has no retry, delay, progress or shutdown options;
 //! these are constants:
 //!
 //! | setting | value | from |
@@ -34,7 +34,7 @@ use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, Retry
 use crate::error::Result;
 use crate::options::RawOptions;
 
-/// Tables one writer keeps batching state for at once. The seed bounds per-table state only by
+/// Tables one writer keeps batching state for at once. The Java connector bounds per-table state only by
 /// `destination_idle_timeout`, which is swept after a flush; a statement flushes once, at its
 /// end, so this cap keeps a statement spread over very many tables (date-suffixed ones) bounded.
 /// At the cap the least recently used table with nothing pending is released. Our number:
@@ -247,7 +247,7 @@ mod tests {
     const TABLE: (&str, &str) = ("table", "projects/p/instances/i/tables/t");
 
     #[test]
-    fn defaults_follow_the_seed_and_the_client() {
+    fn defaults_follow_the_option_contract_and_the_client() {
         let s = sink(simple(), &[TABLE, ("row_key", "id")]).unwrap();
         let f = s.flow_config();
         assert_eq!(f.batch.max_records, 100);

@@ -29,7 +29,7 @@
 //!
 //! | status | class |
 //! |---|---|
-//! | `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` | [`Class::Retryable`] (the seed's transient-failure retry, `recovery_*`) |
+//! | `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` | [`Class::Retryable`] (the option contract's transient-failure retry, `recovery_*`) |
 //! | `NOT_FOUND` | [`Class::NotFound`] (the queue is missing: re-sent under `not_found_recovery_*`; never created) |
 //! | `FAILED_PRECONDITION` whose message says the queue does not exist | [`Class::NotFound`]: how `gcloud-tasks-emulator` answers for a missing queue |
 //! | `ALREADY_EXISTS` | [`Class::Duplicate`]: a named task that exists or ran recently, i.e. delivered before (only named tasks can collide) |

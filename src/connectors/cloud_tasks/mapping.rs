@@ -80,7 +80,7 @@ use crate::error::{Error, Result};
 use crate::options::PayloadFormat;
 
 /// Largest serialized task, in bytes. Source: Cloud Tasks quotas ("Maximum task size: 100 KB",
-/// see docs/gcp_facts.md), read as 100 × 1024 bytes, the push-task limit Cloud Tasks inherited
+/// see docs/service_facts.md), read as 100 × 1024 bytes, the push-task limit Cloud Tasks inherited
 /// from App Engine task queues. (Google's current quota page lists a larger maximum; the sink keeps the
 /// stricter figure it was specified with, so a task it accepts is accepted everywhere.)
 pub const MAX_TASK_BYTES: u64 = 100 * 1024;

@@ -2,7 +2,7 @@
 //!
 //! This file is glue, the [`Connector`] the generic [`Sink`] is built on: the options become a
 //! [`FlowConfig`], the mapping encodes each batch, and the core admits, sends, retries and
-//! resolves. How each seed option acts:
+//! resolves. How each writer option acts:
 //!
 //! | option | here |
 //! |---|---|
@@ -12,9 +12,9 @@
 //! | `not_found_recovery_*` | the core's [`RecoverySettings`] for a missing queue, with `create = false`: the task is re-sent after a doubling backoff until the attempts (the first included) run out, then the statement fails naming `not_found_recovery_max_attempts` |
 //! | `per_destination_metrics` | per-queue `records_sent_by_destination` / `send_errors_by_destination` |
 //!
-//! Not seed options, so fixed (see the constants in [`options`](super::options)): the progress
+//! Not options in the writer option contract, so fixed (see the constants in [`options`](super::options)): the progress
 //! budget [`PROGRESS_TIMEOUT`], the release budget [`SHUTDOWN_TIMEOUT`], the open-queue cap
-//! [`MAX_ACTIVE_QUEUES`] and the idle timeout [`DESTINATION_IDLE_TIMEOUT`]. The seed has no
+//! [`MAX_ACTIVE_QUEUES`] and the idle timeout [`DESTINATION_IDLE_TIMEOUT`]. The contract has no
 //! consecutive-rejection breaker, so under `failure_policy = 'drop'` every confirmed rejection
 //! is dropped and counted, however many there are. Each `CreateTask` carries one task, so the
 //! batch size is 1 and a batch never waits.
@@ -37,7 +37,7 @@ use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, Retry
 use crate::error::Result;
 use crate::options::RawOptions;
 
-/// Growth of the transient-failure backoff per retry. The seed gives the first backoff and the
+/// Growth of the transient-failure backoff per retry. The option contract gives the first backoff and the
 /// cap but not the growth; doubling is the usual exponential backoff (and what the other
 /// recovery paths of this crate use).
 pub const RECOVERY_BACKOFF_MULTIPLIER: f64 = 2.0;
@@ -136,7 +136,7 @@ impl Connector for CloudTasks {
     }
 }
 
-/// The transient-failure retry of the seed as the core's retry settings.
+/// The contract's transient-failure retry as the core's retry settings.
 pub fn retry_settings(writer: &CloudTasksWriterOptions) -> RetrySettings {
     RetrySettings {
         // Zero: bounded by attempts only (gax's reading, see `core::retry`).
@@ -150,12 +150,12 @@ pub fn retry_settings(writer: &CloudTasksWriterOptions) -> RetrySettings {
         initial_rpc_timeout: CREATE_TASK_TIMEOUT,
         rpc_timeout_multiplier: 1.0,
         max_rpc_timeout: CREATE_TASK_TIMEOUT,
-        // The seed sets "the backoff"; it is slept as it is.
+        // The contract sets "the backoff"; it is slept as it is.
         jitter: false,
     }
 }
 
-/// The NOT_FOUND retry of the seed as the core's recovery settings (never creating the queue).
+/// The contract's NOT_FOUND retry as the core's recovery settings (never creating the queue).
 pub fn not_found_settings(writer: &CloudTasksWriterOptions) -> RecoverySettings {
     RecoverySettings::new(
         writer.not_found_recovery_initial_backoff(),
@@ -183,7 +183,7 @@ pub fn flow_config(options: &CloudTasksSinkOptions) -> FlowConfig {
         max_active_destinations: MAX_ACTIVE_QUEUES,
         destination_idle_timeout: DESTINATION_IDLE_TIMEOUT,
         per_destination_metrics: w.per_destination_metrics(),
-        // The seed has no breaker: a dropping policy drops every confirmed rejection.
+        // The contract has no breaker: a dropping policy drops every confirmed rejection.
         max_consecutive_rejections: None,
         breaker_option: "failure_policy",
         batch: BatchThresholds {
@@ -220,7 +220,7 @@ mod tests {
     }
 
     #[test]
-    fn defaults_translate_to_the_seed_values() {
+    fn defaults_translate_to_the_documented_values() {
         let flow = flow_config(&options(&[]));
         assert_eq!(flow.max_in_flight_records, 1000);
         assert_eq!(flow.max_concurrent_sends, 1000);

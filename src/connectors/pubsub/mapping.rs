@@ -80,7 +80,7 @@ pub const MAX_MESSAGES_PER_REQUEST: usize = 1_000;
 pub const MAX_REQUEST_BYTES: u64 = 10_000_000;
 /// Largest serialized message (data, attributes and ordering key). Source: Pub/Sub limits; a
 /// message must fit in one request, so the request limit (10,000,000 bytes) binds before the
-/// 10 MiB data limit does (docs/gcp_facts.md).
+/// 10 MiB data limit does (docs/service_facts.md).
 pub const MAX_MESSAGE_BYTES: u64 = 10_000_000;
 /// Most attributes per message. Source: Pub/Sub limits ("Attributes per message: 100").
 pub const MAX_ATTRIBUTES: usize = 100;
