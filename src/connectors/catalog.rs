@@ -27,10 +27,21 @@
 
 use crate::error::Result;
 use crate::options::docs::{FixedBudget, Reference, Section, render};
-use crate::options::{OptionGroup, OptionSpec, ParsedOptions, RawOptions, Value};
+use crate::options::{OptionGroup, OptionSpec, ParsedOptions, RawOptions, Value, common};
 
 use super::kind::{CONNECTOR, ConnectorKind};
 use super::{bigtable, cloud_tasks, pubsub};
+
+/// The options every connector accepts, first in each connector's list: which connector, the
+/// connection, and the failure policy.
+pub static SHARED_OPTIONS: [&OptionSpec; 6] = [
+    &CONNECTOR,
+    &common::PROJECT,
+    &common::ENDPOINT,
+    &common::EMULATOR_HOST,
+    &common::CREDENTIALS_FILE,
+    &common::FAILURE_POLICY,
+];
 
 /// One connector as the option layer sees it.
 #[derive(Debug)]

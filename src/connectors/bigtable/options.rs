@@ -33,13 +33,9 @@ use arrow::datatypes::{DataType, Schema};
 use super::names;
 use crate::connectors::ConnectorKind;
 use crate::connectors::catalog;
-use crate::connectors::kind::CONNECTOR;
 use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
-use crate::options::common::{
-    self, CREDENTIALS_FILE, EMULATOR_HOST, ENDPOINT, FAILURE_POLICY, MAX_CONSECUTIVE_REJECTIONS,
-    PER_DESTINATION_METRICS, PROJECT,
-};
+use crate::options::common::{self, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
 use crate::options::docs::FixedBudget;
 use crate::options::spec::{binary_size, format_duration, group_digits};
 use crate::options::{
@@ -232,12 +228,6 @@ pub static APP_PROFILE_ID: OptionSpec = OptionSpec {
 pub fn options() -> &'static [&'static OptionSpec] {
     static OPTIONS: LazyLock<Vec<&'static OptionSpec>> = LazyLock::new(|| {
         let own: &[&'static OptionSpec] = &[
-            &CONNECTOR,
-            &PROJECT,
-            &ENDPOINT,
-            &EMULATOR_HOST,
-            &CREDENTIALS_FILE,
-            &FAILURE_POLICY,
             &TABLE,
             &INSTANCE,
             &TABLE_COLUMN,
@@ -250,7 +240,12 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &AUTO_CREATE_TABLE,
             &APP_PROFILE_ID,
         ];
-        [own, BigtableWriterOptions::specs()].concat()
+        [
+            &catalog::SHARED_OPTIONS[..],
+            own,
+            BigtableWriterOptions::specs(),
+        ]
+        .concat()
     });
     &OPTIONS
 }

@@ -29,13 +29,9 @@ use arrow::datatypes::{DataType, Schema};
 use super::names;
 use crate::connectors::ConnectorKind;
 use crate::connectors::catalog;
-use crate::connectors::kind::CONNECTOR;
 use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
-use crate::options::common::{
-    CREDENTIALS_FILE, EMULATOR_HOST, ENDPOINT, FAILURE_POLICY, FORMAT, PER_DESTINATION_METRICS,
-    PROJECT,
-};
+use crate::options::common::{FORMAT, PER_DESTINATION_METRICS};
 use crate::options::docs::FixedBudget;
 use crate::options::spec::format_duration;
 use crate::options::{
@@ -280,12 +276,6 @@ pub static DISPATCH_DEADLINE: OptionSpec = OptionSpec {
 pub fn options() -> &'static [&'static OptionSpec] {
     static OPTIONS: LazyLock<Vec<&'static OptionSpec>> = LazyLock::new(|| {
         let own: &[&'static OptionSpec] = &[
-            &CONNECTOR,
-            &PROJECT,
-            &ENDPOINT,
-            &EMULATOR_HOST,
-            &CREDENTIALS_FILE,
-            &FAILURE_POLICY,
             &FORMAT,
             &QUEUE,
             &LOCATION,
@@ -304,7 +294,12 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &OAUTH_SCOPE,
             &DISPATCH_DEADLINE,
         ];
-        [own, CloudTasksWriterOptions::specs()].concat()
+        [
+            &catalog::SHARED_OPTIONS[..],
+            own,
+            CloudTasksWriterOptions::specs(),
+        ]
+        .concat()
     });
     &OPTIONS
 }

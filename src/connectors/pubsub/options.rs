@@ -35,13 +35,9 @@ use std::time::Duration;
 use super::names;
 use crate::connectors::ConnectorKind;
 use crate::connectors::catalog;
-use crate::connectors::kind::CONNECTOR;
 use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
-use crate::options::common::{
-    self, CREDENTIALS_FILE, EMULATOR_HOST, ENDPOINT, FAILURE_POLICY, FORMAT,
-    MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS, PROJECT,
-};
+use crate::options::common::{self, FORMAT, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
 use crate::options::spec::format_duration;
 use crate::options::{
     Bound, ColumnRef, ConnectionOptions, DefaultValue, EnvLookup, OptionGroup, OptionKind,
@@ -194,12 +190,6 @@ pub static AUTO_CREATE_TOPIC: OptionSpec = OptionSpec {
 pub fn options() -> &'static [&'static OptionSpec] {
     static OPTIONS: LazyLock<Vec<&'static OptionSpec>> = LazyLock::new(|| {
         let own: &[&'static OptionSpec] = &[
-            &CONNECTOR,
-            &PROJECT,
-            &ENDPOINT,
-            &EMULATOR_HOST,
-            &CREDENTIALS_FILE,
-            &FAILURE_POLICY,
             &FORMAT,
             &TOPIC,
             &TOPIC_COLUMN,
@@ -209,7 +199,12 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &ORDERING_KEY_COLUMN,
             &AUTO_CREATE_TOPIC,
         ];
-        [own, PubSubPublisherOptions::specs()].concat()
+        [
+            &catalog::SHARED_OPTIONS[..],
+            own,
+            PubSubPublisherOptions::specs(),
+        ]
+        .concat()
     });
     &OPTIONS
 }
