@@ -81,12 +81,23 @@ fn value_text(v: &Value) -> String {
 /// caught whichever comes first: DataFusion's option map would keep only the last.
 ///
 /// Everything else (unknown names with the nearest valid one, types, bounds, cross-option
-/// rules) is checked once, when the table factory builds the connector's options.
-pub(crate) fn check_raw_option_names(file_type: &str, options: &[(String, Value)]) -> Result<()> {
-    if ConnectorKind::parse(file_type).is_err() {
+/// rules) is checked once, when the table factory builds the connector's options. When
+/// DataFusion will not call the factory (`IF NOT EXISTS` naming a table that exists,
+/// `factory_skipped`), the names, types and bounds are checked here instead, so that a
+/// misspelt option is an error whether or not the table was declared before.
+pub(crate) fn check_raw_option_names(
+    file_type: &str,
+    options: &[(String, Value)],
+    factory_skipped: bool,
+) -> Result<()> {
+    let Ok(kind) = ConnectorKind::parse(file_type) else {
         return Ok(()); // not one of ours
+    };
+    let raw = RawOptions::from_pairs(options.iter().map(|(k, v)| (k.clone(), value_text(v))))?;
+    if factory_skipped {
+        connectors::catalog::parse_options(kind, &raw)?;
     }
-    RawOptions::from_pairs(options.iter().map(|(k, v)| (k.clone(), value_text(v)))).map(|_| ())
+    Ok(())
 }
 
 /// The error of a statement DataFusion ran: a sink's own error (an option or schema check of

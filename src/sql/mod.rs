@@ -181,7 +181,9 @@ pub async fn statement_to_dataframe(ctx: &SessionContext, statement: &str) -> Re
     };
     let stmt = with::rewrite_with_form(stmt)?;
     if let DFStatement::CreateExternalTable(create) = &stmt {
-        factory::check_raw_option_names(&create.file_type, &create.options)?;
+        let factory_skipped =
+            create.if_not_exists && ctx.table_exist(create.name.to_string().as_str())?;
+        factory::check_raw_option_names(&create.file_type, &create.options, factory_skipped)?;
     }
     let state = ctx.state();
     let plan = state.statement_to_plan(stmt).await?;
@@ -268,6 +270,40 @@ mod tests {
     }
 
     const INSPECTION: [&str; 2] = ["pubsub_subscribe", "pubsub_pull"];
+
+    #[tokio::test]
+    async fn if_not_exists_on_a_declared_table_still_checks_the_options() {
+        let ctx = new_context();
+        let declare = |opts: &str| {
+            format!(
+                "CREATE EXTERNAL TABLE IF NOT EXISTS clicks (data VARCHAR) STORED AS PUBSUB \
+                 LOCATION 'projects/demo/topics/clicks' OPTIONS ({opts})"
+            )
+        };
+        run(&ctx, &declare("'max_in_flight_messages' '10'"))
+            .await
+            .unwrap();
+        // DataFusion skips the factory for a table that exists; the options are checked anyway.
+        run(&ctx, &declare("'max_in_flight_messages' '20'"))
+            .await
+            .unwrap();
+        let misspelt = run(&ctx, &declare("'max_in_flight_mesages' '20'"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            misspelt.contains("did you mean 'max_in_flight_messages'"),
+            "{misspelt}"
+        );
+        let out_of_bounds = run(&ctx, &declare("'max_in_flight_messages' '0'"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            out_of_bounds.contains("max_in_flight_messages"),
+            "{out_of_bounds}"
+        );
+    }
 
     #[tokio::test]
     async fn register_installs_the_sinks_but_not_the_inspection_functions() {
