@@ -493,3 +493,33 @@ fn quickstart_publishes_every_click_to_the_pubsub_emulator() {
     );
     assert!(stderr.contains("20 row(s) fetched."), "{stderr}");
 }
+
+#[tokio::test]
+async fn summary_counts_the_rows_the_encoder_skipped_under_the_drop_policy() {
+    let emulator = gcp_sql::emulators::shared(gcp_sql::emulators::EmulatorKind::PubSub).await;
+    let home = tempfile::tempdir().unwrap();
+    let topic = format!("projects/cli-summary/topics/skipped-{}", std::process::id());
+    let create = format!(
+        "CREATE TABLE oversize (id BIGINT, big VARCHAR) WITH (connector = 'pubsub', \
+         emulator_host = '{}', topic = '{topic}', auto_create_topic = true, \
+         attribute_columns = 'big', failure_policy = 'drop')",
+        emulator.host()
+    );
+    // Every tenth row carries a 1025-byte attribute, one over the limit: the encoder rejects
+    // it and the drop policy skips it; the other 90 are published.
+    let insert = "INSERT INTO oversize SELECT value, \
+           CASE WHEN value % 10 = 3 THEN repeat('x', 1025) ELSE repeat('y', 1024) END \
+         FROM generate_series(1, 100)";
+    let mut command = gcp_sql(home.path());
+    command.args(["-c", &create, "-c", insert]);
+    let output = tokio::task::spawn_blocking(move || run(&mut command))
+        .await
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Sink: 90 row(s) acknowledged of 90 sent"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("; 10 skipped, 0 dropped, "), "{stderr}");
+}
