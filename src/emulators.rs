@@ -27,7 +27,14 @@
 //! [`Emulator::start`] picks a free loopback port, starts the program with its output captured
 //! in a log file, and returns once the emulator answers a real gRPC call (Pub/Sub `ListTopics`,
 //! Bigtable admin `ListTables`, Cloud Tasks `ListQueues`). If it exits or does not answer in
-//! time, the error carries the tail of its log.
+//! time, the error carries the tail of its log, and the log is kept at the path the error names.
+//! Otherwise no file stays behind, however the process ends: the log's name is removed as soon
+//! as the emulator is spawned (it keeps writing to the open file).
+//!
+//! Every emulator listens on 127.0.0.1 only. `gcloud-tasks-emulator` has no listen-address
+//! option and would bind every interface, so it is started with a Python start-up hook
+//! (`sitecustomize` on `PYTHONPATH`, in a private folder the hook deletes as it runs) that turns
+//! its wildcard address into 127.0.0.1.
 //!
 //! An emulator runs in its own process group and is killed with that whole group when its
 //! [`Emulator`] is dropped. It is also tied to the life of this process: on Linux the kernel

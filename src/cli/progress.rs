@@ -29,8 +29,10 @@ pub struct SinkCounters {
     pub in_flight: usize,
     /// Retried sends.
     pub retries: usize,
-    /// Records dropped under a dropping failure policy.
+    /// Records the service refused and the `drop` failure policy dropped.
     pub dropped: usize,
+    /// Rows the encoder rejected (never sent) and the `drop` failure policy skipped.
+    pub skipped: usize,
 }
 
 impl SinkCounters {
@@ -48,6 +50,7 @@ impl SinkCounters {
                     (names::IN_FLIGHT_RECORDS, &mut counters.in_flight),
                     (names::RETRIES, &mut counters.retries),
                     (names::RECORDS_DROPPED, &mut counters.dropped),
+                    (names::RECORDS_SKIPPED, &mut counters.skipped),
                 ] {
                     if let Some(value) = metrics.sum_by_name(name) {
                         *slot += value.as_usize();
@@ -62,23 +65,35 @@ impl SinkCounters {
 
     /// The one-line summary printed after a statement that wrote to a sink.
     ///
+    /// Both kinds of rows the `drop` failure policy let go are named: `skipped` rows the encoder
+    /// rejected (they were never sent, so they are not in `sent`), `dropped` rows the service
+    /// refused.
+    ///
     /// ```
     /// use std::time::Duration;
     /// use gcp_sql::cli::SinkCounters;
     ///
-    /// let counters = SinkCounters { sent: 20, acked: 20, in_flight: 0, retries: 1, dropped: 0 };
+    /// let counters = SinkCounters {
+    ///     sent: 20,
+    ///     acked: 20,
+    ///     in_flight: 0,
+    ///     retries: 1,
+    ///     dropped: 0,
+    ///     skipped: 3,
+    /// };
     /// assert_eq!(
     ///     counters.summary(Duration::from_secs(2)),
-    ///     "Sink: 20 row(s) acknowledged of 20 sent in 2.000 s (10 rows/s); 0 dropped, 1 retries"
+    ///     "Sink: 20 row(s) acknowledged of 20 sent in 2.000 s (10 rows/s); 3 skipped, 0 dropped, 1 retries"
     /// );
     /// ```
     pub fn summary(&self, elapsed: Duration) -> String {
         format!(
-            "Sink: {} row(s) acknowledged of {} sent in {:.3} s ({} rows/s); {} dropped, {} retries",
+            "Sink: {} row(s) acknowledged of {} sent in {:.3} s ({} rows/s); {} skipped, {} dropped, {} retries",
             self.acked,
             self.sent,
             elapsed.as_secs_f64(),
             rate(self.acked, elapsed),
+            self.skipped,
             self.dropped,
             self.retries
         )
@@ -86,11 +101,12 @@ impl SinkCounters {
 
     fn live_line(&self, elapsed: Duration) -> String {
         format!(
-            "sent {} · acked {} · in flight {} · retries {} · dropped {} · {} rows/s",
+            "sent {} · acked {} · in flight {} · retries {} · skipped {} · dropped {} · {} rows/s",
             self.sent,
             self.acked,
             self.in_flight,
             self.retries,
+            self.skipped,
             self.dropped,
             rate(self.acked, elapsed)
         )
@@ -231,7 +247,10 @@ mod tests {
         MetricBuilder::new(&metrics)
             .global_counter(names::RECORDS_DROPPED)
             .add(1);
-        // Another counter must not leak into the five.
+        MetricBuilder::new(&metrics)
+            .global_counter(names::RECORDS_SKIPPED)
+            .add(4);
+        // Another counter must not leak into the six.
         MetricBuilder::new(&metrics)
             .global_counter(names::BYTES_SENT)
             .add(1000);
@@ -250,7 +269,8 @@ mod tests {
                 acked: 5,
                 in_flight: 2,
                 retries: 3,
-                dropped: 1
+                dropped: 1,
+                skipped: 4
             })
         );
     }

@@ -142,3 +142,131 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use datafusion::arrow::array::UInt32Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+    use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::core::{BatchThresholds, FailurePolicy, FlowConfig, RetrySettings};
+    use crate::testing::{FakeReply, FakeTransport};
+
+    const PROGRESS: Duration = Duration::from_secs(10);
+    const SHUTDOWN: Duration = Duration::from_secs(3);
+
+    fn config() -> FlowConfig {
+        FlowConfig {
+            max_in_flight_records: 100,
+            max_in_flight_bytes: u64::MAX,
+            in_flight_option: "max_in_flight_messages",
+            progress_timeout: Some(PROGRESS),
+            progress_option: "publish_progress_timeout",
+            shutdown_timeout: SHUTDOWN,
+            shutdown_option: "shutdown_timeout",
+            max_active_destinations: 10,
+            destination_idle_timeout: Duration::from_secs(300),
+            per_destination_metrics: false,
+            max_consecutive_rejections: None,
+            breaker_option: "max_consecutive_rejections",
+            batch: BatchThresholds {
+                max_records: 10,
+                max_bytes: 1_000_000,
+                max_delay: Duration::from_millis(10),
+            },
+            // No attempt deadline: a stalled send ends only by the watchdog or the settle.
+            retry: RetrySettings {
+                total_timeout: Duration::ZERO,
+                max_attempts: 5,
+                initial_retry_delay: Duration::from_millis(100),
+                retry_delay_multiplier: 2.0,
+                max_retry_delay: Duration::from_secs(1),
+                initial_rpc_timeout: Duration::ZERO,
+                rpc_timeout_multiplier: 1.0,
+                max_rpc_timeout: Duration::ZERO,
+                jitter: false,
+            },
+            retry_option: Some("retry_max_attempts"),
+            not_found: None,
+            failure_policy: FailurePolicy::Fail,
+            max_concurrent_sends: 10,
+        }
+    }
+
+    /// One batch of `rows` rows, each encoded as its own index.
+    async fn run_statement(fake: Arc<FakeTransport<u32>>, rows: u32) -> Result<u64> {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::UInt32, false)]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(UInt32Array::from_iter_values(0..rows))],
+        )
+        .expect("batch");
+        let input: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::iter([Ok(batch)]),
+        ));
+        let set = ExecutionPlanMetricsSet::new();
+        let writer = FlowWriter::new(fake, config(), SinkMetrics::new(&set));
+        write_stream(writer, input, |batch, first_row, out| {
+            for row in 0..batch.num_rows() as u64 {
+                out.push(Ok(Envelope {
+                    record: u32::try_from(first_row + row).expect("row index"),
+                    bytes: 10,
+                    destination: Arc::from("d"),
+                    sequence_key: None,
+                }));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_statement_returns_one_shutdown_budget_after_its_progress_timeout() {
+        let fake = Arc::new(FakeTransport::<u32>::new());
+        fake.respond_with(|_| FakeReply::Stall);
+        let start = Instant::now();
+        let error = run_statement(fake.clone(), 25).await.unwrap_err();
+        // The watchdog fires at the progress timeout; the sends still on the wire are then
+        // given one shutdown budget to settle, and the release after it costs nothing more.
+        assert_eq!(start.elapsed(), PROGRESS + SHUTDOWN);
+        match error {
+            Error::Incomplete {
+                source,
+                acknowledged,
+                unresolved,
+            } => {
+                assert!(
+                    matches!(*source, Error::ProgressTimeout { option, .. } if option == "publish_progress_timeout"),
+                    "{source:?}"
+                );
+                assert_eq!(acknowledged, 0);
+                assert_eq!(unresolved, 25);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(fake.closed(), vec![Arc::<str>::from("d")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_statement_whose_stalled_sends_end_during_the_settle_returns_as_they_end() {
+        let fake = Arc::new(FakeTransport::<u32>::new());
+        // Each send answers a second after the watchdog fired: the settle waits for that
+        // second only, not for its whole budget.
+        fake.respond_with(|_| {
+            FakeReply::Delay(PROGRESS + Duration::from_secs(1), Box::new(FakeReply::Ok))
+        });
+        let start = Instant::now();
+        let error = run_statement(fake, 25).await.unwrap_err();
+        assert_eq!(start.elapsed(), PROGRESS + Duration::from_secs(1));
+        assert!(
+            matches!(error, Error::ProgressTimeout { .. }),
+            "every admitted row was acknowledged during the settle: {error:?}"
+        );
+    }
+}

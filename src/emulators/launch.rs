@@ -3,10 +3,10 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -40,6 +40,52 @@ const PORT_ATTEMPTS: u32 = 3;
 
 /// How many log lines a start failure shows.
 const LOG_TAIL_LINES: usize = 25;
+
+/// Python's start-up hook (a `sitecustomize` module found through `PYTHONPATH`) that makes
+/// `gcloud-tasks-emulator` listen on 127.0.0.1 only.
+///
+/// The emulator (0.6) has no listen-address option and asks gRPC for `[::]:PORT`, every
+/// interface, while we announce 127.0.0.1. The hook wraps `grpc.server` so that a wildcard
+/// address given to `add_insecure_port` becomes `127.0.0.1:PORT`; any other address is left
+/// alone. It then deletes its own folder (Python has read it by then, so nothing is left
+/// behind even when the tool is killed) and hands over to any other `sitecustomize` on the
+/// path, so an environment that has one keeps it.
+const LOOPBACK_SITECUSTOMIZE: &str = r#"# Written by gcp-sql for gcloud-tasks-emulator: listen on 127.0.0.1 only.
+import os
+import shutil
+import sys
+
+_here = os.path.dirname(os.path.abspath(__file__))
+try:
+    import grpc
+
+    _server = grpc.server
+
+    def _loopback_server(*args, **kwargs):
+        server = _server(*args, **kwargs)
+        add_insecure_port = server.add_insecure_port
+
+        def loopback_port(address):
+            host, _, port = address.rpartition(":")
+            if host in ("[::]", "0.0.0.0", ""):
+                address = "127.0.0.1:" + port
+            return add_insecure_port(address)
+
+        server.add_insecure_port = loopback_port
+        return server
+
+    grpc.server = _loopback_server
+except Exception as error:
+    print("gcp-sql: cannot limit the emulator to 127.0.0.1:", error, file=sys.stderr)
+shutil.rmtree(_here, ignore_errors=True)
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+_self = sys.modules.pop("sitecustomize")
+try:
+    import sitecustomize  # noqa: F401  (another one further on the path)
+except ImportError:
+    # None: the import machinery expects to find this module under its name when it returns.
+    sys.modules["sitecustomize"] = _self
+"#;
 
 /// Google Cloud SDK install folders looked into after the `PATH`.
 const SDK_ROOTS: [&str; 3] = [
@@ -140,8 +186,8 @@ impl EmulatorKind {
                 "-port".into(),
                 port.to_string(),
             ],
-            // gcloud-tasks-emulator 0.6 has no listen-address option: its gRPC server binds
-            // `[::]:port`, which on a dual-stack host also answers on 127.0.0.1.
+            // gcloud-tasks-emulator 0.6 has no listen-address option (its gRPC server binds
+            // `[::]:port`, every interface): `LOOPBACK_SITECUSTOMIZE` narrows it to 127.0.0.1.
             EmulatorKind::CloudTasks => vec!["start".into(), format!("--port={port}")],
         }
     }
@@ -296,7 +342,9 @@ impl EmulatorOptions {
         self
     }
 
-    /// The folder for the emulator's log file (default: the system's temporary folder).
+    /// The folder for the emulator's log file and, for Cloud Tasks, its start-up hook (default:
+    /// the system's temporary folder). Neither stays there unless the start fails, which keeps
+    /// the log.
     pub fn log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.log_dir = Some(dir.into());
         self
@@ -312,8 +360,13 @@ pub struct Emulator {
     child: Child,
     /// The leader was reaped (it exited on its own): its id may be reused, never signal it.
     reaped: bool,
+    /// Where the log is written back if the start fails (the name is unlinked at spawn).
     log_path: PathBuf,
+    /// The log, open: the emulator writes to it, we read it back through this handle.
+    log: File,
     keep_log: bool,
+    /// The folder of the Cloud Tasks start-up hook, if it is still there.
+    site_dir: Option<PathBuf>,
 }
 
 impl Emulator {
@@ -349,7 +402,11 @@ impl Emulator {
         loop {
             let port = free_loopback_port()?;
             let mut emulator = Self::spawn(kind, &program, port, &log_dir)?;
-            match emulator.wait_ready(timeout).await {
+            let ready = emulator.wait_ready(timeout).await;
+            // A Python emulator has read its start-up hook long before it answers (the hook
+            // removes its folder itself; this covers a program that never ran it).
+            emulator.remove_site_dir();
+            match ready {
                 Ok(()) => return Ok(emulator),
                 Err(NotReady::PortTaken(_)) if attempt < PORT_ATTEMPTS => attempt += 1,
                 Err(NotReady::PortTaken(error) | NotReady::Failed(error)) => {
@@ -361,30 +418,68 @@ impl Emulator {
     }
 
     fn spawn(kind: EmulatorKind, program: &Path, port: u16, log_dir: &Path) -> Result<Emulator> {
-        let log_path = log_dir.join(format!(
-            "gcp-sql-{}-emulator-{}-{port}.log",
+        let stem = format!(
+            "gcp-sql-{}-emulator-{}-{port}",
             kind.slug(),
             std::process::id()
-        ));
-        let log = File::create(&log_path)?;
+        );
+        let log_path = log_dir.join(format!("{stem}.log"));
+        // A new file only (never one that exists, nor a link planted in a shared temporary
+        // folder), readable by us alone.
+        let log = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&log_path)
+            .map_err(|e| {
+                Error::Io(io::Error::new(
+                    e.kind(),
+                    format!("cannot create the log file '{}': {e}", log_path.display()),
+                ))
+            })?;
         let mut command = Command::new(program);
         command
             .args(kind.args(port))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
-            .stderr(log)
+            .stderr(log.try_clone()?)
             // Its own group: Ctrl-C in a terminal does not reach it, and Drop kills the whole
             // group (the Pub/Sub program is a shell script that execs a JVM).
             .process_group(0);
+        let mut site_dir = None;
         if kind == EmulatorKind::CloudTasks {
             // Python buffers its output into a file: without this, the log tail of a failed
             // start can be empty. Its FutureWarnings about Python versions are noise there.
             command
                 .env("PYTHONUNBUFFERED", "1")
                 .env("PYTHONWARNINGS", "ignore::FutureWarning");
+            let dir = log_dir.join(format!("{stem}.site"));
+            let hook = write_loopback_hook(&dir);
+            // Whatever fails from here on, the folder must not stay behind.
+            site_dir = Some(dir.clone());
+            if let Err(e) = hook {
+                let _ = std::fs::remove_dir_all(&dir);
+                let _ = std::fs::remove_file(&log_path);
+                return Err(e);
+            }
+            let mut path = std::ffi::OsString::from(&dir);
+            if let Some(existing) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+                path.push(":");
+                path.push(existing);
+            }
+            command.env("PYTHONPATH", path);
         }
         tie_to_parent(&mut command);
-        let child = spawn_from_long_lived_thread(command).map_err(|e| {
+        let spawned = spawn_from_long_lived_thread(command);
+        // The emulator holds the log open; its name goes now, so that no way this process
+        // ends (Drop, Ctrl-C, SIGTERM, SIGKILL) leaves it behind. A failed start writes it
+        // back (see Drop).
+        let _ = std::fs::remove_file(&log_path);
+        let child = spawned.map_err(|e| {
+            if let Some(dir) = &site_dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
             Error::Io(io::Error::new(
                 e.kind(),
                 format!(
@@ -400,8 +495,16 @@ impl Emulator {
             child,
             reaped: false,
             log_path,
+            log,
             keep_log: false,
+            site_dir,
         })
+    }
+
+    fn remove_site_dir(&mut self) {
+        if let Some(dir) = self.site_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 
     async fn wait_ready(&mut self, timeout: Duration) -> std::result::Result<(), NotReady> {
@@ -427,7 +530,7 @@ impl Emulator {
                     message: format!(
                         "it did not answer within {timeout:?} (last attempt: {last_error}); its log {}:\n{}",
                         self.log_path.display(),
-                        log_tail(&self.log_path)
+                        log_tail(&self.log)
                     ),
                 }));
             }
@@ -436,7 +539,7 @@ impl Emulator {
     }
 
     fn exited_early(&self, status: ExitStatus) -> NotReady {
-        let tail = log_tail(&self.log_path);
+        let tail = log_tail(&self.log);
         let lower = tail.to_lowercase();
         let error = Error::Connect {
             endpoint: format!("the {} emulator at {}", self.kind.name(), self.host),
@@ -479,8 +582,12 @@ impl Emulator {
         self.child.id()
     }
 
-    /// The file the emulator's standard output and error go to. It is removed when the
-    /// emulator stops, unless the emulator failed to start.
+    /// Where the emulator's standard output and error are kept when it fails to start (the
+    /// path its start error names).
+    ///
+    /// The file is unlinked as soon as the emulator is spawned: the emulator keeps writing to
+    /// it (read it through `/proc/<pid>/fd/1` while it runs), and no way this process ends
+    /// leaves it behind. A failed start writes the whole log back to this path.
     pub fn log_path(&self) -> &Path {
         &self.log_path
     }
@@ -501,8 +608,16 @@ impl Drop for Emulator {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-        if !self.keep_log {
-            let _ = std::fs::remove_file(&self.log_path);
+        self.remove_site_dir();
+        if self.keep_log {
+            // After the kill, so that the kept log is complete.
+            if let Err(e) = keep_log(&self.log, &self.log_path) {
+                tracing::warn!(
+                    path = %self.log_path.display(),
+                    error = %e,
+                    "cannot keep the log of an emulator that failed to start"
+                );
+            }
         }
     }
 }
@@ -607,8 +722,60 @@ async fn probe(kind: EmulatorKind, host: &str) -> std::result::Result<(), String
     outcome.map_err(|status| format!("{:?}: {}", status.code(), status.message()))
 }
 
-fn log_tail(path: &Path) -> String {
-    match std::fs::read(path) {
+/// Creates `dir` (only if it does not exist, readable by us alone) holding the Cloud Tasks
+/// start-up hook [`LOOPBACK_SITECUSTOMIZE`].
+fn write_loopback_hook(dir: &Path) -> Result<()> {
+    let written = std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .and_then(|()| {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(dir.join("sitecustomize.py"))
+        })
+        .and_then(|mut file| io::Write::write_all(&mut file, LOOPBACK_SITECUSTOMIZE.as_bytes()));
+    written.map_err(|e| {
+        Error::Io(io::Error::new(
+            e.kind(),
+            format!(
+                "cannot write the Cloud Tasks emulator's start-up hook in '{}': {e}",
+                dir.display()
+            ),
+        ))
+    })
+}
+
+/// Everything written to the (unlinked) log so far. Positioned reads: the emulator's writes
+/// share the file offset with this handle, which must not move.
+fn read_log(log: &File) -> io::Result<Vec<u8>> {
+    let len = usize::try_from(log.metadata()?.len()).unwrap_or(usize::MAX);
+    let mut bytes = vec![0; len];
+    let mut read = 0;
+    while read < bytes.len() {
+        match log.read_at(&mut bytes[read..], read as u64)? {
+            0 => break,
+            n => read += n,
+        }
+    }
+    bytes.truncate(read);
+    Ok(bytes)
+}
+
+/// Writes the log of a failed start back to `path`, where its error said it is.
+fn keep_log(log: &File, path: &Path) -> io::Result<()> {
+    let bytes = read_log(log)?;
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    io::Write::write_all(&mut file, &bytes)
+}
+
+fn log_tail(log: &File) -> String {
+    match read_log(log) {
         Ok(bytes) => {
             let text = String::from_utf8_lossy(&bytes);
             let lines: Vec<&str> = text.lines().collect();
@@ -654,11 +821,8 @@ pub async fn shared(kind: EmulatorKind) -> &'static Emulator {
     static SLOTS: [Slot; 3] = [const { Slot::const_new() }; 3];
     let outcome = SLOTS[kind.index()]
         .get_or_init(|| async move {
-            let emulator = Emulator::start(kind).await.map_err(|e| e.to_string())?;
-            // It is never dropped, so its log would stay behind: unlink it now (the emulator
-            // keeps writing to the open file).
-            let _ = std::fs::remove_file(emulator.log_path());
-            Ok(emulator)
+            // It is never dropped; its log was unlinked at spawn, so nothing stays behind.
+            Emulator::start(kind).await.map_err(|e| e.to_string())
         })
         .await;
     match outcome {
@@ -787,6 +951,45 @@ mod tests {
             .to_string();
         assert!(err.contains("exited"), "{err}");
         assert!(err.contains("cannot start: no java here"), "{err}");
+        // The log of a failed start is kept where the error says, whole; nothing else stays.
+        let left: Vec<PathBuf> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p != &script)
+            .collect();
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(err.contains(&left[0].display().to_string()), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(&left[0]).unwrap(),
+            "cannot start: no java here\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_cloud_tasks_start_keeps_its_log_and_removes_its_hook() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("not-python");
+        // Reports where Python would look for the hook, then exits.
+        std::fs::write(&script, "#!/bin/sh\necho \"path=$PYTHONPATH\"\nexit 1\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let options = EmulatorOptions::new().program(&script).log_dir(dir.path());
+        let err = Emulator::start_with(EmulatorKind::CloudTasks, options)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(".site"),
+            "the hook's folder is on PYTHONPATH: {err}"
+        );
+        let left: Vec<PathBuf> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p != &script)
+            .collect();
+        assert_eq!(left.len(), 1, "only the log stays: {left:?}");
+        assert!(left[0].to_string_lossy().ends_with(".log"), "{left:?}");
     }
 
     #[tokio::test]

@@ -399,6 +399,7 @@ fn emulators_start_for_the_run_and_stop_at_exit() {
         stderr.contains("Stopped the Pub/Sub, Bigtable, Cloud Tasks emulator(s)."),
         "{stderr}"
     );
+    assert_no_emulator_files_left(running.child.id());
 }
 
 #[test]
@@ -453,6 +454,7 @@ fn ctrl_c_in_the_shell_stops_the_emulators() {
             "{address} still accepts connections after Ctrl-C"
         );
     }
+    assert_no_emulator_files_left(running.child.id());
 }
 
 #[test]
@@ -468,14 +470,45 @@ fn killed_tool_takes_its_emulators_with_it() {
     let (status, stderr) = running.wait();
     assert!(!status.success(), "{stderr}");
     assert_all_closed(&addresses, "the tool was killed");
-    // The killed tool could not remove its emulators' logs (named after its pid).
-    let marker = format!("-emulator-{}-", running.child.id());
-    for entry in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("gcp-sql-") && name.contains(&marker) {
-            let _ = std::fs::remove_file(entry.path());
-        }
+    // The killed tool ran no code, yet nothing of its emulators stays in the temporary folder:
+    // their logs were unlinked as they started.
+    assert_no_emulator_files_left(running.child.id());
+}
+
+#[test]
+fn terminated_tool_takes_its_emulators_and_their_logs_with_it() {
+    let home = tempfile::tempdir().unwrap();
+    let mut command = gcp_sql(home.path());
+    command.arg("--emulators").stdin(Stdio::piped());
+    let mut running = Running::spawn(command);
+    let addresses = running.wait_for_emulator_reports(3);
+    assert_eq!(addresses.len(), 3, "{}", running.seen.join("\n"));
+    // SIGTERM's default action ends the tool without running its code, like a SIGKILL.
+    running.signal(libc::SIGTERM);
+    let (status, stderr) = running.wait();
+    assert!(!status.success(), "{stderr}");
+    assert_all_closed(&addresses, "the tool was terminated");
+    assert_no_emulator_files_left(running.child.id());
+}
+
+/// Asserts that the temporary folder holds no file of the emulators started by the tool with
+/// process id `pid` (their logs and start-up hooks are named `gcp-sql-<kind>-emulator-<pid>-...`).
+fn assert_no_emulator_files_left(pid: u32) {
+    let marker = format!("-emulator-{pid}-");
+    let left: Vec<PathBuf> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name.starts_with("gcp-sql-") && name.contains(&marker)
+        })
+        .map(|entry| entry.path())
+        .collect();
+    for path in &left {
+        let _ = std::fs::remove_file(path);
+        let _ = std::fs::remove_dir_all(path);
     }
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[test]
@@ -492,4 +525,34 @@ fn quickstart_publishes_every_click_to_the_pubsub_emulator() {
         "{stderr}"
     );
     assert!(stderr.contains("20 row(s) fetched."), "{stderr}");
+}
+
+#[tokio::test]
+async fn summary_counts_the_rows_the_encoder_skipped_under_the_drop_policy() {
+    let emulator = gcp_sql::emulators::shared(gcp_sql::emulators::EmulatorKind::PubSub).await;
+    let home = tempfile::tempdir().unwrap();
+    let topic = format!("projects/cli-summary/topics/skipped-{}", std::process::id());
+    let create = format!(
+        "CREATE TABLE oversize (id BIGINT, big VARCHAR) WITH (connector = 'pubsub', \
+         emulator_host = '{}', topic = '{topic}', auto_create_topic = true, \
+         attribute_columns = 'big', failure_policy = 'drop')",
+        emulator.host()
+    );
+    // Every tenth row carries a 1025-byte attribute, one over the limit: the encoder rejects
+    // it and the drop policy skips it; the other 90 are published.
+    let insert = "INSERT INTO oversize SELECT value, \
+           CASE WHEN value % 10 = 3 THEN repeat('x', 1025) ELSE repeat('y', 1024) END \
+         FROM generate_series(1, 100)";
+    let mut command = gcp_sql(home.path());
+    command.args(["-c", &create, "-c", insert]);
+    let output = tokio::task::spawn_blocking(move || run(&mut command))
+        .await
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Sink: 90 row(s) acknowledged of 90 sent"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("; 10 skipped, 0 dropped, "), "{stderr}");
 }

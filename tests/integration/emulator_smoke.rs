@@ -258,6 +258,7 @@ async fn dropping_an_emulator_stops_it() {
     let host = emulator.host().to_string();
     let log = emulator.log_path().to_path_buf();
     assert!(tokio::net::TcpStream::connect(&host).await.is_ok());
+    assert!(!log.exists(), "the log of a running emulator has no name");
     drop(emulator);
     let refused = tokio::net::TcpStream::connect(&host).await;
     assert!(
@@ -295,4 +296,83 @@ async fn missing_emulator_program_fails_with_its_install_step() {
         assert!(error.contains(install), "{error}");
         assert!(error.contains("/nonexistent/emulator"), "{error}");
     }
+}
+
+/// The local addresses of every socket listening on TCP `port`, from the kernel's tables
+/// (`/proc/net/tcp` and `/proc/net/tcp6`: the address as hex words in host byte order, the
+/// port as big-endian hex, state `0A` is LISTEN).
+fn listening_addresses(port: u16) -> Vec<std::net::IpAddr> {
+    let mut found = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state)) = (fields.get(1), fields.get(3)) else {
+                continue;
+            };
+            let Some((address, local_port)) = local.split_once(':') else {
+                continue;
+            };
+            if *state != "0A" || u16::from_str_radix(local_port, 16) != Ok(port) {
+                continue;
+            }
+            let words: Vec<u32> = (0..address.len() / 8)
+                .map(|i| u32::from_str_radix(&address[i * 8..i * 8 + 8], 16).unwrap())
+                .collect();
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+            found.push(match bytes.len() {
+                4 => std::net::IpAddr::from(<[u8; 4]>::try_from(bytes).unwrap()),
+                _ => std::net::IpAddr::from(<[u8; 16]>::try_from(bytes).unwrap()),
+            });
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn every_emulator_listens_on_loopback_only() {
+    for kind in EmulatorKind::ALL {
+        let emulator = shared(kind).await;
+        let port: u16 = emulator
+            .host()
+            .strip_prefix("127.0.0.1:")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("{kind}: unexpected host {}", emulator.host()));
+        let addresses = listening_addresses(port);
+        assert!(
+            !addresses.is_empty(),
+            "{kind}: nothing listens on port {port}"
+        );
+        for address in &addresses {
+            let loopback = match address {
+                std::net::IpAddr::V4(v4) => v4.is_loopback(),
+                std::net::IpAddr::V6(v6) => {
+                    v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+                }
+            };
+            assert!(
+                loopback,
+                "the {kind} emulator listens on {address} port {port}, not on loopback only"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_cloud_tasks_emulator_leaves_no_start_up_hook_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let emulator = Emulator::start_with(
+        EmulatorKind::CloudTasks,
+        EmulatorOptions::new().log_dir(dir.path()),
+    )
+    .await
+    .unwrap();
+    // The log is unlinked at spawn and the hook's folder is gone once it answers.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left in the log folder: {left:?}");
+    drop(emulator);
 }

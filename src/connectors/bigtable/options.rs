@@ -260,7 +260,7 @@ pub static FIXED_BUDGETS: &[FixedBudget] = &[
     FixedBudget {
         name: "progress timeout",
         value: DefaultValue::Duration(PROGRESS_TIMEOUT),
-        description: "How long the writer waits with no MutateRows completing before the statement fails (Pub/Sub's `publish_progress_timeout` default).",
+        description: "How long the writer waits with no MutateRows completing before the statement fails (Pub/Sub's `publish_progress_timeout` default). When it fires, the MutateRows calls still under way get up to the shutdown timeout to finish, so the statement returns up to that much later.",
     },
     FixedBudget {
         name: "shutdown timeout",

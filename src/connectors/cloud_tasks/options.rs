@@ -309,7 +309,7 @@ pub static FIXED_BUDGETS: &[FixedBudget] = &[
     FixedBudget {
         name: "progress timeout",
         value: DefaultValue::Duration(PROGRESS_TIMEOUT),
-        description: "How long the writer waits with no creation completing before the statement fails; the same budget as Pub/Sub's `publish_progress_timeout` default. The transient retry's attempt budget normally ends an outage first.",
+        description: "How long the writer waits with no creation completing before the statement fails; the same budget as Pub/Sub's `publish_progress_timeout` default. The transient retry's attempt budget normally ends an outage first. When it fires, the creations still under way get up to the shutdown timeout to finish, so the statement returns up to that much later.",
     },
     FixedBudget {
         name: "shutdown timeout",

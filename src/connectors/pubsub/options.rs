@@ -374,7 +374,7 @@ writer_options! {
             bound: Bound::PositiveNanos,
             cross_rule: "",
             example: "5m",
-            description: "How long the writer may wait with no publish completing at all before the statement fails. Every completion restarts the budget, so a slow topic never spends it; a stalled one does. Nothing is lost when it fires: re-running the statement sends again.",
+            description: "How long the writer may wait with no publish completing at all before the statement fails. Every completion restarts the budget, so a slow topic never spends it; a stalled one does. When it fires, the publishes still under way get up to `shutdown_timeout` to finish (acknowledged or reported), so the statement returns up to `shutdown_timeout` after this budget ran out. Nothing is lost when it fires: re-running the statement sends again.",
         };
         /// Budget of one publisher release.
         shutdown_timeout: Duration => SHUTDOWN_TIMEOUT {
