@@ -1538,7 +1538,7 @@ fn rejects_http_endpoint_without_credentials_even_on_the_loopback() {
 }
 
 #[test]
-fn rejects_endpoint_with_a_password_without_echoing_it() {
+fn rejects_endpoint_with_a_user_name_or_password() {
     let err = pubsub(&[("endpoint", "https://user:hunter2@pubsub.googleapis.com")]).unwrap_err();
     let rule = match &err {
         Error::InvalidOption { option, rule, .. } if option == "endpoint" => rule.clone(),
