@@ -1512,6 +1512,163 @@ fn rejects_endpoint_without_scheme() {
 }
 
 #[test]
+fn rejects_http_endpoint_with_credentials_file_on_every_connector() {
+    let pairs = [
+        ("endpoint", "http://private.googleapis.com"),
+        ("credentials_file", "/etc/gcp/writer-key.json"),
+    ];
+    for rule in [
+        invalid(pubsub(&pairs), "endpoint"),
+        invalid(tasks(&pairs), "endpoint"),
+        invalid(bigtable(&pairs), "endpoint"),
+    ] {
+        assert!(rule.contains("must be https://"), "{rule}");
+        assert!(rule.contains("emulator_host"), "{rule}");
+    }
+}
+
+#[test]
+fn rejects_http_endpoint_without_credentials_even_on_the_loopback() {
+    // Without `credentials_file` the channel would still carry Application Default
+    // Credentials; a local emulator is `emulator_host`, which carries none.
+    for endpoint in ["http://127.0.0.1:8085", "http://localhost:8085"] {
+        let rule = invalid(pubsub(&[("endpoint", endpoint)]), "endpoint");
+        assert!(rule.contains("emulator_host"), "{rule}");
+    }
+}
+
+#[test]
+fn rejects_endpoint_with_a_user_name_or_password() {
+    let err = pubsub(&[("endpoint", "https://user:hunter2@pubsub.googleapis.com")]).unwrap_err();
+    let rule = match &err {
+        Error::InvalidOption { option, rule, .. } if option == "endpoint" => rule.clone(),
+        other => panic!("expected an invalid endpoint, got {other:?}"),
+    };
+    assert!(rule.contains("no user name or password"), "{rule}");
+}
+
+#[test]
+fn accepts_https_endpoint_with_credentials_file() {
+    let o = pubsub(&[
+        ("endpoint", "https://pubsub.googleapis.com/"),
+        ("credentials_file", "/etc/gcp/writer-key.json"),
+    ])
+    .unwrap();
+    assert_eq!(
+        o.connection.endpoint.as_deref(),
+        Some("https://pubsub.googleapis.com")
+    );
+    assert!(o.connection.emulator.is_none());
+}
+
+#[test]
+fn accepts_loopback_emulator_hosts() {
+    for host in [
+        "localhost:8085",
+        "127.0.0.1:8085",
+        "127.1.2.3:9",
+        "[::1]:8085",
+    ] {
+        let o = pubsub(&[("emulator_host", host)]).unwrap();
+        assert_eq!(o.connection.emulator.unwrap().host, host);
+    }
+}
+
+#[test]
+fn rejects_remote_emulator_host_without_allow_remote_emulator() {
+    for host in ["10.0.0.5:8085", "pubsub-emulator:8085", "0.0.0.0:8085"] {
+        let rule = invalid(pubsub(&[("emulator_host", host)]), "emulator_host");
+        assert!(rule.contains("loopback"), "{rule}");
+        assert!(rule.contains("allow_remote_emulator"), "{rule}");
+        invalid(tasks(&[("emulator_host", host)]), "emulator_host");
+        invalid(bigtable(&[("emulator_host", host)]), "emulator_host");
+    }
+    // `false` is the default, said out loud.
+    invalid(
+        pubsub(&[
+            ("emulator_host", "10.0.0.5:8085"),
+            ("allow_remote_emulator", "false"),
+        ]),
+        "emulator_host",
+    );
+}
+
+#[test]
+fn accepts_remote_emulator_host_with_allow_remote_emulator() {
+    let pairs = [
+        ("emulator_host", "pubsub-emulator:8085"),
+        ("allow_remote_emulator", "true"),
+    ];
+    let o = pubsub(&pairs).unwrap();
+    assert_eq!(o.connection.emulator.unwrap().host, "pubsub-emulator:8085");
+    assert!(tasks(&pairs).unwrap().connection.emulator.is_some());
+    assert!(bigtable(&pairs).unwrap().connection.emulator.is_some());
+    // Without an emulator the option changes nothing.
+    assert!(
+        pubsub(&[("allow_remote_emulator", "true")])
+            .unwrap()
+            .connection
+            .emulator
+            .is_none()
+    );
+}
+
+#[test]
+fn rejects_allow_remote_emulator_that_is_not_a_boolean() {
+    invalid(
+        pubsub(&[("allow_remote_emulator", "yes please")]),
+        "allow_remote_emulator",
+    );
+}
+
+#[test]
+fn rejects_remote_emulator_host_from_the_environment_naming_the_variable() {
+    let env = |k: &str| (k == "PUBSUB_EMULATOR_HOST").then(|| "10.1.2.3:8085".to_string());
+    let rule = invalid(
+        PubSubSinkOptions::from_raw_with_env(Some(TOPIC), &raw(&[]), &env),
+        "emulator_host (from environment variable PUBSUB_EMULATOR_HOST)",
+    );
+    assert!(rule.contains("allow_remote_emulator"), "{rule}");
+    let env = |k: &str| (k == "CLOUD_TASKS_EMULATOR_HOST").then(|| "tasks:8123".to_string());
+    invalid(
+        CloudTasksSinkOptions::from_raw_with_env(
+            Some(QUEUE),
+            &raw(&[("url", "https://worker.example.com/run")]),
+            &env,
+        ),
+        "emulator_host (from environment variable CLOUD_TASKS_EMULATOR_HOST)",
+    );
+    // An explicit endpoint turns the variable off, so it is not checked either.
+    assert!(
+        PubSubSinkOptions::from_raw_with_env(
+            Some(TOPIC),
+            &raw(&[("endpoint", "https://pubsub.googleapis.com")]),
+            &|_: &str| Some("10.1.2.3:8085".to_string()),
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn accepts_remote_emulator_host_from_the_environment_with_allow_remote_emulator() {
+    let env = |k: &str| (k == "BIGTABLE_EMULATOR_HOST").then(|| "bigtable:8086".to_string());
+    let o = BigtableSinkOptions::from_raw_with_env(
+        Some(TABLE),
+        &raw(&[("row_key", "id"), ("allow_remote_emulator", "true")]),
+        &env,
+    )
+    .unwrap();
+    let e = o.connection.emulator.unwrap();
+    assert_eq!(
+        (e.host.as_str(), e.source),
+        (
+            "bigtable:8086",
+            EmulatorSource::EnvVar("BIGTABLE_EMULATOR_HOST")
+        )
+    );
+}
+
+#[test]
 fn rejects_connector_option_naming_another_connector() {
     invalid(pubsub(&[("connector", "bigtable")]), "connector");
     assert!(pubsub(&[("connector", "PUBSUB")]).is_ok());

@@ -34,11 +34,12 @@ use super::{bigtable, cloud_tasks, pubsub};
 
 /// The options every connector accepts, first in each connector's list: which connector, the
 /// connection, and the failure policy.
-pub static SHARED_OPTIONS: [&OptionSpec; 6] = [
+pub static SHARED_OPTIONS: [&OptionSpec; 7] = [
     &CONNECTOR,
     &common::PROJECT,
     &common::ENDPOINT,
     &common::EMULATOR_HOST,
+    &common::ALLOW_REMOTE_EMULATOR,
     &common::CREDENTIALS_FILE,
     &common::FAILURE_POLICY,
 ];

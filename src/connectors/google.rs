@@ -41,6 +41,10 @@ pub const ROUTING_HEADER: &str = "x-goog-request-params";
 ///
 /// More channels sharing the same token source can be opened from the result with
 /// `GoogleApi::connect_with_endpoint`.
+///
+/// Credentials never travel in plaintext: an `endpoint` that is not `https://` is refused
+/// before any credential is loaded (see [`require_tls`]). An emulator is reached through
+/// [`Connection::plaintext`] instead, which carries none.
 pub async fn connect(
     endpoint: &str,
     credentials_file: Option<&Path>,
@@ -50,6 +54,7 @@ pub async fn connect(
         endpoint: endpoint.to_string(),
         message,
     };
+    require_tls(endpoint).map_err(connect_error)?;
     match credentials_file {
         Some(path) => {
             let credentials = credentials_from_file(path).map_err(connect_error)?;
@@ -64,6 +69,18 @@ pub async fn connect(
         None => GoogleApi::from_function(std::convert::identity, endpoint, None).await,
     }
     .map_err(|e| connect_error(e.to_string()))
+}
+
+/// Refuses an endpoint that would carry credentials without TLS: anything but `https://`.
+pub fn require_tls(endpoint: &str) -> std::result::Result<(), String> {
+    match endpoint.trim().get(..8) {
+        Some(scheme) if scheme.eq_ignore_ascii_case("https://") => Ok(()),
+        _ => Err(
+            "refusing to send credentials without TLS: an endpoint must be https:// (an emulator \
+             is reached with emulator_host, in plaintext and without credentials)"
+                .into(),
+        ),
+    }
 }
 
 /// One gRPC channel a client calls through: plaintext (an emulator or a fake server: no TLS,
@@ -185,11 +202,13 @@ impl Connection {
     pub async fn channel_to(&self, url: &str) -> std::result::Result<GrpcChannel, String> {
         match self {
             Connection::Plaintext(endpoint) => Ok(GrpcChannel::Plaintext(endpoint.connect_lazy())),
-            Connection::Google(api) => api
-                .connect_with_endpoint(std::convert::identity, url, None)
-                .await
-                .map(|api| GrpcChannel::Google(api.get()))
-                .map_err(|e| e.to_string()),
+            Connection::Google(api) => {
+                require_tls(url)?;
+                api.connect_with_endpoint(std::convert::identity, url, None)
+                    .await
+                    .map(|api| GrpcChannel::Google(api.get()))
+                    .map_err(|e| e.to_string())
+            }
         }
     }
 }
@@ -489,6 +508,46 @@ mod tests {
             Err(other) => panic!("expected a connect error, got {other:?}"),
             Ok(_) => panic!("connected with a credentials file that does not exist"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_plaintext_endpoint_with_credentials_is_refused_before_they_are_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent.json");
+        for (endpoint, credentials) in [
+            ("http://pubsub.googleapis.com", Some(absent.as_path())),
+            ("http://127.0.0.1:1", None),
+            ("pubsub.googleapis.com:443", None),
+        ] {
+            match connect(endpoint, credentials).await {
+                Err(Error::Connect {
+                    endpoint: e,
+                    message,
+                }) => {
+                    assert_eq!(e, endpoint);
+                    assert!(message.contains("without TLS"), "{message}");
+                }
+                Err(other) => panic!("expected a connect error, got {other:?}"),
+                Ok(_) => panic!("connected to {endpoint} without TLS"),
+            }
+        }
+        assert!(require_tls("HTTPS://pubsub.googleapis.com").is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_emulator_connection_never_reads_the_credentials_file() {
+        // A credentials file that does not exist: reading it would fail the open.
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent.json");
+        let connection = Connection::open(
+            Some("127.0.0.1:1"),
+            "https://pubsub.googleapis.com",
+            Some(&absent),
+        )
+        .await
+        .unwrap();
+        assert!(connection.is_plaintext());
+        assert!(!connection.channel().is_google());
     }
 
     #[tokio::test]

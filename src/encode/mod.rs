@@ -4,9 +4,12 @@
 //!   form for every Arrow type a table can hold.
 //! - [`raw`]: one string or binary column as the payload, byte for byte, and [`BytesColumn`],
 //!   the layout-independent reader of string and binary columns.
+//! - [`redact`]: what an error or a log event may show of a value (never a row's value; at most
+//!   a URL's scheme, host and port).
 
 pub mod json;
 pub mod raw;
+pub mod redact;
 
 pub use json::{ColumnEncoder, JsonRowEncoder, JsonRows, check_json_type, write_json_str};
 pub use raw::{BytesColumn, RawEncoder, is_bytes_type, is_string_type};

@@ -26,9 +26,9 @@ pub static ENDPOINT: OptionSpec = OptionSpec {
     kind: OptionKind::Text,
     default: DefaultValue::Unset("the service's public endpoint"),
     bound: Bound::None,
-    cross_rule: "an `http://` or `https://` URL; when given, the emulator environment variable is not consulted",
+    cross_rule: "an `https://` URL with a host; `http://` is refused, since credentials would travel in plaintext (for a local emulator use `emulator_host`); when given, the emulator environment variable is not consulted",
     example: "https://private.googleapis.com",
-    description: "Service endpoint to connect to instead of the default Google endpoint (a regional or private endpoint, for example).",
+    description: "Service endpoint to connect to instead of the default Google endpoint (a regional or private endpoint, for example). Always TLS with credentials.",
 };
 
 /// `emulator_host`.
@@ -40,9 +40,21 @@ pub static EMULATOR_HOST: OptionSpec = OptionSpec {
         "the connector's emulator environment variable, named in its section below",
     ),
     bound: Bound::None,
-    cross_rule: "`host:port`; cannot be combined with `endpoint`",
+    cross_rule: "`host:port` on a loopback address (`localhost`, `127.0.0.0/8`, `[::1]`) unless `allow_remote_emulator` is `true`; cannot be combined with `endpoint`",
     example: "localhost:8085",
-    description: "Address of a local emulator. The connection is then plaintext gRPC without credentials. The environment variable is read when the table is declared.",
+    description: "Address of a local emulator. The connection is then plaintext gRPC without credentials. The environment variable is read when the table is declared, and checked by the same rules.",
+};
+
+/// `allow_remote_emulator`.
+pub static ALLOW_REMOTE_EMULATOR: OptionSpec = OptionSpec {
+    name: "allow_remote_emulator",
+    group: OptionGroup::Connection,
+    kind: OptionKind::Bool,
+    default: DefaultValue::Bool(false),
+    bound: Bound::None,
+    cross_rule: "has an effect only with an emulator address (`emulator_host` or the emulator environment variable)",
+    example: "true",
+    description: "Accept an emulator address that is not a loopback address (an emulator in another container or on another machine). The rows then cross the network in plaintext; no credentials are ever sent to an emulator.",
 };
 
 /// `credentials_file`.

@@ -59,6 +59,13 @@ impl EmulatorHost {
 /// The emulator address is resolved when the options are built: the `emulator_host` option
 /// first, else the service's environment variable ([`Service::emulator_env_var`]) — unless an
 /// explicit `endpoint` is given, which the environment does not override.
+///
+/// [`ConnectionOptions::from_parsed`] keeps credentials off plaintext: an `endpoint` must be
+/// `https://`, and an emulator address (option or environment) must be a loopback address
+/// unless `allow_remote_emulator = 'true'`. An emulator connection never carries credentials.
+/// A Rust program that fills these fields itself is trusted with the emulator address; the
+/// connection refuses a non-TLS endpoint with credentials all the same
+/// ([`crate::connectors::google::connect`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnectionOptions {
     /// The Google Cloud project short resource names are resolved in.
@@ -87,15 +94,70 @@ fn parse_emulator_host(text: &str) -> std::result::Result<String, String> {
     }
 }
 
-/// Checks an endpoint URL: `https://host[:port]` (or `http://` for a plaintext proxy); the
-/// error shows `example` as a well-formed one.
+/// Checks an endpoint URL: `https://host[:port]`; the error shows `example` as a well-formed
+/// one.
+///
+/// `http://` is refused whatever the host: the channel to an endpoint carries credentials
+/// (`authorization: Bearer ...`), which must not travel in plaintext. A local emulator is
+/// reached through `emulator_host` instead, a plaintext channel that never carries credentials.
+/// An endpoint with a user name or password is refused too (credentials come from
+/// `credentials_file` or Application Default Credentials, never from the URL).
 fn parse_endpoint(text: &str, example: &str) -> std::result::Result<String, String> {
     let t = text.trim();
     let url = url::Url::parse(t).map_err(|e| format!("expected a URL like '{example}' ({e})"))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err("expected an http:// or https:// URL with a host".into());
+    if url.host_str().is_none() || !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "expected an https:// URL with a host, like '{example}'"
+        ));
+    }
+    if url.scheme() == "http" {
+        return Err(format!(
+            "an endpoint must be https://: the connection carries credentials, which are never \
+             sent in plaintext; for a local emulator use 'emulator_host' (plaintext, without \
+             credentials), else '{example}'"
+        ));
+    }
+    if crate::encode::redact::has_userinfo(t) {
+        return Err(
+            "an endpoint carries no user name or password: credentials come from \
+             'credentials_file' or Application Default Credentials"
+                .into(),
+        );
     }
     Ok(t.trim_end_matches('/').to_string())
+}
+
+/// Whether the host of `host_port` (as [`parse_emulator_host`] returns it) is a loopback
+/// address: `localhost`, an IPv4 address in `127.0.0.0/8`, `::1` (bracketed or not) or an
+/// IPv4-mapped loopback address.
+pub fn is_loopback_host(host_port: &str) -> bool {
+    let host = match host_port.rsplit_once(':') {
+        Some((host, _)) => host,
+        None => host_port,
+    };
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback(),
+        Ok(std::net::IpAddr::V6(ip)) => {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        Err(_) => false,
+    }
+}
+
+/// The rule an emulator address off the loopback breaks without `allow_remote_emulator`.
+fn remote_emulator_rule() -> String {
+    format!(
+        "an emulator is reached in plaintext, so its address must be a loopback one ('localhost', \
+         127.0.0.0/8 or [::1]); set '{}' = 'true' to accept an emulator on another host",
+        common::ALLOW_REMOTE_EMULATOR.name
+    )
 }
 
 impl ConnectionOptions {
@@ -129,6 +191,9 @@ impl ConnectionOptions {
             ),
             None => None,
         };
+        let allow_remote = parsed
+            .bool(&common::ALLOW_REMOTE_EMULATOR)?
+            .unwrap_or(false);
         let emulator = match parsed.non_empty_text(&common::EMULATOR_HOST)? {
             Some(h) => {
                 if endpoint.is_some() {
@@ -136,12 +201,31 @@ impl ConnectionOptions {
                 }
                 let host = parse_emulator_host(h)
                     .map_err(|rule| common::EMULATOR_HOST.invalid(h, rule))?;
+                if !allow_remote && !is_loopback_host(&host) {
+                    return Err(common::EMULATOR_HOST.invalid(h, remote_emulator_rule()));
+                }
                 Some(EmulatorHost {
                     host,
                     source: EmulatorSource::Option,
                 })
             }
-            None if endpoint.is_none() => Self::emulator_from_env(service.emulator_env_var, env)?,
+            None if endpoint.is_none() => {
+                let from_env = Self::emulator_from_env(service.emulator_env_var, env)?;
+                if let Some(e) = &from_env
+                    && !allow_remote
+                    && !is_loopback_host(&e.host)
+                {
+                    return Err(Error::InvalidOption {
+                        option: format!(
+                            "emulator_host (from environment variable {})",
+                            service.emulator_env_var
+                        ),
+                        value: e.host.clone(),
+                        rule: remote_emulator_rule(),
+                    });
+                }
+                from_env
+            }
             None => None,
         };
         let credentials_file = parsed
@@ -156,6 +240,9 @@ impl ConnectionOptions {
     }
 
     /// The emulator named by the environment variable `var`, if it is set and not empty.
+    ///
+    /// Only its form is checked here; [`ConnectionOptions::from_parsed`] also refuses an
+    /// address off the loopback unless `allow_remote_emulator` is set.
     pub fn emulator_from_env(
         var: &'static str,
         env: EnvLookup<'_>,
@@ -217,9 +304,43 @@ mod tests {
             "{err}"
         );
         assert!(parse_endpoint("ftp://x", EXAMPLE).is_err());
+        let http = parse_endpoint("http://acme.googleapis.com", EXAMPLE).unwrap_err();
+        assert!(
+            http.contains("https://") && http.contains("emulator_host"),
+            "{http}"
+        );
+        assert!(parse_endpoint("http://127.0.0.1:8085", EXAMPLE).is_err());
+        let userinfo = parse_endpoint("https://u:p@acme.googleapis.com", EXAMPLE).unwrap_err();
+        assert!(!userinfo.contains("u:p"), "{userinfo}");
         assert_eq!(
             parse_endpoint("https://acme.googleapis.com/", EXAMPLE).unwrap(),
             "https://acme.googleapis.com"
         );
+    }
+
+    #[test]
+    fn loopback_hosts_are_localhost_127_slash_8_and_ipv6_one() {
+        for host in [
+            "localhost:8085",
+            "LOCALHOST:1",
+            "127.0.0.1:8085",
+            "127.255.0.9:1",
+            "[::1]:8085",
+            "::1:8085",
+            "[::ffff:127.0.0.1]:80",
+        ] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in [
+            "10.0.0.5:8085",
+            "192.168.1.2:8085",
+            "0.0.0.0:8085",
+            "[::]:8085",
+            "pubsub-emulator:8085",
+            "localhost.example.com:8085",
+            "128.0.0.1:8085",
+        ] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
     }
 }

@@ -502,11 +502,19 @@ fn enforces_the_attribute_limits_per_row() {
     );
     assert_eq!(message(&out[4]).attributes.len(), MAX_ATTRIBUTES);
     assert!(row_error(&out[5]).1.contains("reserves"));
+    // The repeated key is a row's value: the error names its position in the map column, not
+    // the key.
+    let dup = row_error(&out[6]).1;
     assert!(
-        row_error(&out[6])
-            .1
-            .contains("'dup' is given more than once")
+        dup.contains("attribute 2 of column 'attributes'")
+            && dup.contains("attribute 1 of column 'attributes'")
+            && dup.contains("given more than once"),
+        "{dup}"
     );
+    assert!(!dup.contains("dup"), "{dup}");
+    let long_key = row_error(&out[0]).1;
+    assert!(!long_key.contains(&long_key_row[0].0[..20]), "{long_key}");
+    assert!(!row_error(&out[5]).1.contains("goog-thing"));
 }
 
 #[test]

@@ -610,10 +610,11 @@ impl Transport for BigtableTransport {
             let entry = batch[i];
             entry_status(tonic::Status::new(
                 status.code(),
+                // The row key is a row's value: the row number and the key's size name it.
                 format!(
-                    "row {} (row key '{}'): {}",
+                    "row {} (row key of {} bytes): {}",
                     entry.row(),
-                    entry.row_key_text(),
+                    entry.row_key().len(),
                     status.message()
                 ),
             ))

@@ -187,7 +187,8 @@ impl BigtableEntry {
             .unwrap_or(&[])
     }
 
-    /// The row key for messages: UTF-8 text when it is, else escaped bytes.
+    /// The row key as text (UTF-8 when it is, else escaped bytes), for tests and debugging:
+    /// a row key is a row's value, so no error or log event shows it.
     pub fn row_key_text(&self) -> String {
         let key = self.row_key();
         match std::str::from_utf8(key) {
@@ -653,17 +654,27 @@ impl BigtableMapping {
         row: usize,
         cache: &mut TableCache<'a>,
     ) -> std::result::Result<Destination, String> {
-        if let TablePlan::Fixed(t) = &self.tables {
-            return Ok(t.clone());
-        }
+        let (table_column, instance_column) = match &self.tables {
+            TablePlan::Fixed(t) => return Ok(t.clone()),
+            TablePlan::PerRow { table, instance } => (&table.1, instance.as_ref().map(|i| &i.1)),
+        };
         let table = bound.table.as_ref().and_then(|c| c.str_value(row));
         let instance = bound.instance.as_ref().and_then(|c| c.str_value(row));
         cache
             .entry((table, instance))
             .or_insert_with(|| {
+                // The rule never repeats the row's values: a name that breaks it is not a
+                // destination yet, and may be anything.
                 self.options
                     .resolve_table(table, instance)
                     .map(|t| Destination::from(t.as_str()))
+                    .map_err(|rule| {
+                        let columns = match instance_column {
+                            Some(i) => format!("columns '{table_column}' and '{i}'"),
+                            None => format!("column '{table_column}'"),
+                        };
+                        format!("the table named by {columns}: {rule}")
+                    })
             })
             .clone()
     }

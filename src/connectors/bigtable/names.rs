@@ -3,6 +3,9 @@
 //! ids. The id rules are the admin API's own, checked early so that a typo fails the `CREATE`
 //! rather than the first write.
 //!
+//! A broken rule never repeats the value: a table or instance name can come from a row, whose
+//! values errors do not show. An option's value is shown by the option error that wraps it.
+//!
 //! ```
 //! use gcp_sql::connectors::bigtable::names::{bigtable_instance, bigtable_table};
 //!
@@ -67,11 +70,8 @@ pub fn check_family_id(f: &str) -> NameResult<()> {
 pub fn bigtable_instance(value: &str, project: Option<&str>) -> NameResult<String> {
     let v = value.trim();
     if v.contains('/') {
-        let parts = split_full(v, &["projects", "instances"]).ok_or_else(|| {
-            format!(
-                "expected 'projects/PROJECT/instances/INSTANCE' or a short instance id, found '{v}'"
-            )
-        })?;
+        let parts = split_full(v, &["projects", "instances"])
+            .ok_or("expected 'projects/PROJECT/instances/INSTANCE' or a short instance id")?;
         check_project(parts[0])?;
         check_instance_id(parts[1])?;
         return Ok(v.to_string());
@@ -86,9 +86,9 @@ pub fn bigtable_instance(value: &str, project: Option<&str>) -> NameResult<Strin
 pub fn bigtable_table(value: &str, instance: Option<&str>) -> NameResult<String> {
     let v = value.trim();
     if v.contains('/') {
-        let parts = split_full(v, &["projects", "instances", "tables"]).ok_or_else(|| {
-            format!("expected 'projects/PROJECT/instances/INSTANCE/tables/TABLE' or a short table id, found '{v}'")
-        })?;
+        let parts = split_full(v, &["projects", "instances", "tables"]).ok_or(
+            "expected 'projects/PROJECT/instances/INSTANCE/tables/TABLE' or a short table id",
+        )?;
         check_project(parts[0])?;
         check_instance_id(parts[1])?;
         check_table_id(parts[2])?;

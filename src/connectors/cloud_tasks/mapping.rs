@@ -187,25 +187,27 @@ pub fn proto_method(method: HttpMethod) -> proto::HttpMethod {
     }
 }
 
-/// Shortens a value for an error message.
-fn shown(text: &str) -> String {
-    const SHOWN: usize = 80;
-    if text.chars().count() <= SHOWN {
-        return text.to_string();
-    }
-    let head: String = text.chars().take(SHOWN).collect();
-    format!("{head}…")
+/// What an error may show of a task URL: its scheme, host and port, never its user name,
+/// password, path or query (see [`crate::encode::redact`]); `<not a URL>` when it has none.
+fn shown_url(url: &str) -> String {
+    crate::encode::redact::url_origin(url).unwrap_or_else(|| "<not a URL>".to_string())
 }
 
 /// Checks a task URL: `http://` or `https://` with a host, at most [`MAX_URL_LEN`] characters
-/// after percent-encoding. Returns the broken rule.
+/// after percent-encoding. Returns the broken rule, which never repeats the URL (it can carry a
+/// password or an API key): at most its scheme.
 pub fn check_task_url(url: &str) -> std::result::Result<(), String> {
-    let parsed =
-        url::Url::parse(url).map_err(|e| format!("'{}' is not a URL ({e})", shown(url)))?;
+    let parsed = url::Url::parse(url).map_err(|e| {
+        format!(
+            "the value ({} characters) is not a URL ({e})",
+            url.chars().count()
+        )
+    })?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        let scheme = parsed.scheme();
+        // A scheme is letters, digits and + - . only, so it cannot carry a secret.
         return Err(format!(
-            "'{}' is not an http:// or https:// URL with a host",
-            shown(url)
+            "the URL (scheme '{scheme}') is not an http:// or https:// URL with a host"
         ));
     }
     let encoded = parsed.as_str().len();
@@ -218,7 +220,9 @@ pub fn check_task_url(url: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Checks a header name (an HTTP token) and value (no line breaks). Returns the broken rule.
+/// Checks a header name (an HTTP token) and value (no line breaks). Returns the broken rule,
+/// which repeats neither (a header from `headers_column` is a row's value; a header value can
+/// be a token); the caller says which header it is.
 pub fn check_header(name: &str, value: &str) -> std::result::Result<(), String> {
     const TOKEN_PUNCTUATION: &str = "!#$%&'*+-.^_`|~";
     if name.is_empty()
@@ -226,12 +230,13 @@ pub fn check_header(name: &str, value: &str) -> std::result::Result<(), String> 
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || TOKEN_PUNCTUATION.contains(c))
     {
-        return Err(format!("'{}' is not a valid HTTP header name", shown(name)));
+        return Err(format!(
+            "the name ({} characters) is not a valid HTTP header name",
+            name.chars().count()
+        ));
     }
     if value.contains(['\r', '\n', '\0']) {
-        return Err(format!(
-            "the value of header '{name}' contains a line break or NUL"
-        ));
+        return Err("the header's value contains a line break or NUL".to_string());
     }
     Ok(())
 }
@@ -375,7 +380,7 @@ impl CloudTasksMapping {
 
         let url = match &m.url {
             Some(u) => {
-                check_task_url(u).map_err(|rule| Error::invalid("url", shown(u), rule))?;
+                check_task_url(u).map_err(|rule| Error::invalid("url", shown_url(u), rule))?;
                 Some(u.clone())
             }
             None => None,
@@ -391,6 +396,7 @@ impl CloudTasksMapping {
             headers.push((CONTENT_TYPE.to_string(), JSON_MEDIA_TYPE.to_string()));
         }
         for (name, value) in &m.headers {
+            // An option header's name is the statement's own text; its value is not shown.
             check_header(name, value).map_err(|rule| Error::invalid("headers", name, rule))?;
             merge_header(&mut headers, name, value);
         }
@@ -685,14 +691,20 @@ impl CloudTasksMapping {
         if let (Some(map), Some(c)) = (&bound.headers, &self.headers_column)
             && let Some(range) = map.entries(row)
         {
+            let first = range.start;
             for entry in range {
                 let (Some(key), Some(value)) =
                     (map.keys.str_value(entry), map.values.str_value(entry))
                 else {
                     continue;
                 };
-                check_header(key, value)
-                    .map_err(|rule| format!("column '{}' (headers_column): {rule}", c.name))?;
+                check_header(key, value).map_err(|rule| {
+                    format!(
+                        "column '{}' (headers_column), entry {}: {rule}",
+                        c.name,
+                        entry - first + 1
+                    )
+                })?;
                 merge_header(&mut headers, key, value);
             }
         }

@@ -3,6 +3,9 @@
 //! id rules are the service's own (`CreateQueue` and `Task.name` references), checked early so
 //! that a typo fails the `CREATE` rather than the first creation.
 //!
+//! A broken rule never repeats the value: a queue or task name can come from a row, whose
+//! values errors do not show. An option's value is shown by the option error that wraps it.
+//!
 //! ```
 //! use gcp_sql::connectors::cloud_tasks::names::cloud_tasks_queue;
 //!
@@ -65,9 +68,9 @@ pub fn cloud_tasks_queue(
 ) -> NameResult<String> {
     let v = value.trim();
     if v.contains('/') {
-        let parts = split_full(v, &["projects", "locations", "queues"]).ok_or_else(|| {
-            format!("expected 'projects/PROJECT/locations/LOCATION/queues/QUEUE' or a short queue id, found '{v}'")
-        })?;
+        let parts = split_full(v, &["projects", "locations", "queues"]).ok_or(
+            "expected 'projects/PROJECT/locations/LOCATION/queues/QUEUE' or a short queue id",
+        )?;
         check_project(parts[0])?;
         check_location(parts[1])?;
         check_queue_id(parts[2])?;
@@ -84,13 +87,13 @@ pub fn cloud_tasks_queue(
 pub fn cloud_tasks_task(value: &str, queue: &str) -> NameResult<String> {
     let v = value.trim();
     if v.contains('/') {
-        let parts = split_full(v, &["projects", "locations", "queues", "tasks"]).ok_or_else(|| {
-            format!("expected 'projects/P/locations/L/queues/Q/tasks/TASK' or a short task id, found '{v}'")
-        })?;
+        let parts = split_full(v, &["projects", "locations", "queues", "tasks"])
+            .ok_or("expected 'projects/P/locations/L/queues/Q/tasks/TASK' or a short task id")?;
         check_task_id(parts[3])?;
         let prefix = format!("{queue}/tasks/");
         if !v.starts_with(&prefix) {
-            return Err(format!("task '{v}' does not belong to queue '{queue}'"));
+            // The queue is a destination and may be named; the task name is a row's value.
+            return Err(format!("the task name does not belong to queue '{queue}'"));
         }
         return Ok(v.to_string());
     }

@@ -191,24 +191,32 @@ pub fn request_base_len(topic: &str) -> u64 {
 pub fn validate_topic_id(id: &str) -> std::result::Result<(), String> {
     if !(MIN_TOPIC_ID_LEN..=MAX_TOPIC_ID_LEN).contains(&id.len()) {
         return Err(format!(
-            "topic id '{id}' must be {MIN_TOPIC_ID_LEN} to {MAX_TOPIC_ID_LEN} characters long, not {}",
+            "a topic id must be {MIN_TOPIC_ID_LEN} to {MAX_TOPIC_ID_LEN} characters long, not {}",
             id.len()
         ));
     }
     if !id.as_bytes()[0].is_ascii_alphabetic() {
-        return Err(format!("topic id '{id}' must start with a letter"));
+        return Err("a topic id must start with a letter".into());
     }
-    if let Some(bad) = id
+    if let Some(at) = id
         .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || "-_.~+%".contains(*c)))
+        .position(|c| !(c.is_ascii_alphanumeric() || "-_.~+%".contains(c)))
     {
+        let bad = id.chars().nth(at).unwrap_or_default();
+        // The character is named only when it is punctuation, never a letter of the value.
+        let shown = if bad.is_ascii_punctuation() || bad == ' ' {
+            format!("'{bad}'")
+        } else {
+            "a character".to_string()
+        };
         return Err(format!(
-            "topic id '{id}' contains '{bad}'; allowed are letters, digits and - _ . ~ + %"
+            "the topic id contains {shown} at position {}; allowed are letters, digits and - _ . ~ + %",
+            at + 1
         ));
     }
     if id.starts_with(RESERVED_PREFIX) {
         return Err(format!(
-            "topic id '{id}' must not start with '{RESERVED_PREFIX}'"
+            "a topic id must not start with '{RESERVED_PREFIX}'"
         ));
     }
     Ok(())
@@ -219,29 +227,26 @@ pub fn validate_topic_id(id: &str) -> std::result::Result<(), String> {
 pub fn resolve_topic(topic: &str, project: Option<&str>) -> std::result::Result<String, String> {
     if let Some(rest) = topic.strip_prefix("projects/") {
         let Some((project, id)) = rest.split_once("/topics/") else {
-            return Err(format!(
-                "topic '{topic}' is not of the form projects/PROJECT/topics/TOPIC"
-            ));
+            return Err("the topic is not of the form projects/PROJECT/topics/TOPIC".into());
         };
         if project.is_empty() || project.contains('/') {
-            return Err(format!(
-                "topic '{topic}' has an invalid project '{project}'"
-            ));
+            return Err(
+                "the topic has an invalid project (projects/PROJECT/topics/TOPIC, PROJECT without '/')"
+                    .into(),
+            );
         }
         validate_topic_id(id)?;
         return Ok(topic.to_string());
     }
     if topic.contains('/') {
-        return Err(format!(
-            "topic '{topic}' is neither a topic id nor of the form projects/PROJECT/topics/TOPIC"
-        ));
+        return Err(
+            "the topic is neither a topic id nor of the form projects/PROJECT/topics/TOPIC".into(),
+        );
     }
     validate_topic_id(topic)?;
     match project {
         Some(project) if !project.is_empty() => Ok(format!("projects/{project}/topics/{topic}")),
-        _ => Err(format!(
-            "topic '{topic}' is a bare topic id, but no project is set to resolve it in"
-        )),
+        _ => Err("the topic is a bare topic id, but no project is set to resolve it in".into()),
     }
 }
 
@@ -617,6 +622,9 @@ impl PubSubMapping {
                     .push((Piece::Slice(key), Piece::Slice(value)));
             }
         }
+        // Attributes before this index are keys of the attributes map (a row's values); the
+        // rest are attribute columns, keyed by their column names.
+        let from_map = scratch.attributes.len();
         for (name, encoder) in &mut bound.attribute_columns {
             let name: &'a str = name;
             let start = scratch.text.len();
@@ -644,19 +652,42 @@ impl PubSubMapping {
             ));
         }
         let mut attributes_len = 0u64;
+        // Where attribute `n` came from, for messages: an attribute column is named by its
+        // column name; a key of the attributes map is a row's value, so only its position in
+        // the map is shown.
+        let label = |n: usize| -> String {
+            if n < from_map {
+                let column = self
+                    .attributes_column
+                    .as_ref()
+                    .map_or("attributes", |c| c.1.as_str());
+                format!("attribute {} of column '{column}'", n + 1)
+            } else {
+                let name = String::from_utf8_lossy(attributes[n].0.bytes(text));
+                format!("attribute '{name}'")
+            }
+        };
         for (n, (key, value)) in attributes.iter().enumerate() {
             let (key, value) = (key.bytes(text), value.bytes(text));
             let key_text = String::from_utf8_lossy(key);
-            check_attribute_key(&key_text)?;
+            check_attribute_key(&key_text).map_err(|rule| format!("{}: {rule}", label(n)))?;
             if value.len() > MAX_ATTRIBUTE_VALUE_BYTES {
                 return Err(format!(
-                    "attribute '{key_text}' has a {}-byte value, over the Pub/Sub limit of \
+                    "{} has a {}-byte value, over the Pub/Sub limit of \
                      {MAX_ATTRIBUTE_VALUE_BYTES} bytes",
+                    label(n),
                     value.len()
                 ));
             }
-            if attributes[..n].iter().any(|(k, _)| k.bytes(text) == key) {
-                return Err(format!("attribute '{key_text}' is given more than once"));
+            if let Some(first) = attributes[..n]
+                .iter()
+                .position(|(k, _)| k.bytes(text) == key)
+            {
+                return Err(format!(
+                    "{} has the same key as {}: a key is given more than once",
+                    label(n),
+                    label(first)
+                ));
             }
             attributes_len += field_len(map_entry_len(key.len() as u64, value.len() as u64));
         }
@@ -762,22 +793,34 @@ impl PubSubMapping {
             .entry(value)
             .or_insert_with(|| {
                 let text = String::from_utf8_lossy(value);
-                resolve_topic(&text, self.project.as_deref()).map(Destination::from)
+                // The column's value is not shown: it failed the name rules, so it may be
+                // anything, and it is a row's value.
+                resolve_topic(&text, self.project.as_deref())
+                    .map(Destination::from)
+                    .map_err(|rule| {
+                        let column = self
+                            .topic_column
+                            .as_ref()
+                            .map_or("topic_column", |c| c.1.as_str());
+                        format!("column '{column}' (topic_column): {rule}")
+                    })
             })
             .clone()
     }
 }
 
+/// Checks an attribute key; the rule does not repeat the key (a key from the attributes
+/// column is a row's value), the caller names where it came from.
 fn check_attribute_key(key: &str) -> std::result::Result<(), String> {
     if key.len() > MAX_ATTRIBUTE_KEY_BYTES {
         return Err(format!(
-            "attribute key '{key}' is {} bytes, over the Pub/Sub limit of {MAX_ATTRIBUTE_KEY_BYTES} bytes",
+            "the key is {} bytes, over the Pub/Sub limit of {MAX_ATTRIBUTE_KEY_BYTES} bytes",
             key.len()
         ));
     }
     if key.starts_with(RESERVED_PREFIX) {
         return Err(format!(
-            "attribute key '{key}' starts with '{RESERVED_PREFIX}', which Pub/Sub reserves"
+            "the key starts with '{RESERVED_PREFIX}', which Pub/Sub reserves"
         ));
     }
     Ok(())

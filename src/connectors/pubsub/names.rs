@@ -2,6 +2,9 @@
 //! `project` option. The id rules are the service's own resource-name rules, checked early so
 //! that a typo fails the `CREATE` rather than the first publish.
 //!
+//! A broken rule never repeats the value (the option error that wraps it shows an option's
+//! value; a row's value is never shown).
+//!
 //! ```
 //! use gcp_sql::connectors::pubsub::names::pubsub_topic;
 //!
@@ -39,9 +42,8 @@ pub fn check_topic_id(t: &str) -> NameResult<()> {
 pub fn pubsub_topic(value: &str, project: Option<&str>) -> NameResult<String> {
     let v = value.trim();
     if v.contains('/') {
-        let parts = split_full(v, &["projects", "topics"]).ok_or_else(|| {
-            format!("expected 'projects/PROJECT/topics/TOPIC' or a short topic id, found '{v}'")
-        })?;
+        let parts = split_full(v, &["projects", "topics"])
+            .ok_or("expected 'projects/PROJECT/topics/TOPIC' or a short topic id")?;
         check_project(parts[0])?;
         check_topic_id(parts[1])?;
         return Ok(v.to_string());

@@ -319,6 +319,60 @@ fn row_headers_replace_option_headers_regardless_of_case() {
     assert_eq!(second["X-A"], "1", "a null map adds nothing");
     assert!(error_text(&out[2]).contains("not a valid HTTP header name"));
     assert!(error_text(&out[3]).contains("line break"));
+    // A header of a row is a row's value: neither its name nor its value is shown.
+    assert!(
+        error_text(&out[2]).contains("column 'h' (headers_column), entry 1"),
+        "{}",
+        error_text(&out[2])
+    );
+    assert!(!error_text(&out[2]).contains("Bad Name"));
+    assert!(!error_text(&out[3]).contains("X-D") && !error_text(&out[3]).contains("Injected"));
+}
+
+#[test]
+fn a_refused_row_url_or_task_name_is_never_shown_in_the_error() {
+    let opts = options(
+        Some(QUEUE),
+        &[("url_column", "target"), ("task_name_column", "tid")],
+    );
+    let out = encode(
+        &opts,
+        vec![
+            (
+                "target",
+                strings(&[
+                    Some("ftp://user:password@files.example.com/x?key=SECRET"),
+                    Some("http://user:password@bad host/x?key=SECRET"),
+                    Some("https://w.example.com/run"),
+                ]),
+            ),
+            (
+                "tid",
+                strings(&[
+                    None,
+                    None,
+                    Some("projects/demo/locations/us-central1/queues/other/tasks/password-SECRET"),
+                ]),
+            ),
+        ],
+    );
+    for (row, limit) in [
+        (0, "scheme 'ftp'"),
+        (1, "not a URL"),
+        (2, "does not belong"),
+    ] {
+        let error = error_text(&out[row]);
+        assert!(
+            error.starts_with(&format!("row {}:", row + 10)) && error.contains(limit),
+            "{error}"
+        );
+        assert!(
+            !error.contains("password") && !error.contains("SECRET") && !error.contains("user"),
+            "{error}"
+        );
+    }
+    assert!(error_text(&out[0]).contains("column 'target'"));
+    assert!(error_text(&out[2]).contains("column 'tid' (task_name_column)"));
 }
 
 #[test]
