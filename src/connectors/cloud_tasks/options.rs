@@ -575,13 +575,19 @@ pub struct CloudTasksSinkOptions {
     pub writer: CloudTasksWriterOptions,
 }
 
+/// Checks a fixed task URL. The error shows only the URL's origin (scheme, host, port), or its
+/// length when it has none, since a URL may carry a password or an API key.
 fn check_url(spec: &OptionSpec, url: &str) -> Result<()> {
+    let shown = || {
+        crate::encode::redact::url_origin(url)
+            .unwrap_or_else(|| format!("<{} characters>", url.chars().count()))
+    };
     if url.len() > MAX_URL_LEN {
-        return Err(spec.invalid(url, format!("at most {MAX_URL_LEN} characters")));
+        return Err(spec.invalid(shown(), format!("at most {MAX_URL_LEN} characters")));
     }
     match url::Url::parse(url) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => Ok(()),
-        _ => Err(spec.invalid(url, "expected an http:// or https:// URL with a host")),
+        _ => Err(spec.invalid(shown(), "expected an http:// or https:// URL with a host")),
     }
 }
 
@@ -907,6 +913,21 @@ impl CloudTasksSinkOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_url_is_shown_by_its_origin_only() {
+        let bad = "ftp://user:hunter2@files.example.com/x?key=SECRET";
+        let raw = RawOptions::from_pairs([("url".to_string(), bad.to_string())]).unwrap();
+        let err = CloudTasksSinkOptions::from_raw_with_env(
+            Some("projects/demo/locations/l/queues/q"),
+            &raw,
+            &|_| None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("'ftp://files.example.com'"), "{err}");
+        assert!(!err.contains("hunter2") && !err.contains("SECRET"), "{err}");
+    }
 
     #[test]
     fn builder_defaults_equal_documented_defaults() {
