@@ -15,6 +15,10 @@
 //! The records still to send wait out the delay parked ([`Shared::park`]: counted in
 //! `parked_for_retry`, still in flight) and the loop sends them again.
 //!
+//! Once the writer has failed (by this batch or another), no retry and no isolation send goes
+//! out: the records still waiting are retired unsent and count as not delivered
+//! ([`FlowWriter::not_delivered`](super::FlowWriter::not_delivered)).
+//!
 //! Every record that gets an outcome is moved to `retired`; the send task releases their gate
 //! permits only after the outcome is counted and, for a failure, after the writer is marked
 //! failed.
