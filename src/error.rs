@@ -146,17 +146,28 @@ pub enum Error {
         /// The option(s) that set the budget.
         option: &'static str,
     },
-    /// A statement failed while some of its admitted rows were still unresolved.
+    /// A failed statement, whatever the cause (a failed RPC, an input stream error, a rejected
+    /// row under the `fail` policy, a progress timeout, a release that overran its budget):
+    /// the failure with how many of the statement's rows landed and how many did not.
+    ///
+    /// `acknowledged` rows were delivered (a re-run sends them again: delivery is at least
+    /// once). `not_delivered` counts the rows the writer admitted that were neither
+    /// acknowledged, nor dropped under the `drop` policy, nor refused by the service under the
+    /// `fail` policy (that row is the failure itself, and would be refused again): rows never
+    /// sent, rows whose send failed, and rows still in an RPC when the statement ended (which
+    /// may have landed unacknowledged). Rows the statement had not yet read from its input are
+    /// in neither count.
     #[error(
-        "{source} ({acknowledged} row(s) were acknowledged before the failure; {unresolved} admitted row(s) were not delivered: re-run the statement to send them again)"
+        "{source} ({acknowledged} row(s) were acknowledged before the failure; {not_delivered} admitted row(s) were not delivered{})",
+        rerun_hint(*.not_delivered)
     )]
     Incomplete {
         /// The failure.
         source: Box<Error>,
-        /// Rows acknowledged before the statement ended.
+        /// Rows the service acknowledged before the statement ended.
         acknowledged: u64,
-        /// Admitted rows neither acknowledged nor dropped.
-        unresolved: u64,
+        /// Admitted rows neither acknowledged, dropped, nor refused by the service.
+        not_delivered: u64,
     },
     /// Connecting or authenticating failed.
     #[error("cannot connect to {endpoint}: {message}")]
@@ -181,6 +192,14 @@ pub enum Error {
 /// can be looked up; tonic's `Debug` form (`NotFound`) appears nowhere in Google's docs.
 fn code_text(code: &tonic::Code) -> &'static str {
     crate::core::metrics::code_name(*code)
+}
+
+fn rerun_hint(not_delivered: u64) -> &'static str {
+    if not_delivered > 0 {
+        ": re-run the statement to send them again"
+    } else {
+        ""
+    }
 }
 
 fn suggestion_text(s: &Option<String>) -> String {

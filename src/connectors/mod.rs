@@ -83,8 +83,10 @@ pub fn install_crypto_provider() {
 ///
 /// `encode` appends one entry per row, in row order, for the batch whose first row has the
 /// given index within the statement. On failure the writer sends nothing new, lets the sends
-/// already under way finish (within the shutdown budget) and the error says how many rows were
-/// acknowledged and how many were not delivered ([`Error::Incomplete`]).
+/// already under way finish (within the shutdown budget), and the error says how many rows were
+/// acknowledged and how many were not delivered: every failure, whatever its cause (the input
+/// stream, the encoder under the `fail` policy, the service, the progress watchdog, the release
+/// of the clients), is returned as one [`Error::Incomplete`] carrying both counts.
 pub(crate) async fn write_stream<T, F>(
     mut writer: FlowWriter<T>,
     mut input: SendableRecordBatchStream,
@@ -118,29 +120,30 @@ where
         writer.flush().await
     }
     .await;
-    match result {
+    let (error, acknowledged, not_delivered) = match result {
         Ok(()) => {
-            let delivered = writer.delivered();
-            writer.close().await?;
-            Ok(delivered)
+            let (acknowledged, not_delivered) = (writer.delivered(), writer.not_delivered());
+            match writer.close().await {
+                Ok(()) => return Ok(acknowledged),
+                // Every row landed, but releasing the clients overran its budget.
+                Err(error) => (error, acknowledged, not_delivered),
+            }
         }
         Err(error) => {
-            let unresolved = writer.settle().await;
-            let acknowledged = writer.delivered();
+            writer.settle().await;
+            // Counted once the sends under way have finished; closing aborts what is left.
+            let (acknowledged, not_delivered) = (writer.delivered(), writer.not_delivered());
             if let Err(close) = writer.close().await {
                 tracing::warn!(error = %close, "releasing clients after a failed statement");
             }
-            if unresolved == 0 {
-                Err(error)
-            } else {
-                Err(Error::Incomplete {
-                    source: Box::new(error),
-                    acknowledged,
-                    unresolved,
-                })
-            }
+            (error, acknowledged, not_delivered)
         }
-    }
+    };
+    Err(Error::Incomplete {
+        source: Box::new(error),
+        acknowledged,
+        not_delivered,
+    })
 }
 
 #[cfg(test)]

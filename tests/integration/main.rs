@@ -38,6 +38,7 @@ mod bigtable_sink;
 mod cli;
 mod cloud_tasks_sink;
 mod emulator_smoke;
+mod failure_counts;
 mod pubsub_faults;
 mod pubsub_mapping;
 mod pubsub_sink;

@@ -77,7 +77,14 @@ struct Shared<T: Transport> {
     /// Set (under the `failure` lock) once `failure.summary` is; read without the lock.
     has_failed: AtomicBool,
     tasks: Mutex<Tasks>,
+    /// Records acknowledged (delivered or de-duplicated).
     delivered: AtomicU64,
+    /// Records admitted through the gate, whatever became of them.
+    admitted: AtomicU64,
+    /// Admitted records dropped under the `drop` policy (confirmed rejections).
+    dropped: AtomicU64,
+    /// Admitted records the service refused under the `fail` policy (confirmed rejections).
+    refused: AtomicU64,
 }
 
 /// Whether two destinations are the same (the pointer test first: records of one batch usually
@@ -145,6 +152,9 @@ impl<T: Transport> FlowWriter<T> {
             has_failed: AtomicBool::new(false),
             tasks: Mutex::default(),
             delivered: AtomicU64::new(0),
+            admitted: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
             config,
         };
         FlowWriter {
@@ -194,6 +204,9 @@ impl<T: Transport> FlowWriter<T> {
                     .map(|(permit, envelope)| Item::new(envelope, permit))
                     .collect()
             };
+            shared
+                .admitted
+                .fetch_add(items.len() as u64, Ordering::Relaxed);
             shared
                 .ensure_open(&destination)
                 .await
@@ -255,9 +268,12 @@ impl<T: Transport> FlowWriter<T> {
     /// (never sent, or still in an RPC when the budget ran out).
     ///
     /// A failed statement calls this before [`FlowWriter::close`], so that records already on
-    /// the wire are acknowledged or reported instead of being cut off mid-RPC.
+    /// the wire are acknowledged or reported instead of being cut off mid-RPC. A statement that
+    /// failed outside the writer (its input, say) fails the writer here, so that no batch still
+    /// open (its delay timer running) goes out afterwards.
     pub async fn settle(&mut self) -> u64 {
         let shared = &self.shared;
+        shared.stop();
         let running = || {
             lock(&shared.pool)
                 .dests
@@ -285,6 +301,20 @@ impl<T: Transport> FlowWriter<T> {
         self.shared.delivered.load(Ordering::Relaxed)
     }
 
+    /// Records admitted so far that are neither acknowledged, nor dropped under the `drop`
+    /// policy, nor refused by the service under the `fail` policy: the records still to send
+    /// or in an RPC, and those a failure left behind (never sent, sent without an answer, or
+    /// answered with a fatal status). After a failure and [`FlowWriter::settle`], the rows of
+    /// the statement that did not land and would on a re-run ([`Error::Incomplete`]).
+    pub fn not_delivered(&self) -> u64 {
+        let s = &self.shared;
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        load(&s.admitted)
+            .saturating_sub(load(&s.delivered))
+            .saturating_sub(load(&s.dropped))
+            .saturating_sub(load(&s.refused))
+    }
+
     /// The writer's metrics.
     #[cfg(test)]
     fn metrics(&self) -> &SinkMetrics {
@@ -295,11 +325,19 @@ impl<T: Transport> FlowWriter<T> {
 impl<T: Transport> Drop for FlowWriter<T> {
     /// A statement cancelled (its future dropped) or failed: outstanding sends are aborted and
     /// the clients are released anyway, bounded by the shutdown budget, in a spawned task when
-    /// a runtime is available.
+    /// a runtime is available. No error can be returned from here, so the counts a failed
+    /// statement reports ([`Error::Incomplete`]) are logged at warn instead.
     fn drop(&mut self) {
         if self.closed {
             return;
         }
+        tracing::warn!(
+            acknowledged = self.delivered(),
+            not_delivered = self.not_delivered(),
+            "writer dropped before it was closed (statement interrupted): {} row(s) were acknowledged; {} admitted row(s) were not delivered",
+            self.delivered(),
+            self.not_delivered(),
+        );
         let set = {
             let mut tasks = lock(&self.shared.tasks);
             tasks.closed = true;
@@ -389,6 +427,18 @@ impl<T: Transport> Shared<T> {
         drop(f);
         self.progress.poke();
         e
+    }
+
+    /// The statement ended early for a reason outside the writer: nothing new is sent from now
+    /// on (a writer that failed already keeps its first failure).
+    fn stop(&self) {
+        let mut f = lock(&self.failure);
+        if f.summary.is_none() {
+            f.summary = Some("the statement stopped before the end of its input".into());
+            self.has_failed.store(true, Ordering::Release);
+        }
+        drop(f);
+        self.progress.poke();
     }
 
     /// A send task's fatal error: kept for the writer's next call.

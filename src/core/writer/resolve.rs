@@ -15,6 +15,10 @@
 //! The records still to send wait out the delay parked ([`Shared::park`]: counted in
 //! `parked_for_retry`, still in flight) and the loop sends them again.
 //!
+//! Once the writer has failed (by this batch or another), no retry and no isolation send goes
+//! out: the records still waiting are retired unsent and count as not delivered
+//! ([`FlowWriter::not_delivered`](super::FlowWriter::not_delivered)).
+//!
 //! Every record that gets an outcome is moved to `retired`; the send task releases their gate
 //! permits only after the outcome is counted and, for a failure, after the writer is marked
 //! failed.
@@ -137,6 +141,12 @@ impl<T: Transport> Shared<T> {
                     return Err(e);
                 }
             }
+            if self.is_failed() {
+                // Another batch failed the writer while these waited: a retry would be a new
+                // request after the failure. They stay undelivered (and are counted so).
+                retired.append(&mut again);
+                return state.finish();
+            }
             items = again;
         }
     }
@@ -250,6 +260,14 @@ impl<T: Transport> Shared<T> {
     ) -> Result<()> {
         let mut rejected = rejected.into_iter();
         while let Some((item, status)) = rejected.next() {
+            if self.is_failed() {
+                // Another batch failed the writer: no isolation send goes out after that (this
+                // batch's own first rejection is kept in `state`, and does not fail the writer
+                // until the pass ends). The records left are undelivered.
+                retired.push(item);
+                retired.extend(rejected.map(|(item, _)| item));
+                return Ok(());
+            }
             let outcome = if solo {
                 retired.push(item);
                 self.confirmed_rejection(destination, &status)
@@ -278,6 +296,7 @@ impl<T: Transport> Shared<T> {
         match self.config.failure_policy {
             FailurePolicy::Fail => {
                 self.metrics.rejected();
+                self.refused.fetch_add(1, Ordering::Relaxed);
                 Err(Error::Rejected {
                     destination: destination.to_string(),
                     code: status.code(),
@@ -286,6 +305,7 @@ impl<T: Transport> Shared<T> {
             }
             FailurePolicy::Drop => {
                 self.metrics.rejected_and_dropped();
+                self.dropped.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%destination, code = code_name(status.code()), message = status.message(), "dropping a rejected record");
                 self.breaker.on_confirmed_rejection()
             }

@@ -79,8 +79,13 @@ impl<T: Transport> Shared<T> {
         }
     }
 
-    /// A batch delay timer went off: sends the batch it was armed for, if still open.
+    /// A batch delay timer went off: sends the batch it was armed for, if still open and the
+    /// writer has not failed (after a failure the batch stays open, unsent, and its records
+    /// count as not delivered).
     fn on_timer(self: &Arc<Self>, name: &Destination, tag: &TimerTag) {
+        if self.is_failed() {
+            return;
+        }
         self.dispatch(|pool, out| {
             if let Some(dest) = pool.dests.get_mut(name)
                 && let Some(batch) = dest.batches.on_timer(tag)

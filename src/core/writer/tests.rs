@@ -834,3 +834,202 @@ async fn settle_stops_at_the_shutdown_budget_and_counts_what_is_unresolved() {
     assert_eq!(unresolved, 10);
     assert_eq!(h.writer.delivered(), 0);
 }
+
+// --- after a failure: nothing new is sent, and the counts add up ------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn an_open_batch_is_not_sent_when_its_delay_timer_fires_after_a_failure() {
+    let mut c = config();
+    c.batch.max_delay = Duration::from_secs(60);
+    let mut h = Harness::new(c);
+    // Three rows sit in an open batch, below every threshold; its 60 s timer is armed.
+    h.write_all(1..=3, "d").await.expect("write");
+    // The row after them is one the encoder rejected: under `fail` the writer fails.
+    let err = h
+        .writer
+        .reject_encoded(Error::Encode {
+            row: 3,
+            reason: "too big".into(),
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::Encode { row: 3, .. }));
+    // The timer fires (the clock runs past the delay): the batch stays unsent.
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    assert!(h.fake.calls().is_empty(), "{:?}", h.fake.calls());
+    assert_eq!(h.metric(names::RECORDS_SENT), 0);
+    // The failed statement waits for nothing and counts the three as not delivered.
+    assert_eq!(h.writer.settle().await, 3);
+    assert!(h.fake.calls().is_empty());
+    assert_eq!(h.writer.delivered(), 0);
+    assert_eq!(h.writer.not_delivered(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn settle_stops_an_open_batch_from_going_out_after_a_failure_outside_the_writer() {
+    let mut c = config();
+    c.batch.max_delay = Duration::from_secs(60);
+    let mut h = Harness::new(c);
+    h.write_all(1..=3, "d").await.expect("write");
+    // The statement's input failed: the writer itself is healthy, the statement settles it.
+    assert_eq!(h.writer.settle().await, 3);
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    assert!(h.fake.calls().is_empty(), "{:?}", h.fake.calls());
+    assert_eq!(h.writer.not_delivered(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_isolation_pass_sends_nothing_after_another_batch_fails_the_writer() {
+    let mut h = Harness::new(config());
+    // The batch of 1..=10 is refused as a whole at once, so its records are re-sent alone, one
+    // after the other, each answered OK after 100 ms; the batch of 11..=20 is answered
+    // PERMISSION_DENIED at 150 ms, while the second of those solo sends is on the wire.
+    h.fake.respond_with(|call| {
+        if call.records.len() > 1 && call.records.contains(&1) {
+            FakeReply::code(Code::InvalidArgument)
+        } else if call.records.contains(&11) {
+            FakeReply::Delay(
+                Duration::from_millis(150),
+                Box::new(FakeReply::code(Code::PermissionDenied)),
+            )
+        } else {
+            FakeReply::Delay(Duration::from_millis(100), Box::new(FakeReply::Ok))
+        }
+    });
+    h.write_all(1..=20, "d").await.expect("write");
+    let err = h.writer.flush().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Rpc {
+                code: Code::PermissionDenied,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    h.writer.settle().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The solo send on the wire at the failure finished; none started after it.
+    let solo: Vec<Vec<u32>> = h
+        .fake
+        .batches()
+        .into_iter()
+        .filter(|b| b.len() == 1)
+        .collect();
+    assert_eq!(solo, vec![vec![1], vec![2]]);
+    assert_eq!(h.writer.delivered(), 2);
+    assert_eq!(h.writer.not_delivered(), 18);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_is_not_sent_after_another_batch_fails_the_writer() {
+    let mut h = Harness::new(config());
+    // The batch of 1..=10 is answered UNAVAILABLE (retried after 100 ms); the batch of 11..=20
+    // is answered PERMISSION_DENIED after 50 ms, which fails the writer before that retry.
+    h.fake.respond_with(|call| {
+        if call.records.contains(&1) {
+            FakeReply::code(Code::Unavailable)
+        } else {
+            FakeReply::Delay(
+                Duration::from_millis(50),
+                Box::new(FakeReply::code(Code::PermissionDenied)),
+            )
+        }
+    });
+    h.write_all(1..=20, "d").await.expect("write");
+    let err = h.writer.flush().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Rpc {
+                code: Code::PermissionDenied,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    h.writer.settle().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Each batch went out once: the retry of the first never did.
+    assert_eq!(h.fake.calls().len(), 2, "{:?}", h.fake.batches());
+    assert_eq!(h.writer.delivered(), 0);
+    assert_eq!(h.writer.not_delivered(), 20);
+}
+
+#[tokio::test(start_paused = true)]
+async fn not_delivered_leaves_out_acknowledged_dropped_and_refused_records() {
+    // Under `drop`: 9 acknowledged, 1 dropped, nothing left.
+    let mut c = config();
+    c.failure_policy = FailurePolicy::Drop;
+    let mut h = Harness::new(c);
+    reject_seven(&h.fake);
+    h.write_all(1..=10, "d").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.writer.delivered(), 9);
+    assert_eq!(h.writer.not_delivered(), 0);
+
+    // Under `fail`: 9 acknowledged, 1 refused (the failure itself), nothing left.
+    let mut h = Harness::new(config());
+    reject_seven(&h.fake);
+    h.write_all(1..=10, "d").await.expect("write");
+    assert!(matches!(
+        h.writer.flush().await,
+        Err(Error::Rejected { .. })
+    ));
+    h.writer.settle().await;
+    assert_eq!(h.writer.delivered(), 9);
+    assert_eq!(h.writer.not_delivered(), 0);
+
+    // A stalled send: the ten records are neither acknowledged nor refused.
+    let mut h = Harness::new(config());
+    h.fake.push(FakeReply::Stall);
+    h.write_all(1..=10, "d").await.expect("write");
+    assert_eq!(h.writer.settle().await, 10);
+    assert_eq!(h.writer.not_delivered(), 10);
+}
+
+/// Captures the log lines written while it is the thread's default subscriber.
+#[cfg(feature = "cli")]
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+#[cfg(feature = "cli")]
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        lock(&self.0).extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(feature = "cli")]
+#[tokio::test(start_paused = true)]
+async fn a_writer_dropped_mid_statement_logs_its_counts_at_warn() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let mut h = Harness::new(config());
+    // One batch of ten acknowledged, then a batch of ten that stalls.
+    h.write_all(1..=10, "d").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    h.fake.push(FakeReply::Stall);
+    h.write_all(11..=20, "d").await.expect("write");
+    tokio::task::yield_now().await;
+    // The statement's future is dropped (cancelled): no error can carry the counts.
+    drop(h.writer);
+    let log = String::from_utf8(lock(&captured.0).clone()).expect("utf-8");
+    assert!(log.contains("WARN"), "{log}");
+    assert!(
+        log.contains("10 row(s) were acknowledged; 10 admitted row(s) were not delivered"),
+        "{log}"
+    );
+    assert!(log.contains("acknowledged=10"), "{log}");
+    assert!(log.contains("not_delivered=10"), "{log}");
+}
