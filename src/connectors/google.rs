@@ -196,10 +196,10 @@ fn transport_failure(status: &tonic::Status) -> Option<TransportFailure> {
     // (tonic words the first "transport error") is still the connection's.
     let mut source = std::error::Error::source(status);
     while let Some(error) = source {
-        if let Some(transport) = error.downcast_ref::<tonic::transport::Error>() {
-            if transport.to_string().starts_with("transport error") {
-                return Some(TransportFailure::Connection);
-            }
+        if let Some(transport) = error.downcast_ref::<tonic::transport::Error>()
+            && transport.to_string().starts_with("transport error")
+        {
+            return Some(TransportFailure::Connection);
         }
         if error.is::<hyper::Error>() {
             return Some(TransportFailure::Connection);

@@ -13,6 +13,7 @@
 //! | [`cloud_tasks_sink`] | the Cloud Tasks sink against its emulator and a scripted fake |
 //! | [`bigtable_sink`] | the Bigtable sink against `cbtemulator` and a scripted fake |
 //! | [`cli`] | the `gcp-sql` binary as a process |
+//! | [`transport_faults`] | each sink against its real emulator behind a TCP proxy that resets, stalls and cuts connections |
 //!
 //! The tests of one module run on their own with a filter: `cargo test --test integration
 //! pubsub_sink::`. Every emulator-backed module draws on the same emulators
@@ -40,3 +41,4 @@ mod emulator_smoke;
 mod pubsub_faults;
 mod pubsub_mapping;
 mod pubsub_sink;
+mod transport_faults;
