@@ -73,7 +73,7 @@ fn quick_retry(attempt: Duration, total: Duration, attempts: u32) -> RetrySettin
 fn acknowledged(done: &Insert) -> usize {
     let metric = done.metric(names::RECORDS_ACKED);
     let error = done.error();
-    if let Some(head) = error.split(" row(s) were acknowledged").nth(0)
+    if let Some(head) = error.split(" row(s) were acknowledged").next()
         && error.contains(" row(s) were acknowledged")
     {
         let n: usize = head
