@@ -266,8 +266,8 @@ pub fn transport_status(status: tonic::Status) -> tonic::Status {
         TransportFailure::ClientDeadline => "the attempt deadline passed on the client",
     };
     let message = format!(
-        "{cause} (reported as {:?}: {}{chain})",
-        status.code(),
+        "{cause} (reported as {}: {}{chain})",
+        crate::core::metrics::code_name(status.code()),
         status.message()
     );
     let mut normalised = tonic::Status::with_metadata(code, message, status.metadata().clone());
@@ -735,7 +735,7 @@ mod tests {
             assert!(
                 normalised
                     .message()
-                    .starts_with("the connection failed (reported as Unknown: wrapped"),
+                    .starts_with("the connection failed (reported as UNKNOWN: wrapped"),
                 "{}",
                 normalised.message()
             );
