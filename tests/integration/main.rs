@@ -14,6 +14,7 @@
 //! | [`bigtable_sink`] | the Bigtable sink against `cbtemulator` and a scripted fake |
 //! | [`cli`] | the `gcp-sql` binary as a process |
 //! | [`redaction`] | the `gcp-sql` binary's logs and errors carry no row value (a fake Cloud Tasks) |
+//! | [`transport_faults`] | each sink against its real emulator behind a TCP proxy that resets, stalls and cuts connections |
 //!
 //! The tests of one module run on their own with a filter: `cargo test --test integration
 //! pubsub_sink::`. Every emulator-backed module draws on the same emulators
@@ -45,3 +46,4 @@ mod pubsub_sink;
 // Runs the `gcp-sql` binary too.
 #[cfg(feature = "cli")]
 mod redaction;
+mod transport_faults;

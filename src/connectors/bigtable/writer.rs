@@ -118,6 +118,14 @@ impl Sink<Bigtable> {
         self.flow_config_mut().shutdown_timeout = budget;
         self
     }
+
+    /// Replaces the retry timing of `MutateRows` (default [`mutate_rows_retry`]): attempt
+    /// deadlines, delays and the total budget. For embedders and tests (a fault test needs
+    /// deadlines of milliseconds); it is not a table option.
+    pub fn with_retry(mut self, retry: RetrySettings) -> Self {
+        self.flow_config_mut().retry = retry;
+        self
+    }
 }
 
 #[async_trait]

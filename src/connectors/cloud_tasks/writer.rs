@@ -84,6 +84,17 @@ pub struct CloudTasks;
 /// ```
 pub type CloudTasksSink = Sink<CloudTasks>;
 
+impl Sink<CloudTasks> {
+    /// Replaces the retry timing of `CreateTask` (by default [`retry_settings`] of the
+    /// `recovery_*` options, with the [`CREATE_TASK_TIMEOUT`] attempt deadline), the attempt
+    /// deadline included. For embedders and tests (a fault test needs deadlines of
+    /// milliseconds); it is not a table option.
+    pub fn with_retry(mut self, retry: RetrySettings) -> Self {
+        self.flow_config_mut().retry = retry;
+        self
+    }
+}
+
 #[async_trait]
 impl Connector for CloudTasks {
     const KIND: ConnectorKind = ConnectorKind::CloudTasks;

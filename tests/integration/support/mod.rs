@@ -23,6 +23,8 @@ use gcp_sql::options::RawOptions;
 use gcp_sql::sql::SinkTable;
 use tonic::transport::Channel;
 
+pub mod proxy;
+
 /// A name no other test of this process uses: `<prefix>-<pid>-<n>`. Pub/Sub ids are 3 to 255
 /// characters and start with a letter (the `Topic.name` comment of googleapis'
 /// `google/pubsub/v1/pubsub.proto`; the emulator checks the same rule), so `prefix` starts
