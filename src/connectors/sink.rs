@@ -23,7 +23,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use crate::connectors::ConnectorKind;
 use crate::connectors::{SinkConnector, write_stream};
 use crate::core::{Envelope, FlowConfig, FlowWriter, SinkMetrics, Transport};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::options::RawOptions;
 
 /// The record type a connector's transport sends.
@@ -159,7 +159,17 @@ impl<C: Connector> SinkConnector for Sink<C> {
         input: SendableRecordBatchStream,
         metrics: SinkMetrics,
     ) -> Result<u64> {
-        let transport = Arc::new(C::connect(&self.client_settings()).await?);
+        // Nothing was read or sent yet, and the error says so like every failed statement.
+        let transport = match C::connect(&self.client_settings()).await {
+            Ok(transport) => Arc::new(transport),
+            Err(error) => {
+                return Err(Error::Incomplete {
+                    source: Box::new(error),
+                    acknowledged: 0,
+                    not_delivered: 0,
+                });
+            }
+        };
         let writer = FlowWriter::new(transport, self.flow.clone(), metrics);
         write_stream(writer, input, |batch, first_row, out| {
             C::encode_batch(&self.options, &self.mapping, batch, first_row, out)
