@@ -69,21 +69,21 @@ fn quick_retry(attempt: Duration, total: Duration, attempts: u32) -> RetrySettin
 }
 
 /// The rows a failed statement acknowledged: the `N` of "N row(s) were acknowledged before
-/// the failure" when the error says it (checked against the metric), else the metric.
+/// the failure", which every failed statement carries, checked against the sink's metric.
 fn acknowledged(done: &Insert) -> usize {
     let metric = done.metric(names::RECORDS_ACKED);
     let error = done.error();
-    if let Some(head) = error.split(" row(s) were acknowledged").next()
-        && error.contains(" row(s) were acknowledged")
-    {
-        let n: usize = head
-            .rsplit(|c: char| !c.is_ascii_digit())
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no count before 'row(s) were acknowledged': {error}"));
-        assert_eq!(n, metric, "the error's count against the metric: {error}");
-    }
-    metric
+    let head = error
+        .split_once(" row(s) were acknowledged")
+        .map(|(head, _)| head)
+        .unwrap_or_else(|| panic!("the error does not say what was acknowledged: {error}"));
+    let n: usize = head
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count before 'row(s) were acknowledged': {error}"));
+    assert_eq!(n, metric, "the error's count against the metric: {error}");
+    n
 }
 
 /// Runs `sql` while the proxy stalls for `stall`, starting `after` into the statement.
