@@ -310,6 +310,8 @@ async fn run_sink(args: &Args, plan: &Plan, host: &str, target: &str) -> gcp_sql
     let high_water = metric(&physical, names::IN_FLIGHT_BYTES_HIGH_WATER);
     let records_high_water = metric(&physical, names::IN_FLIGHT_RECORDS_HIGH_WATER);
     let rpcs = metric(&physical, names::SEND_RPCS);
+    let retries = metric(&physical, names::RETRIES);
+    let send_errors = metric(&physical, names::SEND_ERRORS);
     Ok(Measured {
         what: format!("workload={} target={target} path=sink", plan.name),
         rows: count,
@@ -322,7 +324,7 @@ async fn run_sink(args: &Args, plan: &Plan, host: &str, target: &str) -> gcp_sql
             Some(after.max_rss_bytes)
         },
         extra: format!(
-            "avg_message_bytes={:.1} publish_rpcs={rpcs} in_flight_bytes_high_water_mib={:.1} in_flight_records_high_water={records_high_water} process_max_rss_mib={:.1}",
+            "avg_message_bytes={:.1} publish_rpcs={rpcs} retries={retries} send_errors={send_errors} in_flight_bytes_high_water_mib={:.1} in_flight_records_high_water={records_high_water} process_max_rss_mib={:.1}",
             message_bytes as f64 / count.max(1) as f64,
             high_water as f64 / (1024.0 * 1024.0),
             after.max_rss_bytes as f64 / (1024.0 * 1024.0),
