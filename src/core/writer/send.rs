@@ -5,7 +5,9 @@
 //! client; once the lock is released, each batch gets a send task. A send task
 //! ([`Shared::run_batch`]) resolves its batch (see [`super::resolve`]), releases the records'
 //! gate permits in one go, and lets the batch's sequence key move on. One attempt
-//! ([`Shared::attempt`]) takes a send permit (at most `max_concurrent_sends` RPCs at once),
+//! ([`Shared::attempt`]) takes a send permit (at most
+//! [`FlowConfig::concurrent_send_cap`](crate::core::FlowConfig::concurrent_send_cap) RPCs at
+//! once: the connector's `max_concurrent_sends`, lowered by the byte cap; see ADR 0023),
 //! counts the records' first send, and enforces the attempt deadline around the transport's
 //! future.
 
