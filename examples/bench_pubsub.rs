@@ -125,6 +125,11 @@ struct Args {
     /// Tokio worker threads of this process (default: one per core)
     #[arg(long)]
     threads: Option<usize>,
+    /// Rows per record batch of the SELECT (`datafusion.execution.batch_size`; default
+    /// DataFusion's 8192). Lower it for large rows: 8192 rows of 1 MB are 8 GB of input, which
+    /// the plan holds whatever the sink's caps
+    #[arg(long)]
+    sql_batch_rows: Option<usize>,
 }
 
 /// The settings of one run after the workload's defaults are applied.
@@ -287,6 +292,13 @@ fn metric(plan: &Arc<dyn ExecutionPlan>, name: &str) -> u64 {
 /// Declares the table and runs the INSERT, measuring the INSERT alone.
 async fn run_sink(args: &Args, plan: &Plan, host: &str, target: &str) -> gcp_sql::Result<Measured> {
     let ctx: SessionContext = gcp_sql::sql::new_context();
+    if let Some(rows) = args.sql_batch_rows {
+        gcp_sql::sql::run(
+            &ctx,
+            &format!("SET datafusion.execution.batch_size = {}", rows.max(1)),
+        )
+        .await?;
+    }
     gcp_sql::sql::run(&ctx, &table_sql(args, plan, host)).await?;
     let insert = format!("INSERT INTO bench {}", select_sql(plan, plan.rows));
     let reset = reset_peak_rss();
@@ -310,6 +322,8 @@ async fn run_sink(args: &Args, plan: &Plan, host: &str, target: &str) -> gcp_sql
     let high_water = metric(&physical, names::IN_FLIGHT_BYTES_HIGH_WATER);
     let records_high_water = metric(&physical, names::IN_FLIGHT_RECORDS_HIGH_WATER);
     let rpcs = metric(&physical, names::SEND_RPCS);
+    let retries = metric(&physical, names::RETRIES);
+    let send_errors = metric(&physical, names::SEND_ERRORS);
     Ok(Measured {
         what: format!("workload={} target={target} path=sink", plan.name),
         rows: count,
@@ -322,7 +336,7 @@ async fn run_sink(args: &Args, plan: &Plan, host: &str, target: &str) -> gcp_sql
             Some(after.max_rss_bytes)
         },
         extra: format!(
-            "avg_message_bytes={:.1} publish_rpcs={rpcs} in_flight_bytes_high_water_mib={:.1} in_flight_records_high_water={records_high_water} process_max_rss_mib={:.1}",
+            "avg_message_bytes={:.1} publish_rpcs={rpcs} retries={retries} send_errors={send_errors} in_flight_bytes_high_water_mib={:.1} in_flight_records_high_water={records_high_water} process_max_rss_mib={:.1}",
             message_bytes as f64 / count.max(1) as f64,
             high_water as f64 / (1024.0 * 1024.0),
             after.max_rss_bytes as f64 / (1024.0 * 1024.0),
@@ -619,12 +633,13 @@ async fn create_topic(host: &str, topic: &str) -> gcp_sql::Result<()> {
 async fn bench(args: Args) -> gcp_sql::Result<()> {
     let plan = args.plan();
     println!(
-        "# workload={} rows={} row_bytes~{} keys={} latency={:?} batch_count={} batch_bytes={} batch_delay={:?} max_in_flight_messages={} max_in_flight_bytes={}",
+        "# workload={} rows={} row_bytes~{} keys={} latency={:?} sql_batch_rows={:?} batch_count={} batch_bytes={} batch_delay={:?} max_in_flight_messages={} max_in_flight_bytes={}",
         plan.name,
         plan.rows,
         plan.row_bytes,
         plan.keys,
         plan.latency,
+        args.sql_batch_rows,
         args.batch_count,
         args.batch_bytes,
         args.batch_delay,

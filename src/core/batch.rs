@@ -140,10 +140,16 @@ impl<R> DestBatches<R> {
                 if opened {
                     self.free.generation = self.generation();
                     // Room for a full batch at once (growing by doubling would move each
-                    // record about once more); bounded, since thresholds can be huge.
-                    self.free
-                        .items
-                        .reserve(t.max_records.min(MAX_RESERVED_ITEMS));
+                    // record about once more); bounded, since thresholds can be huge, and by
+                    // how many records of this size the byte threshold lets in: a record sent
+                    // alone must not hold room for a thousand (a batch waiting for a send slot
+                    // keeps its allocation, and the byte cap does not count it).
+                    let by_bytes = t.max_bytes / item.envelope.bytes.max(1) + 1;
+                    self.free.items.reserve_exact(
+                        t.max_records
+                            .min(MAX_RESERVED_ITEMS)
+                            .min(usize::try_from(by_bytes).unwrap_or(usize::MAX)),
+                    );
                 }
                 self.free.bytes = self.free.bytes.saturating_add(item.envelope.bytes);
                 self.free.items.push(item);
@@ -318,6 +324,36 @@ mod tests {
             max_bytes: bytes,
             max_delay: Duration::from_millis(10),
         }
+    }
+
+    #[test]
+    fn a_record_sent_alone_reserves_room_for_itself_only() {
+        let g = gate();
+        // 2,000-byte records against a 1,000-byte threshold: each goes alone, and its batch
+        // holds room for one record, not for the thousand the count threshold allows.
+        let mut b = DestBatches::new(thresholds(1000, 1000));
+        let ready = b.push(item(&g, 1, 2000, None)).ready;
+        assert_eq!(ready.iter().map(records).collect::<Vec<_>>(), vec![vec![1]]);
+        assert_eq!(ready[0].items.capacity(), 1);
+        // 200-byte records: room for the six the byte threshold can take.
+        let mut b = DestBatches::new(thresholds(1000, 1000));
+        assert!(b.push(item(&g, 2, 200, None)).ready.is_empty());
+        let full = (3..=6)
+            .flat_map(|n| b.push(item(&g, n, 200, None)).ready)
+            .collect::<Vec<_>>();
+        assert_eq!(
+            full.iter().map(records).collect::<Vec<_>>(),
+            vec![vec![2, 3, 4, 5, 6]]
+        );
+        assert!(
+            full[0].items.capacity() <= 8,
+            "{}",
+            full[0].items.capacity()
+        );
+        // Large thresholds still reserve a full batch up front.
+        let mut b = DestBatches::new(thresholds(1000, 5_000_000));
+        assert!(b.push(item(&g, 7, 200, None)).ready.is_empty());
+        assert!(b.free.items.capacity() >= 1000);
     }
 
     #[test]

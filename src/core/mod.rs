@@ -182,8 +182,33 @@ pub struct FlowConfig {
     pub not_found: Option<RecoverySettings>,
     /// Failure policy for rejected records.
     pub failure_policy: FailurePolicy,
-    /// Concurrent send RPCs the writer may have outstanding (across destinations).
+    /// Concurrent send RPCs the writer may have outstanding (across destinations); the byte cap
+    /// lowers it further (see [`FlowConfig::concurrent_send_cap`]).
     pub max_concurrent_sends: usize,
+}
+
+/// The share of `max_in_flight_bytes` that one outstanding send RPC stands for: the writer keeps
+/// at most `max_in_flight_bytes / RPC_BYTE_CHARGE` RPCs outstanding (see
+/// [`FlowConfig::concurrent_send_cap`]). An RPC holds memory the record bytes do not show (its
+/// encoded request, its HTTP/2 stream, its task); without this cap, records each large enough to
+/// be sent alone made one RPC each, tens of thousands at once under a 64 MiB cap.
+pub const RPC_BYTE_CHARGE: u64 = 256 * 1024;
+
+/// The fewest concurrent send RPCs the byte cap leaves a writer (a small cap still keeps this
+/// many RPCs outstanding; at most `max_concurrent_sends`).
+pub const MIN_CONCURRENT_SENDS: usize = 16;
+
+impl FlowConfig {
+    /// Send RPCs the writer keeps outstanding at once: one per [`RPC_BYTE_CHARGE`] of
+    /// `max_in_flight_bytes`, at least [`MIN_CONCURRENT_SENDS`], and never more than
+    /// `max_concurrent_sends` (nor less than one). A count-only gate (`u64::MAX` bytes) leaves
+    /// `max_concurrent_sends` alone.
+    pub fn concurrent_send_cap(&self) -> usize {
+        let by_bytes = usize::try_from(self.max_in_flight_bytes / RPC_BYTE_CHARGE)
+            .unwrap_or(usize::MAX)
+            .max(MIN_CONCURRENT_SENDS);
+        self.max_concurrent_sends.min(by_bytes).max(1)
+    }
 }
 
 /// What a connector supplies to the core: the RPC side of one sink.

@@ -5,7 +5,7 @@
 //!   -> admit    gate permit (count + bytes), awaited under the progress watchdog
 //!   -> route    pool: open lazily; at the cap drain + release the LRU clean destination
 //!   -> batch    DestBatches::push; a threshold sends now, the first record arms a delay timer
-//!   -> send     spawned send task per batch (<= max_concurrent_sends RPCs at once)
+//!   -> send     spawned send task per batch (<= FlowConfig::concurrent_send_cap RPCs at once)
 //!   -> resolve  ack | retry (gax timing) | NOT_FOUND recovery | isolation -> policy -> breaker
 //! ```
 //!
@@ -142,7 +142,7 @@ impl<T: Transport> FlowWriter<T> {
         );
         let shared = Shared {
             breaker: Breaker::new(config.max_consecutive_rejections, config.breaker_option),
-            sends: Semaphore::new(config.max_concurrent_sends.clamp(1, Semaphore::MAX_PERMITS)),
+            sends: Semaphore::new(config.concurrent_send_cap().min(Semaphore::MAX_PERMITS)),
             transport,
             metrics,
             progress,

@@ -5,7 +5,9 @@
 //! client; once the lock is released, each batch gets a send task. A send task
 //! ([`Shared::run_batch`]) resolves its batch (see [`super::resolve`]), releases the records'
 //! gate permits in one go, and lets the batch's sequence key move on. One attempt
-//! ([`Shared::attempt`]) takes a send permit (at most `max_concurrent_sends` RPCs at once),
+//! ([`Shared::attempt`]) takes a send permit (at most
+//! [`FlowConfig::concurrent_send_cap`](crate::core::FlowConfig::concurrent_send_cap) RPCs at
+//! once: the connector's `max_concurrent_sends`, lowered by the byte cap; see ADR 0023),
 //! counts the records' first send, and enforces the attempt deadline around the transport's
 //! future.
 
@@ -186,5 +188,156 @@ impl<T: Transport> Shared<T> {
         };
         tracing::debug!(operation = self.transport.operation(), %destination, records = n, failed, "send attempt resolved");
         outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+    use tokio::time::Instant;
+
+    use crate::core::metrics::names;
+    use crate::core::{
+        BatchThresholds, Envelope, FailurePolicy, FlowConfig, FlowWriter, MIN_CONCURRENT_SENDS,
+        RPC_BYTE_CHARGE, RetrySettings, SinkMetrics,
+    };
+    use crate::testing::{FakeReply, FakeTransport};
+
+    fn config(max_in_flight_bytes: u64, max_concurrent_sends: usize) -> FlowConfig {
+        FlowConfig {
+            max_in_flight_records: 1_000_000,
+            max_in_flight_bytes,
+            in_flight_option: "max_in_flight_bytes",
+            progress_timeout: Some(Duration::from_secs(600)),
+            progress_option: "publish_progress_timeout",
+            shutdown_timeout: Duration::from_secs(30),
+            shutdown_option: "shutdown_timeout",
+            max_active_destinations: 10,
+            destination_idle_timeout: Duration::from_secs(300),
+            per_destination_metrics: false,
+            max_consecutive_rejections: None,
+            breaker_option: "max_consecutive_rejections",
+            // Every record is over the byte threshold, so each one is an RPC of its own (the
+            // case that made tens of thousands of RPCs at once).
+            batch: BatchThresholds {
+                max_records: 1000,
+                max_bytes: 1000,
+                max_delay: Duration::from_millis(10),
+            },
+            retry: RetrySettings {
+                total_timeout: Duration::ZERO,
+                max_attempts: 1,
+                initial_retry_delay: Duration::from_millis(100),
+                retry_delay_multiplier: 1.0,
+                max_retry_delay: Duration::from_millis(100),
+                initial_rpc_timeout: Duration::ZERO,
+                rpc_timeout_multiplier: 1.0,
+                max_rpc_timeout: Duration::ZERO,
+                jitter: false,
+            },
+            retry_option: None,
+            not_found: None,
+            failure_policy: FailurePolicy::Fail,
+            max_concurrent_sends,
+        }
+    }
+
+    #[test]
+    fn the_byte_cap_sets_the_concurrent_send_cap() {
+        // One RPC per RPC_BYTE_CHARGE of the byte cap: 64 MiB -> 256, 16 MiB -> 64.
+        assert_eq!(config(64 << 20, 1_000_000).concurrent_send_cap(), 256);
+        assert_eq!(config(16 << 20, 1_000_000).concurrent_send_cap(), 64);
+        // A small cap still keeps a floor of RPCs; the connector's cap stays the upper bound.
+        assert_eq!(
+            config(4096, 1_000_000).concurrent_send_cap(),
+            MIN_CONCURRENT_SENDS
+        );
+        assert_eq!(config(64 << 20, 10).concurrent_send_cap(), 10);
+        assert_eq!(config(4096, 1).concurrent_send_cap(), 1);
+        assert_eq!(config(4096, 0).concurrent_send_cap(), 1);
+        // Count only: the byte cap does not bound the RPCs.
+        assert_eq!(config(u64::MAX, 5_000).concurrent_send_cap(), 5_000);
+    }
+
+    /// Writes `records` records of `bytes` each, every one its own RPC answered after one
+    /// second, and returns the most RPCs outstanding at once and the gate's byte high water.
+    async fn run(config: FlowConfig, records: u32, bytes: u64) -> (usize, u64) {
+        let fake = Arc::new(FakeTransport::<u32>::new());
+        let starts: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let seen = starts.clone();
+        fake.respond_with(move |_| {
+            seen.lock().expect("starts").push(Instant::now());
+            FakeReply::Delay(Duration::from_secs(1), Box::new(FakeReply::Ok))
+        });
+        let set = ExecutionPlanMetricsSet::new();
+        let mut writer = FlowWriter::new(fake.clone(), config, SinkMetrics::new(&set));
+        for n in 0..records {
+            let envelope = Envelope {
+                record: n,
+                bytes,
+                destination: Arc::from("d"),
+                sequence_key: None,
+            };
+            writer.write(envelope).await.expect("write");
+        }
+        writer.flush().await.expect("flush");
+        assert_eq!(writer.delivered(), u64::from(records));
+        writer.close().await.expect("close");
+        // Every RPC lasts exactly one second, so the RPCs outstanding when one starts are those
+        // started within the second before it, itself included.
+        let starts = starts.lock().expect("starts").clone();
+        assert_eq!(starts.len(), records as usize, "one RPC per record");
+        let most = starts
+            .iter()
+            .map(|s| {
+                starts
+                    .iter()
+                    .filter(|t| *t <= s && s.duration_since(**t) < Duration::from_secs(1))
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        let high_water = set
+            .clone_inner()
+            .sum_by_name(names::IN_FLIGHT_BYTES_HIGH_WATER)
+            .map_or(0, |v| v.as_usize() as u64);
+        (most, high_water)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn many_single_record_rpcs_stay_under_the_byte_cap_share() {
+        // 8 MiB of cap: 128 records of 64 KiB fit, but only 32 RPCs may be outstanding.
+        let cap = 32 * RPC_BYTE_CHARGE;
+        let (most, high_water) = run(config(cap, 1_000_000), 400, 64 << 10).await;
+        assert_eq!(most, 32, "RPCs outstanding at once = cap / RPC_BYTE_CHARGE");
+        assert!(
+            high_water <= cap,
+            "held bytes {high_water} over the cap {cap}"
+        );
+        assert_eq!(high_water, cap, "the records still fill the byte cap");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn small_records_are_bounded_by_the_floor_and_the_connector_cap() {
+        // 64 KiB of cap: 64 records of 1 KiB, each alone; the byte share would allow none, the
+        // floor keeps MIN_CONCURRENT_SENDS outstanding.
+        let (most, high_water) = run(config(64 << 10, 1_000_000), 200, 1 << 10).await;
+        assert_eq!(most, MIN_CONCURRENT_SENDS);
+        assert!(high_water <= 64 << 10);
+        // The connector's own cap stays the upper bound.
+        let (most, _) = run(config(64 << 20, 3), 20, 1 << 10).await;
+        assert_eq!(most, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_to_send_follows_the_concurrent_send_cap() {
+        // 64 single-record RPCs of one second each, 16 at a time: four rounds.
+        let start = Instant::now();
+        let (most, _) = run(config(16 * RPC_BYTE_CHARGE, 1_000_000), 64, 2000).await;
+        assert_eq!(most, 16);
+        assert_eq!(start.elapsed(), Duration::from_secs(4));
     }
 }
