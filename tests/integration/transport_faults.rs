@@ -15,7 +15,9 @@
 //!   row read back;
 //! - a stall past the budget: it fails naming `DEADLINE_EXCEEDED`, and the rows it counts as
 //!   acknowledged are all read back (a few more may be: an attempt the service applied but
-//!   whose answer the stall held is not counted).
+//!   whose answer the stall held is not counted);
+//! - connections cut a few hundred bytes into the server's answers (three of them): it
+//!   succeeds, every row read back.
 //!
 //! Deadlines and budgets are small (hundreds of milliseconds, a few seconds) so each test takes
 //! seconds; Bigtable and Cloud Tasks take them through their sinks' `with_retry`, as neither
@@ -84,6 +86,24 @@ fn acknowledged(done: &Insert) -> usize {
         .unwrap_or_else(|| panic!("no count before 'row(s) were acknowledged': {error}"));
     assert_eq!(n, metric, "the error's count against the metric: {error}");
     n
+}
+
+/// Runs `sql` while the proxy cuts connections `bytes` into the server's answers, re-arming
+/// the cut until three connections were cut.
+async fn insert_with_cuts(ctx: &SessionContext, sql: &str, proxy: &Proxy, bytes: u64) -> Insert {
+    proxy.close_after_server_bytes(bytes);
+    let cutter = async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if proxy.closes() < 3 {
+                proxy.close_after_server_bytes(bytes);
+            }
+        }
+    };
+    tokio::select! {
+        done = insert(ctx, sql) => done,
+        _ = cutter => unreachable!(),
+    }
 }
 
 /// Runs `sql` while the proxy stalls for `stall`, starting `after` into the statement.
@@ -185,6 +205,36 @@ async fn pubsub_insert_survives_resets_every_400ms() {
     assert_every_id_at_least_once(&ids(&messages, "id"), ROWS);
     eprintln!(
         "pubsub resets: {ROWS} rows in {took:?}, {} send errors, {} read back",
+        done.metric(names::SEND_ERRORS),
+        messages.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pubsub_insert_survives_connections_cut_mid_response() {
+    const ROWS: usize = 5_000;
+    let (admin, subscription, proxy, ctx) = pubsub_setup(
+        "cut",
+        &[
+            ("batch_element_count_threshold", "100"),
+            ("max_in_flight_messages", "200"),
+        ],
+    )
+    .await;
+    let start = Instant::now();
+    // A few hundred bytes into the server's answers: past the HTTP/2 settings, inside the
+    // answers to the first Publish calls.
+    let done = insert_with_cuts(&ctx, &rows_sql(ROWS), &proxy, 300).await;
+    let took = start.elapsed();
+    assert_eq!(done.count(), ROWS as u64, "after {took:?}");
+    assert!(proxy.closes() >= 1, "no connection was cut");
+    assert!(done.metric(names::SEND_ERRORS) > 0, "no send failed");
+    let cuts = proxy.closes();
+    drop(proxy);
+    let messages = admin.pull_all(&subscription, ROWS).await;
+    assert_every_id_at_least_once(&ids(&messages, "id"), ROWS);
+    eprintln!(
+        "pubsub cuts: {ROWS} rows in {took:?}, {cuts} cut, {} send errors, {} read back",
         done.metric(names::SEND_ERRORS),
         messages.len()
     );
@@ -488,23 +538,10 @@ async fn bigtable_insert_survives_connections_cut_mid_response() {
         None,
     )
     .await;
+    let start = Instant::now();
     // A few hundred bytes into the server's answers: past the HTTP/2 settings and headers,
     // inside a MutateRows response stream.
-    proxy.close_after_server_bytes(300);
-    let cutter = async {
-        loop {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            if proxy.closes() < 3 {
-                proxy.close_after_server_bytes(300);
-            }
-        }
-    };
-    let start = Instant::now();
-    let sql = rows_sql(ROWS);
-    let done = tokio::select! {
-        done = insert(&ctx, &sql) => done,
-        _ = cutter => unreachable!(),
-    };
+    let done = insert_with_cuts(&ctx, &rows_sql(ROWS), &proxy, 300).await;
     let took = start.elapsed();
     assert_eq!(done.count(), ROWS as u64, "after {took:?}");
     assert!(proxy.closes() >= 1, "no connection was cut");
@@ -624,6 +661,28 @@ async fn cloud_tasks_insert_survives_resets_every_400ms() {
     assert_every_id_at_least_once(&ids, ROWS);
     eprintln!(
         "cloud tasks resets: {ROWS} rows in {took:?}, {} send errors, {} tasks",
+        done.metric(names::SEND_ERRORS),
+        ids.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloud_tasks_insert_survives_connections_cut_mid_response() {
+    const ROWS: usize = 500;
+    let (client, queue, proxy, ctx) =
+        tasks_setup("cut", &[("max_in_flight_tasks", "20")], None).await;
+    let start = Instant::now();
+    let done = insert_with_cuts(&ctx, &rows_sql(ROWS), &proxy, 300).await;
+    let took = start.elapsed();
+    assert_eq!(done.count(), ROWS as u64, "after {took:?}");
+    assert!(proxy.closes() >= 1, "no connection was cut");
+    assert!(done.metric(names::SEND_ERRORS) > 0, "no send failed");
+    let cuts = proxy.closes();
+    drop(proxy);
+    let ids = task_ids(&client, &queue).await;
+    assert_every_id_at_least_once(&ids, ROWS);
+    eprintln!(
+        "cloud tasks cuts: {ROWS} rows in {took:?}, {cuts} cut, {} send errors, {} tasks",
         done.metric(names::SEND_ERRORS),
         ids.len()
     );
