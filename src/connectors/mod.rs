@@ -157,47 +157,20 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
-    use crate::core::{BatchThresholds, FailurePolicy, FlowConfig, RetrySettings};
+    use crate::core::FlowConfig;
     use crate::testing::{FakeReply, FakeTransport};
 
     const PROGRESS: Duration = Duration::from_secs(10);
     const SHUTDOWN: Duration = Duration::from_secs(3);
 
+    /// The core tests' settings, with the budgets these tests time and no breaker. They set no
+    /// attempt deadline: a stalled send ends only by the watchdog or the settle.
     fn config() -> FlowConfig {
         FlowConfig {
-            max_in_flight_records: 100,
-            max_in_flight_bytes: u64::MAX,
-            in_flight_option: "max_in_flight_messages",
             progress_timeout: Some(PROGRESS),
-            progress_option: "publish_progress_timeout",
             shutdown_timeout: SHUTDOWN,
-            shutdown_option: "shutdown_timeout",
-            max_active_destinations: 10,
-            destination_idle_timeout: Duration::from_secs(300),
-            per_destination_metrics: false,
             max_consecutive_rejections: None,
-            breaker_option: "max_consecutive_rejections",
-            batch: BatchThresholds {
-                max_records: 10,
-                max_bytes: 1_000_000,
-                max_delay: Duration::from_millis(10),
-            },
-            // No attempt deadline: a stalled send ends only by the watchdog or the settle.
-            retry: RetrySettings {
-                total_timeout: Duration::ZERO,
-                max_attempts: 5,
-                initial_retry_delay: Duration::from_millis(100),
-                retry_delay_multiplier: 2.0,
-                max_retry_delay: Duration::from_secs(1),
-                initial_rpc_timeout: Duration::ZERO,
-                rpc_timeout_multiplier: 1.0,
-                max_rpc_timeout: Duration::ZERO,
-                jitter: false,
-            },
-            retry_option: Some("retry_max_attempts"),
-            not_found: None,
-            failure_policy: FailurePolicy::Fail,
-            max_concurrent_sends: 10,
+            ..crate::core::test_flow_config()
         }
     }
 

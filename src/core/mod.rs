@@ -35,6 +35,8 @@ use crate::error::Result;
 pub use metrics::SinkMetrics;
 pub use retry::{Backoff, RetrySettings};
 pub use writer::FlowWriter;
+#[cfg(test)]
+pub(crate) use writer::tests::config as test_flow_config;
 
 /// A destination: the full resource name of a topic, queue or table.
 pub type Destination = Arc<str>;

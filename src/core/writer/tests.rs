@@ -14,7 +14,9 @@ use crate::testing::{FakeReply, FakeTransport};
 
 type Fake = FakeTransport<u32>;
 
-fn config() -> FlowConfig {
+/// The flow settings the writer's tests start from (also used by the statement-path tests
+/// in `connectors`).
+pub(crate) fn config() -> FlowConfig {
     FlowConfig {
         max_in_flight_records: 100,
         max_in_flight_bytes: u64::MAX,
