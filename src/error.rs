@@ -177,6 +177,13 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
+    /// The statement's writers were asked to stop before the end of their input (another
+    /// writer of the same statement failed): this writer sent nothing new from then on.
+    #[error("stopped before the end of the input: {reason}")]
+    Stopped {
+        /// Why: which writer failed.
+        reason: String,
+    },
     /// The writer already failed; later calls report the first failure's summary.
     #[error("the writer failed earlier: {0}")]
     Failed(String),

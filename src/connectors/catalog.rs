@@ -33,8 +33,8 @@ use super::kind::{CONNECTOR, ConnectorKind};
 use super::{bigtable, cloud_tasks, pubsub};
 
 /// The options every connector accepts, first in each connector's list: which connector, the
-/// connection, and the failure policy.
-pub static SHARED_OPTIONS: [&OptionSpec; 7] = [
+/// connection, the failure policy and the number of writers.
+pub static SHARED_OPTIONS: [&OptionSpec; 8] = [
     &CONNECTOR,
     &common::PROJECT,
     &common::ENDPOINT,
@@ -42,6 +42,7 @@ pub static SHARED_OPTIONS: [&OptionSpec; 7] = [
     &common::ALLOW_REMOTE_EMULATOR,
     &common::CREDENTIALS_FILE,
     &common::FAILURE_POLICY,
+    &common::SINK_PARALLELISM,
 ];
 
 /// One connector as the option layer sees it.

@@ -23,7 +23,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::arrow::record_batch::RecordBatch;
 use futures::StreamExt;
 
-use crate::core::{Envelope, FlowWriter, SinkMetrics, Transport};
+use crate::core::{Envelope, FlowWriter, SinkMetrics, StopSignal, Transport};
 use crate::error::Error;
 use crate::error::Result;
 use crate::options::RawOptions;
@@ -40,11 +40,51 @@ pub trait SinkConnector: Debug + Send + Sync {
 
     /// Writes every row of `input` and returns how many rows the service acknowledged.
     /// Every admitted record is resolved before this returns, whether it returns `Ok` or not.
+    ///
+    /// `stop` is shared by the writers of one statement: once raised, this writer reads and
+    /// sends nothing new, settles what it sent, and returns [`Error::Incomplete`] with
+    /// [`Error::Stopped`] as its source.
     async fn write_all(
         &self,
         input: SendableRecordBatchStream,
         metrics: SinkMetrics,
+        stop: &StopSignal,
     ) -> Result<u64>;
+
+    /// How the statement's rows must be spread over writers: which columns keep rows on one
+    /// writer, and whether the input's order matters within a writer.
+    fn routing(&self) -> Routing;
+
+    /// How many writers a statement runs, when the table says (`sink_parallelism`); `None`:
+    /// one per input partition.
+    fn parallelism(&self) -> Option<usize>;
+}
+
+/// How a sink needs its input spread over the statement's writers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Routing {
+    /// Rows equal in these columns (table columns, by name) must reach the same writer: a
+    /// Pub/Sub ordering key (with the topic column), a Bigtable row key (with the table
+    /// column). Empty: any writer will do.
+    pub key_columns: Vec<String>,
+    /// Whether the input's order must be kept within each writer (the order of an ordering
+    /// key's messages, the last write of a row key).
+    pub keep_order: bool,
+}
+
+impl Routing {
+    /// No constraint: rows may go to any writer, in any order.
+    pub fn any() -> Self {
+        Self::default()
+    }
+
+    /// Rows with equal values in `columns` go to one writer, in input order.
+    pub fn by_key(columns: Vec<String>) -> Self {
+        Routing {
+            key_columns: columns,
+            keep_order: true,
+        }
+    }
 }
 
 /// Builds the sink of `kind` from its options, checking them and the schema.
@@ -87,9 +127,14 @@ pub fn install_crypto_provider() {
 /// acknowledged and how many were not delivered: every failure, whatever its cause (the input
 /// stream, the encoder under the `fail` policy, the service, the progress watchdog, the release
 /// of the clients), is returned as one [`Error::Incomplete`] carrying both counts.
+///
+/// `stop` is watched while waiting for input and while writing: once raised (another writer of
+/// the statement failed), nothing new is read or sent, the sends under way settle, and the
+/// result is an [`Error::Incomplete`] whose source is [`Error::Stopped`].
 pub(crate) async fn write_stream<T, F>(
     mut writer: FlowWriter<T>,
     mut input: SendableRecordBatchStream,
+    stop: &StopSignal,
     mut encode: F,
 ) -> Result<u64>
 where
@@ -98,7 +143,7 @@ where
 {
     let mut encoded = Vec::new();
     let mut run = Vec::new();
-    let result: Result<()> = async {
+    let drive = async {
         let mut first_row = 0u64;
         while let Some(batch) = input.next().await {
             let batch = batch?;
@@ -118,8 +163,18 @@ where
             first_row += batch.num_rows() as u64;
         }
         writer.flush().await
-    }
-    .await;
+    };
+    // Cancelling `drive` at the stop is safe for the counts: a row it had admitted but not yet
+    // batched is dropped unsent, and is counted below as not delivered.
+    // The stop is polled first: once raised, `drive` is not polled again (not even for the
+    // batch it may have ready).
+    let result: Result<()> = tokio::select! {
+        biased;
+        () = stop.stopped() => Err(Error::Stopped {
+            reason: stop.reason().unwrap_or_else(|| "the statement was stopped".into()),
+        }),
+        result = drive => result,
+    };
     let (error, acknowledged, not_delivered) = match result {
         Ok(()) => {
             let (acknowledged, not_delivered) = (writer.delivered(), writer.not_delivered());
@@ -188,17 +243,22 @@ mod tests {
         ));
         let set = ExecutionPlanMetricsSet::new();
         let writer = FlowWriter::new(fake, config(), SinkMetrics::new(&set));
-        write_stream(writer, input, |batch, first_row, out| {
-            for row in 0..batch.num_rows() as u64 {
-                out.push(Ok(Envelope {
-                    record: u32::try_from(first_row + row).expect("row index"),
-                    bytes: 10,
-                    destination: Arc::from("d"),
-                    sequence_key: None,
-                }));
-            }
-            Ok(())
-        })
+        write_stream(
+            writer,
+            input,
+            &StopSignal::new(),
+            |batch, first_row, out| {
+                for row in 0..batch.num_rows() as u64 {
+                    out.push(Ok(Envelope {
+                        record: u32::try_from(first_row + row).expect("row index"),
+                        bytes: 10,
+                        destination: Arc::from("d"),
+                        sequence_key: None,
+                    }));
+                }
+                Ok(())
+            },
+        )
         .await
     }
 

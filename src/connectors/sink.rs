@@ -21,8 +21,8 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::SendableRecordBatchStream;
 
 use crate::connectors::ConnectorKind;
-use crate::connectors::{SinkConnector, write_stream};
-use crate::core::{Envelope, FlowConfig, FlowWriter, SinkMetrics, Transport};
+use crate::connectors::{Routing, SinkConnector, write_stream};
+use crate::core::{Envelope, FlowConfig, FlowWriter, SinkMetrics, StopSignal, Transport};
 use crate::error::{Error, Result};
 use crate::options::RawOptions;
 
@@ -58,6 +58,15 @@ pub trait Connector: Send + Sync + 'static {
 
     /// Translates the options into the transport's connection settings.
     fn client_settings(options: &Self::Options, mapping: &Self::Mapping) -> Self::ClientSettings;
+
+    /// How rows must be spread over the statement's writers (see [`Routing`]); by default, no
+    /// constraint.
+    fn routing(_options: &Self::Options, _mapping: &Self::Mapping) -> Routing {
+        Routing::any()
+    }
+
+    /// The `sink_parallelism` the table was declared with, if any.
+    fn parallelism(options: &Self::Options) -> Option<usize>;
 
     /// Connects the transport, once per statement, before the first row is read.
     async fn connect(settings: &Self::ClientSettings) -> Result<Self::Transport>;
@@ -152,12 +161,21 @@ impl<C: Connector> SinkConnector for Sink<C> {
         &self.schema
     }
 
+    fn routing(&self) -> Routing {
+        C::routing(&self.options, &self.mapping)
+    }
+
+    fn parallelism(&self) -> Option<usize> {
+        C::parallelism(&self.options)
+    }
+
     /// Connects the transport, writes every row through the core and returns how many the
     /// service acknowledged.
     async fn write_all(
         &self,
         input: SendableRecordBatchStream,
         metrics: SinkMetrics,
+        stop: &StopSignal,
     ) -> Result<u64> {
         // Nothing was read or sent yet, and the error says so like every failed statement.
         let transport = match C::connect(&self.client_settings()).await {
@@ -171,7 +189,7 @@ impl<C: Connector> SinkConnector for Sink<C> {
             }
         };
         let writer = FlowWriter::new(transport, self.flow.clone(), metrics);
-        write_stream(writer, input, |batch, first_row, out| {
+        write_stream(writer, input, stop, |batch, first_row, out| {
             C::encode_batch(&self.options, &self.mapping, batch, first_row, out)
         })
         .await

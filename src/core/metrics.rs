@@ -77,6 +77,8 @@ pub mod names {
 #[derive(Debug, Clone)]
 pub struct SinkMetrics {
     set: ExecutionPlanMetricsSet,
+    /// The writer's partition, on every metric this registers later (the labelled ones).
+    partition: Option<usize>,
     records_sent: Count,
     records_acked: Count,
     bytes_sent: Count,
@@ -135,17 +137,35 @@ fn us(v: u64) -> usize {
 }
 
 impl SinkMetrics {
-    /// Registers the sink's metrics in `set`.
+    /// Registers the sink's metrics in `set`, for no partition in particular.
     pub fn new(set: &ExecutionPlanMetricsSet) -> Self {
-        let counter = |name: &'static str| MetricBuilder::new(set).global_counter(name);
-        let gauge = |name: &'static str| MetricBuilder::new(set).global_gauge(name);
+        Self::registered(set, None)
+    }
+
+    /// Registers the metrics of the writer of `partition` in `set`: `EXPLAIN ANALYZE` sums them
+    /// over the partitions, and lists them per partition in its verbose form.
+    pub fn for_partition(set: &ExecutionPlanMetricsSet, partition: usize) -> Self {
+        Self::registered(set, Some(partition))
+    }
+
+    fn registered(set: &ExecutionPlanMetricsSet, partition: Option<usize>) -> Self {
+        let builder = move || {
+            let b = MetricBuilder::new(set);
+            match partition {
+                Some(p) => b.with_partition(p),
+                None => b,
+            }
+        };
+        let counter = |name: &'static str| builder().global_counter(name);
+        let gauge = |name: &'static str| builder().global_gauge(name);
         let send_time = Time::new();
-        MetricBuilder::new(set).build(MetricValue::Time {
+        builder().build(MetricValue::Time {
             name: names::SEND_TIME.into(),
             time: send_time.clone(),
         });
         SinkMetrics {
             set: set.clone(),
+            partition,
             records_sent: counter(names::RECORDS_SENT),
             records_acked: counter(names::RECORDS_ACKED),
             bytes_sent: counter(names::BYTES_SENT),
@@ -200,7 +220,7 @@ impl SinkMetrics {
             let mut map = self.by_code.lock().unwrap_or_else(|p| p.into_inner());
             map.entry(code)
                 .or_insert_with(|| {
-                    MetricBuilder::new(&self.set)
+                    self.builder()
                         .with_new_label(names::CODE_LABEL, code_name(code))
                         .global_counter(names::SEND_ERRORS_BY_CODE)
                 })
@@ -220,7 +240,7 @@ impl SinkMetrics {
         map.entry(destination.to_string())
             .or_insert_with(|| {
                 let label = || {
-                    MetricBuilder::new(&self.set)
+                    self.builder()
                         .with_new_label(names::DESTINATION_LABEL, destination.to_string())
                 };
                 (
@@ -229,6 +249,14 @@ impl SinkMetrics {
                 )
             })
             .clone()
+    }
+
+    fn builder(&self) -> MetricBuilder<'_> {
+        let b = MetricBuilder::new(&self.set);
+        match self.partition {
+            Some(p) => b.with_partition(p),
+            None => b,
+        }
     }
 
     pub(crate) fn acked(&self, records: u64, duplicates: u64) {

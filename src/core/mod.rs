@@ -23,6 +23,7 @@ pub mod metrics;
 mod pool;
 mod progress;
 pub mod retry;
+mod stop;
 mod writer;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use crate::error::Result;
 
 pub use metrics::SinkMetrics;
 pub use retry::{Backoff, RetrySettings};
+pub use stop::StopSignal;
 pub use writer::FlowWriter;
 #[cfg(test)]
 pub(crate) use writer::tests::config as test_flow_config;

@@ -81,6 +81,26 @@ pub static FAILURE_POLICY: OptionSpec = OptionSpec {
     description: "What happens to a record the service refuses (confirmed by sending it alone) or a row that cannot be encoded: `fail` ends the statement with an error; `drop` counts it, skips it and goes on, bounded by `max_consecutive_rejections` where the connector has it.",
 };
 
+/// Largest `sink_parallelism`.
+pub const MAX_SINK_PARALLELISM: i64 = 1024;
+
+/// `sink_parallelism`.
+pub static SINK_PARALLELISM: OptionSpec = OptionSpec {
+    name: "sink_parallelism",
+    group: OptionGroup::Writer,
+    kind: OptionKind::Int,
+    default: DefaultValue::Unset(
+        "one writer per input partition: `datafusion.execution.target_partitions` when the sink routes by key",
+    ),
+    bound: Bound::IntRange {
+        min: 1,
+        max: MAX_SINK_PARALLELISM,
+    },
+    cross_rule: "at most the input's partition count (the session's `target_partitions` for a sink that routes by key); a larger value runs one writer per partition",
+    example: "1",
+    description: "How many writers an INSERT runs at once, each with its own flow-control core: its own in-flight caps, batches and client pool. The caps below are per writer, so the statement holds up to this many times `max_in_flight_*` in memory. `1` runs one writer for the whole statement.",
+};
+
 /// `per_destination_metrics`.
 pub static PER_DESTINATION_METRICS: OptionSpec = OptionSpec {
     name: "per_destination_metrics",

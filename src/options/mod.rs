@@ -314,6 +314,13 @@ impl ParsedOptions {
         }
     }
 
+    /// The `sink_parallelism` option (already checked against its bound), `None` when absent.
+    pub fn sink_parallelism(&self) -> Result<Option<usize>> {
+        Ok(self
+            .int(&common::SINK_PARALLELISM)?
+            .map(|v| usize::try_from(v).unwrap_or(1)))
+    }
+
     /// The `failure_policy` option, `fail` when absent.
     pub fn failure_policy(&self) -> Result<FailurePolicy> {
         match self.text(&common::FAILURE_POLICY)? {

@@ -20,6 +20,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod exec;
 mod factory;
 mod table;
 mod with;
@@ -40,8 +41,9 @@ use crate::connectors::ConnectorKind;
 use crate::connectors::pubsub::inspect::{PubSubPullFunction, PubSubSubscribeFunction};
 use crate::error::{Error, Result};
 
+pub use exec::{SinkCountExec, SinkWriterExec};
 pub use factory::SinkTableFactory;
-pub use table::{SinkTable, TableSink};
+pub use table::SinkTable;
 
 /// Every connector this crate registers.
 pub const CONNECTORS: [ConnectorKind; 3] = [

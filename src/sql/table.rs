@@ -1,22 +1,19 @@
-//! The sink table and its [`DataSink`].
+//! The sink table: write-only, its `INSERT` planned as [`SinkWriterExec`] under
+//! [`SinkCountExec`].
 
-use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::datasource::TableType;
-use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::error::Result as DFResult;
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::Expr;
 use datafusion::logical_expr::dml::InsertOp;
-use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
+use datafusion::physical_plan::ExecutionPlan;
 
+use super::exec::{SinkCountExec, SinkWriterExec};
 use crate::connectors::SinkConnector;
-use crate::core::SinkMetrics;
 use crate::error::Error;
 
 /// A write-only table backed by a connector.
@@ -85,57 +82,7 @@ impl TableProvider for SinkTable {
             ))
             .into());
         }
-        let sink = TableSink::new(self.name.clone(), self.sink.clone());
-        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
-    }
-}
-
-/// The [`DataSink`] of one `INSERT`: it owns that statement's metrics.
-#[derive(Debug)]
-pub struct TableSink {
-    table: String,
-    sink: Arc<dyn SinkConnector>,
-    metrics: ExecutionPlanMetricsSet,
-}
-
-impl TableSink {
-    /// A sink writing to `sink`, reporting as table `table`.
-    pub fn new(table: String, sink: Arc<dyn SinkConnector>) -> Self {
-        Self {
-            table,
-            sink,
-            metrics: ExecutionPlanMetricsSet::new(),
-        }
-    }
-}
-
-impl DisplayAs for TableSink {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "GcpSink: connector={} table={}",
-            self.sink.kind().name(),
-            self.table
-        )
-    }
-}
-
-#[async_trait]
-impl DataSink for TableSink {
-    fn metrics(&self) -> Option<MetricsSet> {
-        Some(self.metrics.clone_inner())
-    }
-
-    fn schema(&self) -> &SchemaRef {
-        self.sink.schema()
-    }
-
-    async fn write_all(
-        &self,
-        data: SendableRecordBatchStream,
-        _context: &Arc<TaskContext>,
-    ) -> DFResult<u64> {
-        let metrics = SinkMetrics::new(&self.metrics);
-        Ok(self.sink.write_all(data, metrics).await?)
+        let writers = SinkWriterExec::try_new(self.name.clone(), self.sink.clone(), input)?;
+        Ok(Arc::new(SinkCountExec::new(Arc::new(writers))))
     }
 }

@@ -376,6 +376,18 @@ fn cell_prefix(family: &str, qualifier: &str) -> Box<[u8]> {
 }
 
 impl BigtableMapping {
+    /// The columns that identify a row: the instance and table columns (when the table is per
+    /// row) and the row key columns. Rows equal in these write the same Bigtable row.
+    pub fn row_identity_columns(&self) -> Vec<String> {
+        let mut columns = Vec::new();
+        if let TablePlan::PerRow { table, instance } = &self.tables {
+            columns.extend(instance.iter().map(|(_, name)| name.clone()));
+            columns.push(table.1.clone());
+        }
+        columns.extend(self.key.iter().map(|(_, name)| name.clone()));
+        columns
+    }
+
     /// Validates the mapping options against the table `schema`, once. Errors name the column
     /// and the rule ([`Error::Schema`]).
     pub fn new(options: &BigtableSinkOptions, schema: &Schema) -> Result<Self> {

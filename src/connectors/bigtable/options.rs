@@ -500,6 +500,8 @@ pub struct BigtableSinkOptions {
     pub app_profile_id: Option<String>,
     /// What to do with a refused record.
     pub failure_policy: FailurePolicy,
+    /// How many writers an INSERT runs (`sink_parallelism`); `None`: one per input partition.
+    pub sink_parallelism: Option<usize>,
     /// The writer options.
     pub writer: BigtableWriterOptions,
 }
@@ -621,6 +623,7 @@ impl BigtableSinkOptions {
             auto_create_table: p.bool(&AUTO_CREATE_TABLE)?.unwrap_or(false),
             app_profile_id: p.non_empty_text(&APP_PROFILE_ID)?.map(str::to_string),
             failure_policy: p.failure_policy()?,
+            sink_parallelism: p.sink_parallelism()?,
             writer,
         };
         opts.validate()?;

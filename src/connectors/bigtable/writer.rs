@@ -28,8 +28,8 @@ use super::mapping::{self, BigtableEntry, BigtableMapping};
 use super::options::{
     BATCH_DELAY_THRESHOLD, BigtableSinkOptions, PROGRESS_TIMEOUT, SHUTDOWN_TIMEOUT,
 };
-use crate::connectors::ConnectorKind;
 use crate::connectors::sink::{Connector, Sink};
+use crate::connectors::{ConnectorKind, Routing};
 use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::Result;
 use crate::options::RawOptions;
@@ -142,6 +142,16 @@ impl Connector for Bigtable {
 
     fn mapping(options: &BigtableSinkOptions, schema: &SchemaRef) -> Result<BigtableMapping> {
         BigtableMapping::new(options, schema)
+    }
+
+    /// Each row (per table) has one writer, which keeps the input's order: the last row of a
+    /// key in input order is the last one written.
+    fn routing(_options: &BigtableSinkOptions, mapping: &BigtableMapping) -> Routing {
+        Routing::by_key(mapping.row_identity_columns())
+    }
+
+    fn parallelism(options: &BigtableSinkOptions) -> Option<usize> {
+        options.sink_parallelism
     }
 
     fn flow_config(options: &BigtableSinkOptions, mapping: &BigtableMapping) -> FlowConfig {

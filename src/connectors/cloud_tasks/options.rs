@@ -571,6 +571,8 @@ pub struct CloudTasksSinkOptions {
     pub mapping: CloudTasksMappingOptions,
     /// What to do with a refused record.
     pub failure_policy: FailurePolicy,
+    /// How many writers an INSERT runs (`sink_parallelism`); `None`: one per input partition.
+    pub sink_parallelism: Option<usize>,
     /// The writer options.
     pub writer: CloudTasksWriterOptions,
 }
@@ -694,6 +696,7 @@ impl CloudTasksSinkOptions {
             queue,
             mapping,
             failure_policy: p.failure_policy()?,
+            sink_parallelism: p.sink_parallelism()?,
             writer,
         };
         opts.validate()?;

@@ -112,6 +112,10 @@ impl Connector for CloudTasks {
         CloudTasksMapping::new(options, schema)
     }
 
+    fn parallelism(options: &CloudTasksSinkOptions) -> Option<usize> {
+        options.sink_parallelism
+    }
+
     fn flow_config(options: &CloudTasksSinkOptions, _mapping: &CloudTasksMapping) -> FlowConfig {
         flow_config(options)
     }

@@ -311,6 +311,19 @@ fn is_string_map(data_type: &DataType) -> bool {
 }
 
 impl PubSubMapping {
+    /// The columns that keep an ordering key's rows on one writer: the topic column (when the
+    /// topic is per row) and the ordering key column; empty without an ordering key column.
+    pub fn ordering_columns(&self) -> Vec<String> {
+        let Some((_, key)) = &self.ordering_key_column else {
+            return Vec::new();
+        };
+        self.topic_column
+            .iter()
+            .map(|(_, topic)| topic.clone())
+            .chain([key.clone()])
+            .collect()
+    }
+
     /// Validates `spec` against the table `schema`, once.
     ///
     /// `default_topic` is the table's topic (`topic` option or `LOCATION`), a full name or an id

@@ -507,6 +507,8 @@ pub struct PubSubSinkOptions {
     pub auto_create_topic: bool,
     /// What to do with a refused record.
     pub failure_policy: FailurePolicy,
+    /// How many writers an INSERT runs (`sink_parallelism`); `None`: one per input partition.
+    pub sink_parallelism: Option<usize>,
     /// The writer options.
     pub publisher: PubSubPublisherOptions,
 }
@@ -579,6 +581,7 @@ impl PubSubSinkOptions {
             mapping,
             auto_create_topic: p.bool(&AUTO_CREATE_TOPIC)?.unwrap_or(false),
             failure_policy: p.failure_policy()?,
+            sink_parallelism: p.sink_parallelism()?,
             publisher,
         };
         opts.validate()?;

@@ -11,8 +11,8 @@ use datafusion::arrow::record_batch::RecordBatch;
 use super::client::{ClientSettings, PubSubTransport};
 use super::mapping::{self, MappingSpec, PubSubMapping, PubsubRecord};
 use super::options::PubSubSinkOptions;
-use crate::connectors::ConnectorKind;
 use crate::connectors::sink::{Connector, Sink};
+use crate::connectors::{ConnectorKind, Routing};
 use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::{Error, Result};
 use crate::options::{ColumnRef, PayloadFormat, RawOptions};
@@ -66,6 +66,21 @@ impl Connector for PubSub {
 
     fn flow_config(options: &PubSubSinkOptions, _mapping: &PubSubMapping) -> FlowConfig {
         flow_config(options)
+    }
+
+    /// With ordering on, each ordering key (per topic) has one writer, which keeps the input's
+    /// order; without, any writer will do.
+    fn routing(options: &PubSubSinkOptions, mapping: &PubSubMapping) -> Routing {
+        let columns = mapping.ordering_columns();
+        if options.publisher.enable_message_ordering() && !columns.is_empty() {
+            Routing::by_key(columns)
+        } else {
+            Routing::any()
+        }
+    }
+
+    fn parallelism(options: &PubSubSinkOptions) -> Option<usize> {
+        options.sink_parallelism
     }
 
     fn client_settings(options: &PubSubSinkOptions, _mapping: &PubSubMapping) -> ClientSettings {

@@ -94,7 +94,13 @@ impl<T: Transport> Shared<T> {
         loop {
             let solo = items.len() == 1;
             let timeout = state.retry.begin_attempt(Instant::now());
-            let results = match self.attempt(destination, client, &mut items, timeout).await {
+            let Some(outcome) = self.attempt(destination, client, &mut items, timeout).await else {
+                // The writer failed while this batch waited for a send permit: it is not sent,
+                // and its records stay undelivered (and are counted so).
+                retired.append(&mut items);
+                return state.finish();
+            };
+            let results = match outcome {
                 SendOutcome::Whole(Ok(())) => {
                     // The common case, without a status per record.
                     let acked = items.len() as u64;

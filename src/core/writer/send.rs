@@ -132,17 +132,32 @@ impl<T: Transport> Shared<T> {
 
     /// One RPC attempt: one status for the whole batch, or exactly one per item. `timeout` is
     /// the attempt deadline (`None`: none); a send still unanswered at it ends as
-    /// `DEADLINE_EXCEEDED`.
+    /// `DEADLINE_EXCEEDED`. `None` when the writer failed (or was stopped) while the attempt
+    /// waited for a send permit (the concurrent-send cap was reached): that batch is not sent.
     pub(super) async fn attempt(
         &self,
         destination: &Destination,
         client: &T::Client,
         items: &mut [Item<T::Record>],
         timeout: Option<Duration>,
-    ) -> SendOutcome {
+    ) -> Option<SendOutcome> {
         let n = items.len();
-        let Ok(_permit) = self.sends.acquire().await else {
-            return SendOutcome::Whole(Err(tonic::Status::cancelled("writer closed")));
+        // A batch dispatched while a send permit was free is on its way, failure or not (the
+        // settle waits for it); one that queued behind the concurrent-send cap is not sent if
+        // the writer failed while it waited.
+        let _permit = match self.sends.try_acquire() {
+            Ok(permit) => permit,
+            Err(_) => {
+                let Ok(permit) = self.sends.acquire().await else {
+                    return Some(SendOutcome::Whole(Err(tonic::Status::cancelled(
+                        "writer closed",
+                    ))));
+                };
+                if self.is_failed() {
+                    return None;
+                }
+                permit
+            }
         };
         let (mut records, mut bytes) = (0u64, 0u64);
         for item in items.iter_mut().filter(|i| !i.counted) {
@@ -187,7 +202,7 @@ impl<T: Transport> Shared<T> {
             SendOutcome::PerRecord(v) => v.iter().filter(|r| r.is_err()).count(),
         };
         tracing::debug!(operation = self.transport.operation(), %destination, records = n, failed, "send attempt resolved");
-        outcome
+        Some(outcome)
     }
 }
 

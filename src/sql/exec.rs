@@ -1,0 +1,850 @@
+//! The physical plan of an `INSERT INTO` a sink table: one writer per partition, and one node
+//! that adds their counts up.
+//!
+//! ```text
+//! SinkCountExec              one partition: the statement's `count` row
+//!   CoalescePartitionsExec   (added by DataFusion: the count needs one partition)
+//!     SinkWriterExec         one writer per partition, each with its own flow-control core
+//!       RepartitionExec      (added by DataFusion when the sink routes by key:
+//!                             hash of the key columns, order-preserving)
+//!         ...input...
+//! ```
+//!
+//! [`SinkWriterExec`] states what it needs from its input and lets DataFusion's optimizer
+//! provide it: rows with equal key columns in one partition (a Pub/Sub ordering key, a Bigtable
+//! row key), and, when the input is ordered (an `ORDER BY`), that order kept within each
+//! partition. Each of its output partitions runs one writer and yields one row, the rows that
+//! writer's service acknowledged; [`SinkCountExec`] sums them.
+//!
+//! The writers of one statement share a [`StopSignal`]: when one fails, the others read and
+//! send nothing new and settle what they sent, and the failed writer's error counts the rows
+//! acknowledged and not delivered over every writer, as a single writer's error does.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::array::{Array, RecordBatch, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result as DFResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{
+    Distribution, EquivalenceProperties, LexOrdering, LexRequirement, OrderingRequirements,
+    Partitioning, PhysicalExpr,
+};
+use datafusion::physical_plan::execution_plan::{
+    Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions, execute_input_stream,
+};
+use datafusion::physical_plan::expressions::Column;
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+};
+use futures::StreamExt;
+use tokio::sync::Notify;
+
+use crate::connectors::{Routing, SinkConnector};
+use crate::core::{SinkMetrics, StopSignal};
+use crate::error::Error;
+
+/// Name of the gauge that holds how many writers the statement ran.
+pub const WRITERS_METRIC: &str = "writers";
+
+/// The schema of what an `INSERT` returns: one `count` column, as DataFusion's own sinks.
+fn count_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::UInt64,
+        false,
+    )]))
+}
+
+fn count_batch(schema: &SchemaRef, count: u64) -> DFResult<RecordBatch> {
+    Ok(RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(UInt64Array::from(vec![count]))],
+    )?)
+}
+
+/// The writers of one statement, as they start and end: the failed one waits for the others to
+/// settle before it reports the counts over all of them.
+#[derive(Debug, Default)]
+struct Statement {
+    stop: StopSignal,
+    tally: Mutex<Tally>,
+    ended: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    /// Writers started and not yet ended.
+    running: usize,
+    acknowledged: u64,
+    not_delivered: u64,
+}
+
+impl Statement {
+    fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
+        self.tally.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A writer starts: the returned guard ends it (with no rows) if it is dropped before it
+    /// reported its counts.
+    fn start(self: &Arc<Self>) -> Running {
+        self.tally().running += 1;
+        Running {
+            statement: Some(self.clone()),
+        }
+    }
+
+    /// Waits until every writer that started has ended.
+    async fn all_ended(&self) {
+        loop {
+            let notified = self.ended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.tally().running == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// One running writer of a [`Statement`].
+struct Running {
+    statement: Option<Arc<Statement>>,
+}
+
+impl Running {
+    /// The writer ended with these counts.
+    fn end(mut self, acknowledged: u64, not_delivered: u64) -> Arc<Statement> {
+        let statement = self.statement.take().expect("a writer ends once");
+        {
+            let mut tally = statement.tally();
+            tally.running -= 1;
+            tally.acknowledged += acknowledged;
+            tally.not_delivered += not_delivered;
+        }
+        statement.ended.notify_waiters();
+        statement
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(statement) = self.statement.take() {
+            statement.tally().running -= 1;
+            statement.ended.notify_waiters();
+        }
+    }
+}
+
+/// Runs a sink's writers, one per output partition, over the partitions of its input.
+///
+/// It asks its input for the distribution the sink's [`Routing`] needs (rows with equal key
+/// columns in one partition) and, when the sink keeps order and the input is ordered, for that
+/// ordering within each partition. With `sink_parallelism` below the input's partition count,
+/// writer `w` reads input partitions `w`, `w + writers`, ... in turn (a key stays on one
+/// writer, in order).
+#[derive(Debug)]
+pub struct SinkWriterExec {
+    table: String,
+    sink: Arc<dyn SinkConnector>,
+    input: Arc<dyn ExecutionPlan>,
+    routing: Routing,
+    key_exprs: Vec<Arc<dyn PhysicalExpr>>,
+    ordering: Option<LexOrdering>,
+    writers: usize,
+    metrics: ExecutionPlanMetricsSet,
+    statement: Arc<Statement>,
+    properties: Arc<PlanProperties>,
+}
+
+impl SinkWriterExec {
+    /// The writers of `sink` (reported as table `table`) over `input`, whose schema is the
+    /// table's. The input's ordering, when it has one and the sink keeps order, becomes the
+    /// ordering every writer requires.
+    pub fn try_new(
+        table: String,
+        sink: Arc<dyn SinkConnector>,
+        input: Arc<dyn ExecutionPlan>,
+    ) -> DFResult<Self> {
+        let routing = sink.routing();
+        let ordering = if routing.keep_order {
+            input.properties().output_ordering().cloned()
+        } else {
+            None
+        };
+        Self::with_ordering(table, sink, input, routing, ordering)
+    }
+
+    fn with_ordering(
+        table: String,
+        sink: Arc<dyn SinkConnector>,
+        input: Arc<dyn ExecutionPlan>,
+        routing: Routing,
+        ordering: Option<LexOrdering>,
+    ) -> DFResult<Self> {
+        let schema = input.schema();
+        let key_exprs = routing
+            .key_columns
+            .iter()
+            .map(|name| {
+                let index = schema.index_of(name).map_err(|_| {
+                    DataFusionError::Plan(format!(
+                        "the {} sink routes rows by column '{name}', which the INSERT's input \
+                         of table '{table}' does not have",
+                        sink.kind().name()
+                    ))
+                })?;
+                Ok(Arc::new(Column::new(name, index)) as Arc<dyn PhysicalExpr>)
+            })
+            .collect::<DFResult<Vec<_>>>()?;
+        let partitions = input.output_partitioning().partition_count().max(1);
+        let writers = sink
+            .parallelism()
+            .map_or(partitions, |p| p.clamp(1, partitions));
+        let boundedness = match input.boundedness() {
+            Boundedness::Bounded => Boundedness::Bounded,
+            Boundedness::Unbounded { .. } => Boundedness::Unbounded {
+                requires_infinite_memory: false,
+            },
+        };
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(count_schema()),
+            Partitioning::UnknownPartitioning(writers),
+            EmissionType::Final,
+            boundedness,
+        );
+        Ok(SinkWriterExec {
+            table,
+            sink,
+            input,
+            routing,
+            key_exprs,
+            ordering,
+            writers,
+            metrics: ExecutionPlanMetricsSet::new(),
+            statement: Arc::default(),
+            properties: Arc::new(properties),
+        })
+    }
+
+    /// The table written to.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The sink the writers write to.
+    pub fn sink(&self) -> &Arc<dyn SinkConnector> {
+        &self.sink
+    }
+
+    /// How many writers run (the output partition count).
+    pub fn writers(&self) -> usize {
+        self.writers
+    }
+
+    /// How rows are spread over the writers.
+    pub fn routing(&self) -> &Routing {
+        &self.routing
+    }
+
+    /// The input: the rows to write.
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+
+    /// Writes the input partitions of writer `writer` and returns the rows acknowledged.
+    async fn run_writer(
+        sink: Arc<dyn SinkConnector>,
+        input: SendableRecordBatchStream,
+        metrics: SinkMetrics,
+        running: Running,
+        writer: usize,
+        writers: usize,
+    ) -> DFResult<u64> {
+        let statement = running
+            .statement
+            .clone()
+            .expect("a running writer has its statement");
+        let result = sink.write_all(input, metrics, &statement.stop).await;
+        let (source, acknowledged, not_delivered) = match result {
+            Ok(acknowledged) => {
+                running.end(acknowledged, 0);
+                return Ok(acknowledged);
+            }
+            Err(Error::Incomplete {
+                source,
+                acknowledged,
+                not_delivered,
+            }) => (source, acknowledged, not_delivered),
+            Err(other) => (Box::new(other), 0, 0),
+        };
+        if matches!(*source, Error::Stopped { .. }) {
+            // Stopped by another writer's failure, which reports these counts with its own.
+            running.end(acknowledged, not_delivered);
+            return Ok(acknowledged);
+        }
+        if writers > 1 {
+            tracing::error!(
+                writer = writer + 1,
+                writers,
+                "a writer of the statement failed; stopping the others"
+            );
+        }
+        statement
+            .stop
+            .stop(format!("writer {} of {writers} failed", writer + 1));
+        let statement = running.end(acknowledged, not_delivered);
+        statement.all_ended().await;
+        let (acknowledged, not_delivered) = {
+            let tally = statement.tally();
+            (tally.acknowledged, tally.not_delivered)
+        };
+        Err(Error::Incomplete {
+            source,
+            acknowledged,
+            not_delivered,
+        }
+        .into())
+    }
+}
+
+impl DisplayAs for SinkWriterExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "SinkWriterExec: connector={} table={} writers={}",
+            self.sink.kind().name(),
+            self.table,
+            self.writers
+        )?;
+        if self.routing.key_columns.is_empty() {
+            write!(f, " routing=any")?;
+        } else {
+            write!(f, " routing=hash({})", self.routing.key_columns.join(", "))?;
+        }
+        if let Some(ordering) = &self.ordering {
+            write!(f, " order=[{ordering}]")?;
+        }
+        if matches!(t, DisplayFormatType::Verbose) {
+            write!(
+                f,
+                " input_partitions={}",
+                self.input.output_partitioning().partition_count()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for SinkWriterExec {
+    fn name(&self) -> &'static str {
+        "SinkWriterExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        if self.key_exprs.is_empty() {
+            vec![Distribution::UnspecifiedDistribution]
+        } else {
+            vec![Distribution::KeyPartitioned(self.key_exprs.clone())]
+        }
+    }
+
+    fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
+        vec![
+            self.ordering
+                .clone()
+                .map(|o| OrderingRequirements::new(LexRequirement::from(o))),
+        ]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        // Without a key, more partitions are more writers: every core encodes and sends.
+        vec![self.key_exprs.is_empty()]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return Err(DataFusionError::Internal(format!(
+                "SinkWriterExec has one input, got {}",
+                children.len()
+            )));
+        }
+        let input = children.remove(0);
+        Ok(Arc::new(Self::with_ordering(
+            self.table.clone(),
+            self.sink.clone(),
+            input,
+            self.routing.clone(),
+            self.ordering.clone(),
+        )?))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn reset_state(self: Arc<Self>) -> DFResult<Arc<dyn ExecutionPlan>> {
+        // A fresh statement (and metrics) for a plan that runs again.
+        Ok(Arc::new(Self::with_ordering(
+            self.table.clone(),
+            self.sink.clone(),
+            self.input.clone(),
+            self.routing.clone(),
+            self.ordering.clone(),
+        )?))
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
+    ) -> DFResult<TreeNodeRecursion> {
+        let mut recursion = TreeNodeRecursion::Continue;
+        for expr in &self.key_exprs {
+            recursion = f(expr)?;
+            if matches!(recursion, TreeNodeRecursion::Stop) {
+                break;
+            }
+        }
+        Ok(recursion)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
+        if partition >= self.writers {
+            return Err(DataFusionError::Internal(format!(
+                "SinkWriterExec has {} writers, asked for partition {partition}",
+                self.writers
+            )));
+        }
+        let input_partitions = self.input.output_partitioning().partition_count();
+        let schema = self.sink.schema().clone();
+        let streams = (partition..input_partitions)
+            .step_by(self.writers)
+            .map(|p| execute_input_stream(self.input.clone(), schema.clone(), p, context.clone()))
+            .collect::<DFResult<Vec<_>>>()?;
+        let input: SendableRecordBatchStream = if streams.len() == 1 {
+            streams.into_iter().next().expect("one stream")
+        } else {
+            Box::pin(RecordBatchStreamAdapter::new(
+                schema,
+                futures::stream::select_all(streams),
+            ))
+        };
+        if partition == 0 {
+            MetricBuilder::new(&self.metrics)
+                .global_gauge(WRITERS_METRIC)
+                .set(self.writers);
+        }
+        let metrics = SinkMetrics::for_partition(&self.metrics, partition);
+        let running = self.statement.start();
+        let sink = self.sink.clone();
+        let writers = self.writers;
+        let out = count_schema();
+        let stream = futures::stream::once(async move {
+            let acknowledged =
+                Self::run_writer(sink, input, metrics, running, partition, writers).await?;
+            count_batch(&out, acknowledged)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            count_schema(),
+            stream,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// Adds up the per-writer counts of a [`SinkWriterExec`] into the statement's one `count` row.
+#[derive(Debug)]
+pub struct SinkCountExec {
+    input: Arc<dyn ExecutionPlan>,
+    properties: Arc<PlanProperties>,
+}
+
+impl SinkCountExec {
+    /// Sums the `count` column of `input` (a [`SinkWriterExec`], coalesced).
+    pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(count_schema()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            input.boundedness(),
+        );
+        SinkCountExec {
+            input,
+            properties: Arc::new(properties),
+        }
+    }
+}
+
+impl DisplayAs for SinkCountExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SinkCountExec: sum of the writers' counts")
+    }
+}
+
+impl ExecutionPlan for SinkCountExec {
+    fn name(&self) -> &'static str {
+        "SinkCountExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        vec![Distribution::SinglePartition]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return Err(DataFusionError::Internal(format!(
+                "SinkCountExec has one input, got {}",
+                children.len()
+            )));
+        }
+        Ok(Arc::new(Self::new(children.remove(0))))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
+    ) -> DFResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "SinkCountExec has one partition, asked for {partition}"
+            )));
+        }
+        let mut input = self.input.execute(0, context)?;
+        let out = count_schema();
+        let stream = futures::stream::once(async move {
+            let mut total = 0u64;
+            while let Some(batch) = input.next().await {
+                let batch = batch?;
+                let counts = batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<UInt64Array>()
+                    .ok_or_else(|| {
+                        DataFusionError::Internal("a sink writer's count is not UInt64".into())
+                    })?;
+                total += counts.iter().flatten().sum::<u64>();
+                debug_assert_eq!(counts.null_count(), 0);
+            }
+            count_batch(&out, total)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            count_schema(),
+            stream,
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use datafusion::arrow::array::UInt32Array;
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::collect;
+    use datafusion::prelude::SessionContext;
+
+    use super::*;
+    use crate::connectors::{ConnectorKind, write_stream};
+    use crate::core::{Envelope, FlowConfig, FlowWriter};
+    use crate::testing::{FakeReply, FakeTransport};
+
+    /// Rows of input partition `p` are `p * 1000 .. p * 1000 + 1000`.
+    const ROWS_PER_PARTITION: u32 = 1000;
+
+    /// A sink over the fake transport: each row is sent as its own value.
+    #[derive(Debug)]
+    struct FakeSink {
+        schema: SchemaRef,
+        fake: Arc<FakeTransport<u32>>,
+        config: FlowConfig,
+        routing: Routing,
+        parallelism: Option<usize>,
+    }
+
+    #[async_trait]
+    impl SinkConnector for FakeSink {
+        fn kind(&self) -> ConnectorKind {
+            ConnectorKind::PubSub
+        }
+
+        fn schema(&self) -> &SchemaRef {
+            &self.schema
+        }
+
+        fn routing(&self) -> Routing {
+            self.routing.clone()
+        }
+
+        fn parallelism(&self) -> Option<usize> {
+            self.parallelism
+        }
+
+        async fn write_all(
+            &self,
+            input: SendableRecordBatchStream,
+            metrics: SinkMetrics,
+            stop: &StopSignal,
+        ) -> crate::Result<u64> {
+            let writer = FlowWriter::new(self.fake.clone(), self.config.clone(), metrics);
+            write_stream(writer, input, stop, |batch, _first, out| {
+                let values = batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<UInt32Array>()
+                    .expect("u32 column");
+                for v in values.values() {
+                    out.push(Ok(Envelope {
+                        record: *v,
+                        bytes: 10,
+                        destination: Arc::from("d"),
+                        sequence_key: None,
+                    }));
+                }
+                Ok(())
+            })
+            .await
+        }
+    }
+
+    fn fake_sink(fake: Arc<FakeTransport<u32>>, parallelism: Option<usize>) -> Arc<FakeSink> {
+        Arc::new(FakeSink {
+            schema: Arc::new(Schema::new(vec![Field::new("n", DataType::UInt32, false)])),
+            fake,
+            config: FlowConfig {
+                // Every row of a partition is admitted at once: nothing waits for room.
+                max_in_flight_records: 10 * ROWS_PER_PARTITION as usize,
+                shutdown_timeout: Duration::from_secs(3),
+                ..crate::core::test_flow_config()
+            },
+            routing: Routing::any(),
+            parallelism,
+        })
+    }
+
+    /// `partitions` input partitions of one batch each, under the sink's two nodes as
+    /// DataFusion plans them.
+    fn plan(sink: Arc<FakeSink>, partitions: u32) -> Arc<dyn ExecutionPlan> {
+        let schema = sink.schema.clone();
+        let batches: Vec<Vec<RecordBatch>> = (0..partitions)
+            .map(|p| {
+                let first = p * ROWS_PER_PARTITION;
+                vec![
+                    RecordBatch::try_new(
+                        schema.clone(),
+                        vec![Arc::new(UInt32Array::from_iter_values(
+                            first..first + ROWS_PER_PARTITION,
+                        ))],
+                    )
+                    .expect("batch"),
+                ]
+            })
+            .collect();
+        let input = MemorySourceConfig::try_new_exec(&batches, schema, None).expect("input");
+        let writers = SinkWriterExec::try_new("t".into(), sink, input).expect("writers");
+        Arc::new(SinkCountExec::new(Arc::new(CoalescePartitionsExec::new(
+            Arc::new(writers),
+        ))))
+    }
+
+    fn is_from_partition(record: u32, partition: u32) -> bool {
+        record / ROWS_PER_PARTITION == partition
+    }
+
+    #[tokio::test]
+    async fn the_count_is_the_sum_over_one_writer_per_partition() {
+        let fake = Arc::new(FakeTransport::<u32>::new());
+        let plan = plan(fake_sink(fake.clone(), None), 4);
+        let batches = collect(plan.clone(), SessionContext::new().task_ctx())
+            .await
+            .expect("insert");
+        let count = batches[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<UInt64Array>()
+            .expect("count")
+            .value(0);
+        assert_eq!(count, 4 * u64::from(ROWS_PER_PARTITION));
+        // What the fake service received, independently of the counts.
+        let mut delivered: Vec<u32> = fake.calls().into_iter().flat_map(|c| c.records).collect();
+        delivered.sort_unstable();
+        assert_eq!(delivered, (0..4 * ROWS_PER_PARTITION).collect::<Vec<_>>());
+        let writers = &plan.children()[0].children()[0];
+        assert_eq!(writers.output_partitioning().partition_count(), 4);
+        let metrics = writers.metrics().expect("metrics");
+        assert_eq!(
+            metrics.sum_by_name(WRITERS_METRIC).map(|v| v.as_usize()),
+            Some(4)
+        );
+        assert_eq!(
+            metrics
+                .sum_by_name(crate::core::metrics::names::RECORDS_ACKED)
+                .map(|v| v.as_usize()),
+            Some(4000)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_parallelism_below_the_partition_count_shares_partitions_between_writers() {
+        let fake = Arc::new(FakeTransport::<u32>::new());
+        let plan = plan(fake_sink(fake.clone(), Some(3)), 8);
+        let writers = plan.children()[0].children()[0].clone();
+        assert_eq!(writers.output_partitioning().partition_count(), 3);
+        collect(plan, SessionContext::new().task_ctx())
+            .await
+            .expect("insert");
+        let mut delivered: Vec<u32> = fake.calls().into_iter().flat_map(|c| c.records).collect();
+        delivered.sort_unstable();
+        assert_eq!(delivered, (0..8 * ROWS_PER_PARTITION).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_writer_stops_the_others_and_counts_every_writer() {
+        let fake = Arc::new(FakeTransport::<u32>::new());
+        // The third writer's sends are refused for good at once; the others' are acknowledged
+        // a second later, so they are still on the wire when the third fails.
+        fake.respond_with(|call| {
+            if call.records.iter().any(|r| is_from_partition(*r, 2)) {
+                FakeReply::code(tonic::Code::PermissionDenied)
+            } else {
+                FakeReply::Delay(Duration::from_secs(1), Box::new(FakeReply::Ok))
+            }
+        });
+        let error = collect(
+            plan(fake_sink(fake.clone(), None), 4),
+            SessionContext::new().task_ctx(),
+        )
+        .await
+        .expect_err("the third writer fails");
+        let acked_by_service: u64 = fake
+            .calls()
+            .iter()
+            .filter(|c| !c.records.iter().any(|r| is_from_partition(*r, 2)))
+            .map(|c| c.records.len() as u64)
+            .sum();
+        let text = error.to_string();
+        assert!(
+            text.contains("PERMISSION_DENIED") || text.contains("PermissionDenied"),
+            "{text}"
+        );
+        // The others settled the sends they had on the wire (acknowledged during the settle)
+        // and sent nothing after the failure, so part of their rows never went out; every row
+        // was admitted (one batch per partition, room for all), so what was not acknowledged
+        // is reported as not delivered, over all four writers.
+        assert!(
+            acked_by_service > 0,
+            "the other writers' sends on the wire settle"
+        );
+        assert!(acked_by_service < 3 * u64::from(ROWS_PER_PARTITION));
+        let not_delivered = 4 * u64::from(ROWS_PER_PARTITION) - acked_by_service;
+        assert!(
+            text.contains(&format!(
+                "{acked_by_service} row(s) were acknowledged before the failure; {not_delivered} admitted row(s) were not delivered"
+            )),
+            "{text}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writers_stopped_by_a_failure_send_nothing_new() {
+        let fake = Arc::new(FakeTransport::<u32>::new());
+        // Writer 0 fails at once; the others' first sends stall until the settle gives up on
+        // them: nothing they had not sent yet may go out after the failure.
+        fake.respond_with(|call| {
+            if call.records.iter().any(|r| is_from_partition(*r, 0)) {
+                FakeReply::code(tonic::Code::PermissionDenied)
+            } else {
+                FakeReply::Stall
+            }
+        });
+        let sink = fake_sink(fake.clone(), None);
+        let error = collect(plan(sink, 4), SessionContext::new().task_ctx())
+            .await
+            .expect_err("writer 1 fails");
+        let calls_at_failure = fake.calls().len();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(
+            fake.calls().len(),
+            calls_at_failure,
+            "a send after the failure"
+        );
+        let text = error.to_string();
+        assert!(text.contains("0 row(s) were acknowledged"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "{} admitted row(s) were not delivered",
+                4 * ROWS_PER_PARTITION
+            )),
+            "{text}"
+        );
+    }
+}
