@@ -2335,7 +2335,8 @@ fn every_builder_default_equals_the_spec_default() {
 #[test]
 fn every_writer_option_is_a_builder_option_of_its_connector() {
     // The writer options of a connector are exactly its typed builder's options, plus the
-    // failure policy (a sink-level choice), in the builder's declaration order.
+    // failure policy and the writer count (sink-level choices), in the builder's declaration
+    // order.
     let builders: [(ConnectorKind, &[&OptionSpec]); 3] = [
         (ConnectorKind::PubSub, PubSubPublisherOptions::specs()),
         (ConnectorKind::CloudTasks, CloudTasksWriterOptions::specs()),
@@ -2343,7 +2344,10 @@ fn every_writer_option_is_a_builder_option_of_its_connector() {
     ];
     for (kind, specs) in builders {
         let writer: Vec<&str> = options_for(kind)
-            .filter(|s| s.group == OptionGroup::Writer && s.name != "failure_policy")
+            .filter(|s| {
+                s.group == OptionGroup::Writer
+                    && !["failure_policy", "sink_parallelism"].contains(&s.name)
+            })
             .map(|s| s.name)
             .collect();
         let builder: Vec<&str> = specs.iter().map(|s| s.name).collect();

@@ -351,7 +351,10 @@ impl ExecutionPlan for SinkWriterExec {
     }
 
     fn required_input_distribution(&self) -> Vec<Distribution> {
-        if self.key_exprs.is_empty() {
+        if self.sink.parallelism() == Some(1) {
+            // One writer, fed as DataFusion's own sinks are: the input merged, in its order.
+            vec![Distribution::SinglePartition]
+        } else if self.key_exprs.is_empty() {
             vec![Distribution::UnspecifiedDistribution]
         } else {
             vec![Distribution::KeyPartitioned(self.key_exprs.clone())]
@@ -371,8 +374,13 @@ impl ExecutionPlan for SinkWriterExec {
     }
 
     fn benefits_from_input_partitioning(&self) -> Vec<bool> {
-        // Without a key, more partitions are more writers: every core encodes and sends.
-        vec![self.key_exprs.is_empty()]
+        if self.sink.parallelism() == Some(1) {
+            return vec![false];
+        }
+        // More partitions are more writers: every core encodes and sends. With a key, this is
+        // also what makes DataFusion hash-partition an input that has one partition (an
+        // `ORDER BY` merged into one) instead of keeping it whole.
+        vec![true]
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
@@ -846,5 +854,105 @@ mod tests {
             )),
             "{text}"
         );
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use crate::sql::{new_context, run};
+
+    /// The `EXPLAIN` text of `insert` after declaring `create`, at 4 target partitions.
+    async fn explain(create: &str, insert: &str) -> String {
+        let ctx = new_context();
+        run(&ctx, "SET datafusion.execution.target_partitions = 4")
+            .await
+            .expect("set");
+        run(&ctx, create).await.expect("create");
+        let batches = run(&ctx, &format!("EXPLAIN {insert}"))
+            .await
+            .expect("explain");
+        datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+            .expect("format")
+            .to_string()
+    }
+
+    const ROWS: &str = "FROM generate_series(1, 100000)";
+
+    #[tokio::test]
+    async fn an_ordered_pubsub_sink_hash_partitions_by_ordering_key_over_four_writers() {
+        let plan = explain(
+            "CREATE TABLE t (id BIGINT, ordering_key VARCHAR) WITH (connector = 'pubsub', \
+             emulator_host = 'localhost:8085', topic = 'projects/p/topics/events', \
+             enable_message_ordering = 'true')",
+            &format!(
+                "INSERT INTO t SELECT value, CAST(value % 7 AS VARCHAR) {ROWS} ORDER BY value"
+            ),
+        )
+        .await;
+        assert!(
+            plan.contains("SinkWriterExec: connector=pubsub table=t writers=4 routing=hash(ordering_key) order=[id@0 ASC NULLS LAST]"),
+            "{plan}"
+        );
+        assert!(
+            plan.contains("RepartitionExec: partitioning=Hash([ordering_key@1], 4)")
+                && plan.contains("maintains_sort_order=true"),
+            "{plan}"
+        );
+        assert!(plan.contains("SinkCountExec"), "{plan}");
+    }
+
+    #[tokio::test]
+    async fn a_bigtable_sink_hash_partitions_by_row_key_over_four_writers() {
+        let plan = explain(
+            "CREATE TABLE t (id VARCHAR, v BIGINT) WITH (connector = 'bigtable', \
+             emulator_host = 'localhost:8086', table = 'projects/p/instances/i/tables/t', \
+             row_key = 'id')",
+            &format!("INSERT INTO t SELECT CAST(value % 100 AS VARCHAR), value {ROWS}"),
+        )
+        .await;
+        assert!(
+            plan.contains("SinkWriterExec: connector=bigtable table=t writers=4 routing=hash(id)"),
+            "{plan}"
+        );
+        assert!(
+            plan.contains("RepartitionExec: partitioning=Hash([id@0], 4)"),
+            "{plan}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cloud_tasks_sink_takes_any_partitioning_over_four_writers() {
+        let plan = explain(
+            "CREATE TABLE t (body VARCHAR) WITH (connector = 'cloud_tasks', \
+             emulator_host = 'localhost:8123', queue = 'projects/p/locations/l/queues/q', \
+             url = 'https://worker.example.com/run')",
+            &format!("INSERT INTO t SELECT CAST(value AS VARCHAR) {ROWS}"),
+        )
+        .await;
+        assert!(
+            plan.contains("SinkWriterExec: connector=cloud_tasks table=t writers=4 routing=any"),
+            "{plan}"
+        );
+        assert!(!plan.contains("Hash("), "{plan}");
+    }
+
+    #[tokio::test]
+    async fn sink_parallelism_sets_the_writer_count_and_one_merges_the_input() {
+        let create = |n: u32| {
+            format!(
+                "CREATE TABLE t (id VARCHAR, v BIGINT) WITH (connector = 'bigtable', \
+                 emulator_host = 'localhost:8086', table = 'projects/p/instances/i/tables/t', \
+                 row_key = 'id', sink_parallelism = '{n}')"
+            )
+        };
+        let insert = format!("INSERT INTO t SELECT CAST(value % 100 AS VARCHAR), value {ROWS}");
+        let two = explain(&create(2), &insert).await;
+        assert!(two.contains("writers=2"), "{two}");
+        let one = explain(&create(1), &insert).await;
+        assert!(one.contains("writers=1"), "{one}");
+        assert!(!one.contains("Hash("), "{one}");
+        // Above the partition count: one writer per partition.
+        let many = explain(&create(64), &insert).await;
+        assert!(many.contains("writers=4"), "{many}");
     }
 }

@@ -631,6 +631,8 @@ async fn insert_on_fake(
         ("emulator_host", host.as_str()),
         ("table", FAKE_TABLE),
         ("row_key", "id"),
+        // The scripts count the requests of one writer.
+        ("sink_parallelism", "1"),
     ];
     all.extend_from_slice(options);
     let mut s = sink(schema, &all);
@@ -775,4 +777,68 @@ async fn a_stalled_service_trips_the_progress_budget() {
     let error = done.error();
     assert!(error.contains("progress budget"), "{error}");
     assert!(error.contains("300ms"), "{error}");
+}
+
+// --- one writer per partition ------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_row_of_a_key_in_order_by_wins_at_eight_partitions() {
+    const KEYS: i64 = 500;
+    const VERSIONS: i64 = 6;
+    let bt = Bigtable::connect().await;
+    let table = Bigtable::table_name("lastwins");
+    bt.create_table(&table, &["cf"]).await;
+    let ctx = gcp_sql::sql::new_context();
+    exec(&ctx, "SET datafusion.execution.target_partitions = 8").await;
+    exec(
+        &ctx,
+        &bt.create_sql(
+            "lastwins",
+            "id VARCHAR, version BIGINT",
+            &table,
+            &[("row_key", "id"), ("batch_element_count_threshold", "7")],
+        ),
+    )
+    .await;
+    // Every key is written VERSIONS times; the ORDER BY puts its highest version last.
+    let sql = format!(
+        "INSERT INTO lastwins SELECT concat('k', CAST(value % {KEYS} AS VARCHAR)) AS id, \
+           value / {KEYS} AS version \
+         FROM generate_series(0, {KEYS} * {VERSIONS} - 1) ORDER BY version"
+    );
+    let explained = ctx
+        .sql(&format!("EXPLAIN {sql}"))
+        .await
+        .expect("explain")
+        .collect()
+        .await
+        .expect("explain rows");
+    let plan = datafusion::arrow::util::pretty::pretty_format_batches(&explained)
+        .expect("format")
+        .to_string();
+    assert!(
+        plan.contains(
+            "SinkWriterExec: connector=bigtable table=lastwins writers=8 routing=hash(id)"
+        ),
+        "{plan}"
+    );
+    let done = insert(&ctx, &sql).await;
+    assert_eq!(done.count(), (KEYS * VERSIONS) as u64);
+
+    let rows = bt.read(&table).await;
+    assert_eq!(rows.len(), KEYS as usize);
+    for (key, cells) in rows {
+        // The newest cell of `version` holds the last row's value.
+        let newest = cells
+            .iter()
+            .filter(|c| c.qualifier == b"version")
+            .max_by_key(|c| c.timestamp)
+            .unwrap_or_else(|| panic!("no version cell in {key:?}"));
+        assert_eq!(
+            newest.value,
+            be(VERSIONS - 1),
+            "row {} kept an earlier row",
+            String::from_utf8_lossy(&key)
+        );
+    }
 }

@@ -130,6 +130,8 @@ async fn a_source_error_after_some_batches_reports_the_rows_that_landed() {
         &[
             ("batch_element_count_threshold", "50"),
             ("batch_delay_threshold", "1h"),
+            // The batches below are those of one writer reading the source in order.
+            ("sink_parallelism", "1"),
         ],
     );
     exec(

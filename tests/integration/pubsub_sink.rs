@@ -89,9 +89,12 @@ async fn bulk_insert_of_100k_generated_rows_delivers_every_row_exactly_once() {
     assert_eq!(done.metric(names::SEND_ERRORS), 0);
     assert_eq!(done.metric(names::RECORDS_SKIPPED), 0);
     assert_eq!(done.metric(names::IN_FLIGHT_RECORDS), 0);
-    // The in-flight cap (max_in_flight_messages, default 1000) held all along.
-    let high_water = done.metric(names::IN_FLIGHT_RECORDS_HIGH_WATER);
-    assert!((1..=1000).contains(&high_water), "high water {high_water}");
+    // The in-flight cap (max_in_flight_messages, default 1000) held all along, in every writer.
+    let high_water = done.metric_per_writer(names::IN_FLIGHT_RECORDS_HIGH_WATER);
+    assert_eq!(high_water.len(), done.metric("writers"));
+    for h in high_water {
+        assert!((1..=1000).contains(&h), "high water {h}");
+    }
     // A request carries at most 1000 messages.
     assert!(done.metric(names::SEND_RPCS) >= ROWS / 1000);
 
@@ -177,7 +180,7 @@ async fn explain_analyze_shows_the_sink_metrics_by_their_registered_names() {
     let text = arrow::util::pretty::pretty_format_batches(&batches)
         .expect("render")
         .to_string();
-    assert!(text.contains("GcpSink: connector="), "{text}");
+    assert!(text.contains("SinkWriterExec: connector="), "{text}");
     for metric in [
         format!("{}=25", names::RECORDS_ACKED),
         format!("{}=25", names::RECORDS_SENT),
@@ -949,4 +952,127 @@ async fn oversized_attribute_fails_the_statement_naming_the_row_and_the_limit() 
         let undelivered = format!("{} admitted row(s) were not delivered", 2 - acked);
         assert!(error.contains(&undelivered), "{error}");
     }
+}
+
+// --- one writer per partition ------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_writers_keep_each_ordering_keys_order_from_order_by() {
+    const ROWS: i64 = 100_000;
+    const KEYS: i64 = 16;
+    let admin = PubSubAdmin::connect().await;
+    let (topic, subscription) = admin
+        .topic_with_subscription("partitioned", "partitioned", true)
+        .await;
+    let ctx = gcp_sql::sql::new_context();
+    exec(&ctx, "SET datafusion.execution.target_partitions = 8").await;
+    exec(
+        &ctx,
+        &create_table(
+            "partitioned",
+            "id BIGINT, ordering_key VARCHAR",
+            &admin.host,
+            &[
+                ("topic", &topic),
+                ("enable_message_ordering", "true"),
+                ("batch_element_count_threshold", "100"),
+            ],
+        ),
+    )
+    .await;
+    // Descending, so that the order comes from the ORDER BY and not from the generator.
+    let sql = format!(
+        "INSERT INTO partitioned SELECT value AS id, \
+           concat('key-', CAST(value % {KEYS} AS VARCHAR)) AS ordering_key \
+         FROM generate_series(1, {ROWS}) ORDER BY id DESC"
+    );
+    let plan = explain(&ctx, &sql).await;
+    assert!(
+        plan.contains("SinkWriterExec: connector=pubsub table=partitioned writers=8 routing=hash(ordering_key)"),
+        "{plan}"
+    );
+    let done = insert(&ctx, &sql).await;
+    assert_eq!(done.count(), ROWS as u64);
+    assert_eq!(done.metric("writers"), 8);
+
+    let messages = admin.pull_all(&subscription, ROWS as usize).await;
+    assert_eq!(messages.len(), ROWS as usize);
+    let mut per_key: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (message, payload) in messages.iter().zip(json_payloads(&messages)) {
+        per_key
+            .entry(message.ordering_key.clone())
+            .or_default()
+            .push(payload["id"].as_i64().expect("id"));
+    }
+    assert_eq!(per_key.len(), KEYS as usize);
+    for (key, delivered) in per_key {
+        let k: i64 = key.trim_start_matches("key-").parse().expect("key number");
+        let expected: Vec<i64> = (1..=ROWS).rev().filter(|v| v % KEYS == k).collect();
+        assert_eq!(delivered.len(), expected.len(), "messages of key {key}");
+        assert!(delivered == expected, "key {key} out of order");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_writer_reports_the_rows_every_writer_delivered() {
+    const ROWS: i64 = 20_000;
+    let admin = PubSubAdmin::connect().await;
+    let (topic, subscription) = admin
+        .topic_with_subscription("onefails", "onefails", true)
+        .await;
+    let ctx = gcp_sql::sql::new_context();
+    exec(&ctx, "SET datafusion.execution.target_partitions = 4").await;
+    exec(
+        &ctx,
+        &create_table(
+            "onefails",
+            "id BIGINT, ordering_key VARCHAR, data VARCHAR",
+            &admin.host,
+            &[
+                ("topic", &topic),
+                ("data_column", "data"),
+                ("attribute_columns", "id"),
+                ("enable_message_ordering", "true"),
+            ],
+        ),
+    )
+    .await;
+    // One row of key-3 is larger than a Publish request may be: its writer fails the
+    // statement (fail policy) while the others are writing.
+    let done = insert(
+        &ctx,
+        &format!(
+            "INSERT INTO onefails SELECT value, concat('key-', CAST(value % 8 AS VARCHAR)), \
+               CASE WHEN value = {half} THEN repeat('x', 11000000) ELSE 'ok' END \
+             FROM generate_series(1, {ROWS})",
+            half = ROWS / 2 + 3 - (ROWS / 2) % 8
+        ),
+    )
+    .await;
+    let error = done.error().to_string();
+    assert!(error.contains("row(s) were acknowledged"), "{error}");
+    let acknowledged: usize = error
+        .split(" row(s) were acknowledged")
+        .next()
+        .and_then(|head| head.rsplit(['(', ' ']).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no acknowledged count in: {error}"));
+    // What the error reports as acknowledged is what landed, over every writer.
+    let messages = admin.pull_all(&subscription, acknowledged).await;
+    assert_eq!(messages.len(), acknowledged, "{error}");
+    assert_eq!(done.metric(names::RECORDS_ACKED), acknowledged, "{error}");
+}
+
+/// The text of `EXPLAIN` of `sql`.
+async fn explain(ctx: &datafusion::prelude::SessionContext, sql: &str) -> String {
+    let batches = ctx
+        .sql(&format!("EXPLAIN {sql}"))
+        .await
+        .expect("explain")
+        .collect()
+        .await
+        .expect("explain rows");
+    datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+        .expect("format")
+        .to_string()
 }

@@ -80,6 +80,8 @@
 //! ```
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::buffer::NullBuffer;
@@ -344,6 +346,45 @@ pub struct BigtableMapping {
     tables: TablePlan,
     null_handling: NullHandling,
     families: Vec<String>,
+    /// The highest clock version given to a cell so far (microseconds), shared by the
+    /// statement's writers: see [`ClockVersions`].
+    last_clock: Arc<AtomicI64>,
+}
+
+/// The cell versions of one batch without a timestamp column.
+///
+/// Bigtable keeps the cell with the highest version, not the last one written, and two
+/// requests in flight at once may apply in either order. So that the last row of a key in
+/// input order is the one a read returns, versions only grow: a batch starts one millisecond
+/// after the highest version given before (or at the clock, if later), and a row key seen
+/// again within the batch gets the next millisecond after its previous row's.
+struct ClockVersions {
+    base: i64,
+    seen: HashMap<u64, i64>,
+    highest: i64,
+}
+
+impl ClockVersions {
+    fn new(base: i64) -> Self {
+        ClockVersions {
+            base,
+            seen: HashMap::new(),
+            highest: base,
+        }
+    }
+
+    /// The version of the next row with row key `key`.
+    fn version_of(&mut self, key: &[u8]) -> i64 {
+        use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+        // Two keys with one hash share a counter: they only get later versions, never an
+        // earlier one than a row before them of the same key.
+        let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(key);
+        let repeats = self.seen.entry(hash).or_insert(0);
+        let version = self.base + *repeats * TIMESTAMP_GRANULARITY_MICROS;
+        *repeats += 1;
+        self.highest = self.highest.max(version);
+        version
+    }
 }
 
 fn index_of(schema: &Schema, name: &str, option: &str) -> Result<usize> {
@@ -513,6 +554,7 @@ impl BigtableMapping {
             tables,
             null_handling: m.null_handling,
             families,
+            last_clock: Arc::new(AtomicI64::new(0)),
         })
     }
 
@@ -544,7 +586,16 @@ impl BigtableMapping {
         first_row_index: u64,
         out: &mut Vec<std::result::Result<Envelope<BigtableEntry>, Error>>,
     ) -> Result<()> {
-        self.encode_batch_at(batch, first_row_index, clock_micros(), out)
+        if self.timestamp.is_some() {
+            return self.encode_batch_at(batch, first_row_index, clock_micros(), out);
+        }
+        let now =
+            clock_micros().div_euclid(TIMESTAMP_GRANULARITY_MICROS) * TIMESTAMP_GRANULARITY_MICROS;
+        let last = self.last_clock.load(Ordering::Acquire);
+        let base = now.max(last.saturating_add(TIMESTAMP_GRANULARITY_MICROS));
+        let highest = self.encode_versions(batch, first_row_index, base, out)?;
+        self.last_clock.fetch_max(highest, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Encodes every row of `batch` into `out`, one result per row in row order: the envelope,
@@ -561,10 +612,25 @@ impl BigtableMapping {
         now_micros: i64,
         out: &mut Vec<std::result::Result<Envelope<BigtableEntry>, Error>>,
     ) -> Result<()> {
-        let prepared = self.prepare(batch)?;
-        let bound = Bound::new(self, &prepared)?;
         let clock =
             now_micros.div_euclid(TIMESTAMP_GRANULARITY_MICROS) * TIMESTAMP_GRANULARITY_MICROS;
+        self.encode_versions(batch, first_row_index, clock, out)
+            .map(|_| ())
+    }
+
+    /// [`encode_batch_at`](Self::encode_batch_at) from clock version `clock` (a whole
+    /// millisecond), a row key repeated in the batch getting the next millisecond each time
+    /// (see [`ClockVersions`]); returns the highest clock version given.
+    fn encode_versions(
+        &self,
+        batch: &RecordBatch,
+        first_row_index: u64,
+        clock: i64,
+        out: &mut Vec<std::result::Result<Envelope<BigtableEntry>, Error>>,
+    ) -> Result<i64> {
+        let prepared = self.prepare(batch)?;
+        let bound = Bound::new(self, &prepared)?;
+        let mut versions = self.timestamp.is_none().then(|| ClockVersions::new(clock));
         let mut scratch = Scratch::default();
         let mut destinations: TableCache<'_> = HashMap::new();
         out.reserve(batch.num_rows());
@@ -574,8 +640,14 @@ impl BigtableMapping {
                 .row_destination(&bound, row, &mut destinations)
                 .and_then(|destination| {
                     let ts = self.row_timestamp(&bound, row, clock)?;
-                    let (record, bytes) =
-                        self.encode_row(&bound, row, row_index, ts, &mut scratch)?;
+                    let (record, bytes) = self.encode_row(
+                        &bound,
+                        row,
+                        row_index,
+                        ts,
+                        versions.as_mut(),
+                        &mut scratch,
+                    )?;
                     Ok(Envelope {
                         record,
                         bytes,
@@ -588,7 +660,7 @@ impl BigtableMapping {
                 reason,
             }));
         }
-        Ok(())
+        Ok(versions.map_or(clock, |v| v.highest))
     }
 
     /// Casts the columns that need it (owned arrays the bound views borrow from).
@@ -731,6 +803,7 @@ impl BigtableMapping {
         row: usize,
         row_index: u64,
         timestamp: i64,
+        versions: Option<&mut ClockVersions>,
         scratch: &mut Scratch,
     ) -> std::result::Result<(BigtableEntry, u64), String> {
         // Row key.
@@ -752,6 +825,7 @@ impl BigtableMapping {
                 scratch.key.len()
             ));
         }
+        let timestamp = versions.map_or(timestamp, |v| v.version_of(&scratch.key));
 
         // Mutations.
         scratch.body.clear();

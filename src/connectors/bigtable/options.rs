@@ -304,7 +304,7 @@ writer_options! {
             bound: Bound::Positive,
             cross_rule: "above 20,000 the table is declared with a warning (the client's own flow-control budget)",
             example: "5000",
-            description: "Entries the writer keeps unacknowledged. At the cap the writer waits for completions before taking more input.",
+            description: "Entries the writer keeps unacknowledged. At the cap the writer waits for completions before taking more input. The cap is per writer: an INSERT with N writers (`sink_parallelism`, by default one per input partition) holds up to N times this.",
         };
         /// In-flight byte cap.
         max_in_flight_bytes: i64 => MAX_IN_FLIGHT_BYTES {
@@ -313,7 +313,7 @@ writer_options! {
             bound: Bound::Positive,
             cross_rule: "above 100 MiB the table is declared with a warning (the client's own flow-control budget)",
             example: "33554432",
-            description: "Serialized bytes of the entries the writer keeps unacknowledged: the bound that limits memory, since one entry may be megabytes.",
+            description: "Serialized bytes of the entries the writer keeps unacknowledged: the bound that limits memory, since one entry may be megabytes. The cap is per writer: an INSERT with N writers (`sink_parallelism`, by default one per input partition) holds up to N times this.",
         };
         /// Consecutive confirmed rejections that fail the statement; [`UNBOUNDED`] never does.
         max_consecutive_rejections: i32 => MAX_CONSECUTIVE_REJECTIONS;

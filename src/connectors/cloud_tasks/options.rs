@@ -339,7 +339,7 @@ writer_options! {
             bound: Bound::Positive,
             cross_rule: "",
             example: "200",
-            description: "Task creations the writer keeps outstanding, in flight or waiting out a retry backoff. At the cap the writer waits for creations to complete before taking more input.",
+            description: "Task creations the writer keeps outstanding, in flight or waiting out a retry backoff. At the cap the writer waits for creations to complete before taking more input. The cap is per writer: an INSERT with N writers (`sink_parallelism`, by default one per input partition) holds up to N times this.",
         };
         /// gRPC channels of the client; `None` leaves the client's single channel.
         channel_pool_size: Option<i32> => CHANNEL_POOL_SIZE {

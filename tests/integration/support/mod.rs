@@ -64,6 +64,19 @@ impl Insert {
             .unwrap_or(0)
     }
 
+    /// The registered metric `name` of each writer (partition) that reported it, in partition
+    /// order.
+    pub fn metric_per_writer(&self, name: &str) -> Vec<usize> {
+        let mut values: Vec<(usize, usize)> = self
+            .metrics
+            .iter()
+            .filter(|m| m.value().name() == name)
+            .filter_map(|m| Some((m.partition()?, m.value().as_usize())))
+            .collect();
+        values.sort_unstable();
+        values.into_iter().map(|(_, v)| v).collect()
+    }
+
     /// The `send_errors_by_code` counter of the status `code` (`"UNAVAILABLE"`).
     pub fn errors_with_code(&self, code: &str) -> usize {
         self.metrics
@@ -116,7 +129,7 @@ pub async fn insert(ctx: &SessionContext, sql: &str) -> Insert {
     Insert { result, metrics }
 }
 
-/// The metrics of the plan node that carries the sink's inventory (the `DataSinkExec`).
+/// The metrics of the plan node that carries the sink's inventory (the `SinkWriterExec`).
 fn sink_metrics(plan: &Arc<dyn ExecutionPlan>) -> Option<MetricsSet> {
     if let Some(m) = plan.metrics()
         && m.sum_by_name(names::RECORDS_ACKED).is_some()

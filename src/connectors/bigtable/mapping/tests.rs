@@ -591,3 +591,62 @@ fn schema_problems_are_refused_at_create_naming_the_column() {
         "{err}"
     );
 }
+
+#[test]
+fn a_row_key_repeated_in_a_batch_gets_a_later_version_each_time() {
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Utf8, true),
+        Field::new("v", DataType::Int64, true),
+    ]);
+    let m = mapping(&schema, &[("table", TABLE), ("row_key", "id")]).unwrap();
+    let b = batch(vec![
+        (
+            "id",
+            Arc::new(StringArray::from(vec!["a", "b", "a", "a"])) as ArrayRef,
+        ),
+        ("v", Arc::new(Int64Array::from(vec![1, 2, 3, 4]))),
+    ]);
+    let versions: Vec<i64> = entries(&m, &b)
+        .iter()
+        .map(|e| set_cell(&e.mutations[0]).timestamp_micros)
+        .collect();
+    let ms = TIMESTAMP_GRANULARITY_MICROS;
+    assert_eq!(
+        versions,
+        [
+            NOW_MS_ALIGNED,
+            NOW_MS_ALIGNED,
+            NOW_MS_ALIGNED + ms,
+            NOW_MS_ALIGNED + 2 * ms
+        ]
+    );
+}
+
+#[test]
+fn clock_versions_never_go_back_from_one_batch_to_the_next() {
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Utf8, true),
+        Field::new("v", DataType::Int64, true),
+    ]);
+    let m = mapping(&schema, &[("table", TABLE), ("row_key", "id")]).unwrap();
+    let b = batch(vec![
+        (
+            "id",
+            Arc::new(StringArray::from(vec!["a", "a", "a"])) as ArrayRef,
+        ),
+        ("v", Arc::new(Int64Array::from(vec![1, 2, 3]))),
+    ]);
+    let mut previous = i64::MIN;
+    // Batches encoded within the same millisecond still get later versions than the last one.
+    for _ in 0..5 {
+        let mut out = Vec::new();
+        m.encode_batch(&b, 0, &mut out).expect("encode");
+        for entry in out {
+            let entry = entry.expect("row").record.to_entry().expect("decodes");
+            let version = set_cell(&entry.mutations[0]).timestamp_micros;
+            assert!(version > previous, "{version} after {previous}");
+            assert_eq!(version % TIMESTAMP_GRANULARITY_MICROS, 0);
+            previous = version;
+        }
+    }
+}
