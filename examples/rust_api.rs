@@ -43,7 +43,7 @@ async fn main() -> gcp_sql::Result<()> {
         mapping: PubSubMappingOptions::default(),
         auto_create_topic: true,
         failure_policy: FailurePolicy::Fail,
-        sink_parallelism: None,
+        run: Default::default(),
         publisher,
     };
     let schema = Arc::new(Schema::new(vec![

@@ -2335,8 +2335,8 @@ fn every_builder_default_equals_the_spec_default() {
 #[test]
 fn every_writer_option_is_a_builder_option_of_its_connector() {
     // The writer options of a connector are exactly its typed builder's options, plus the
-    // failure policy and the writer count (sink-level choices), in the builder's declaration
-    // order.
+    // failure policy and how a statement runs (writer count, flush points: sink-level
+    // choices), in the builder's declaration order.
     let builders: [(ConnectorKind, &[&OptionSpec]); 3] = [
         (ConnectorKind::PubSub, PubSubPublisherOptions::specs()),
         (ConnectorKind::CloudTasks, CloudTasksWriterOptions::specs()),
@@ -2346,7 +2346,13 @@ fn every_writer_option_is_a_builder_option_of_its_connector() {
         let writer: Vec<&str> = options_for(kind)
             .filter(|s| {
                 s.group == OptionGroup::Writer
-                    && !["failure_policy", "sink_parallelism"].contains(&s.name)
+                    && ![
+                        "failure_policy",
+                        "sink_parallelism",
+                        "flush_interval",
+                        "flush_rows",
+                    ]
+                    .contains(&s.name)
             })
             .map(|s| s.name)
             .collect();

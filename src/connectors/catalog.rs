@@ -33,8 +33,8 @@ use super::kind::{CONNECTOR, ConnectorKind};
 use super::{bigtable, cloud_tasks, pubsub};
 
 /// The options every connector accepts, first in each connector's list: which connector, the
-/// connection, the failure policy and the number of writers.
-pub static SHARED_OPTIONS: [&OptionSpec; 8] = [
+/// connection, the failure policy, and how a statement runs (writers, flush points).
+pub static SHARED_OPTIONS: [&OptionSpec; 10] = [
     &CONNECTOR,
     &common::PROJECT,
     &common::ENDPOINT,
@@ -43,6 +43,8 @@ pub static SHARED_OPTIONS: [&OptionSpec; 8] = [
     &common::CREDENTIALS_FILE,
     &common::FAILURE_POLICY,
     &common::SINK_PARALLELISM,
+    &common::FLUSH_INTERVAL,
+    &common::FLUSH_ROWS,
 ];
 
 /// One connector as the option layer sees it.

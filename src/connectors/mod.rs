@@ -23,10 +23,12 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::arrow::record_batch::RecordBatch;
 use futures::StreamExt;
 
-use crate::core::{Envelope, FlowWriter, SinkMetrics, StopSignal, Transport};
+use crate::core::run::{FlushPoint, FlushSettings, WriterContext};
+use crate::core::{Envelope, FlowWriter, SinkMetrics, StopKind, Transport};
 use crate::error::Error;
 use crate::error::Result;
 use crate::options::RawOptions;
+use tokio::time::{Instant, MissedTickBehavior};
 
 /// A declared sink: validated options and schema, ready to write. Building one contacts no
 /// service; clients open when the first record of a statement needs them.
@@ -41,14 +43,15 @@ pub trait SinkConnector: Debug + Send + Sync {
     /// Writes every row of `input` and returns how many rows the service acknowledged.
     /// Every admitted record is resolved before this returns, whether it returns `Ok` or not.
     ///
-    /// `stop` is shared by the writers of one statement: once raised, this writer reads and
-    /// sends nothing new, settles what it sent, and returns [`Error::Incomplete`] with
-    /// [`Error::Stopped`] as its source.
+    /// `ctx` says which writer of the statement this is, carries the statement's stop request
+    /// (see [`StopKind`]) and the observer of flush points. A stopped writer returns
+    /// [`Error::Incomplete`] with [`Error::Stopped`] as its source, unless it drained every
+    /// admitted row.
     async fn write_all(
         &self,
         input: SendableRecordBatchStream,
         metrics: SinkMetrics,
-        stop: &StopSignal,
+        ctx: &WriterContext,
     ) -> Result<u64>;
 
     /// How the statement's rows must be spread over writers: which columns keep rows on one
@@ -118,34 +121,89 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// Drives one statement's input through a writer: encodes each batch with `encode`, writes
-/// what encodes and hands what does not to the failure policy, flushes, and closes.
+/// Drives one writer's input through its [`FlowWriter`]: encodes each batch with `encode`,
+/// writes what encodes and hands what does not to the failure policy, makes flush points,
+/// flushes at the end, and closes.
 ///
 /// `encode` appends one entry per row, in row order, for the batch whose first row has the
-/// given index within the statement. On failure the writer sends nothing new, lets the sends
-/// already under way finish (within the shutdown budget), and the error says how many rows were
-/// acknowledged and how many were not delivered: every failure, whatever its cause (the input
-/// stream, the encoder under the `fail` policy, the service, the progress watchdog, the release
-/// of the clients), is returned as one [`Error::Incomplete`] carrying both counts.
+/// given index within the writer's input. On failure the writer sends nothing new, lets the
+/// sends already under way finish (within the shutdown budget), and the error says how many
+/// rows were acknowledged and how many were not delivered: every failure, whatever its cause
+/// (the input stream, the encoder under the `fail` policy, the service, the progress watchdog,
+/// the release of the clients), is returned as one [`Error::Incomplete`] carrying both counts.
 ///
-/// `stop` is watched while waiting for input and while writing: once raised (another writer of
-/// the statement failed), nothing new is read or sent, the sends under way settle, and the
-/// result is an [`Error::Incomplete`] whose source is [`Error::Stopped`].
+/// Flush points (`flush`): at each one the writer sends every open batch, waits until every
+/// row it admitted is resolved, releases idle destinations, and reports a [`FlushPoint`] (a log
+/// line, and `ctx.observer`). Input is not read meanwhile.
+///
+/// The statement's stop request (`ctx.stop`, see [`StopKind`]) is watched while waiting for
+/// input and while writing:
+/// - a drain stops reading input once the batch in hand is written, then flushes within the
+///   shutdown budget: `Ok` when every admitted row was delivered;
+/// - a settle (another writer failed) sends nothing new and waits for the sends on the wire
+///   within the shutdown budget;
+/// - an abort waits for nothing.
+///
+/// Short of a fully delivered drain, a stopped writer returns an [`Error::Incomplete`] whose
+/// source is [`Error::Stopped`], with its counts.
 pub(crate) async fn write_stream<T, F>(
     mut writer: FlowWriter<T>,
     mut input: SendableRecordBatchStream,
-    stop: &StopSignal,
+    ctx: &WriterContext,
+    flush: FlushSettings,
     mut encode: F,
 ) -> Result<u64>
 where
     T: Transport,
     F: FnMut(&RecordBatch, u64, &mut Vec<Result<Envelope<T::Record>>>) -> Result<()> + Send,
 {
+    let stop = &ctx.stop;
+    let stopped = |detail: Option<String>| {
+        let reason = stop
+            .reason()
+            .unwrap_or_else(|| "the statement was stopped".into());
+        Error::Stopped {
+            reason: match detail {
+                Some(d) => format!("{reason}; {d}"),
+                None => reason,
+            },
+        }
+    };
+    let started = Instant::now();
+    let budget = writer.shutdown_timeout();
+    // Set when a drain overran its budget: the budget is spent, nothing more is waited for.
+    let mut overran = false;
     let mut encoded = Vec::new();
     let mut run = Vec::new();
     let drive = async {
         let mut first_row = 0u64;
-        while let Some(batch) = input.next().await {
+        let mut points = 0u64;
+        let mut since_point = 0u64;
+        let mut ticker = flush.interval.map(|every| {
+            let mut t = tokio::time::interval_at(Instant::now() + every, every);
+            t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            t
+        });
+        let draining = loop {
+            let tick = async {
+                match ticker.as_mut() {
+                    Some(t) => {
+                        t.tick().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            let next = tokio::select! {
+                biased;
+                _ = stop.stopped() => break true,
+                () = tick => {
+                    flush_point(&mut writer, ctx, &mut points, first_row, started).await?;
+                    since_point = 0;
+                    continue;
+                }
+                next = input.next() => next,
+            };
+            let Some(batch) = next else { break false };
             let batch = batch?;
             encode(&batch, first_row, &mut encoded)?;
             // Rows that encoded go to the writer in runs; a rejected row is handed to the
@@ -161,18 +219,40 @@ where
             }
             writer.write_many(&mut run).await?;
             first_row += batch.num_rows() as u64;
+            since_point += batch.num_rows() as u64;
+            if flush.rows.is_some_and(|rows| since_point >= rows) {
+                flush_point(&mut writer, ctx, &mut points, first_row, started).await?;
+                since_point = 0;
+                if let Some(t) = ticker.as_mut() {
+                    t.reset();
+                }
+            }
+        };
+        if draining {
+            tracing::info!(
+                writer = ctx.writer + 1,
+                writers = ctx.writers,
+                rows_read = first_row,
+                "stop requested: no more input is read; delivering what was admitted"
+            );
+            if tokio::time::timeout(budget, writer.flush()).await.is_err() {
+                overran = true;
+                return Err(stopped(Some(format!(
+                    "delivering the admitted rows overran the shutdown budget of {budget:?}"
+                ))));
+            }
+        } else {
+            writer.flush().await?;
         }
-        writer.flush().await
+        Ok(())
     };
-    // Cancelling `drive` at the stop is safe for the counts: a row it had admitted but not yet
-    // batched is dropped unsent, and is counted below as not delivered.
-    // The stop is polled first: once raised, `drive` is not polled again (not even for the
-    // batch it may have ready).
+    // Cancelling `drive` at a settle or an abort is safe for the counts: a row it had admitted
+    // but not yet batched is dropped unsent, and is counted below as not delivered. The stop is
+    // polled first: once raised, `drive` is not polled again (not even for a batch it has
+    // ready).
     let result: Result<()> = tokio::select! {
         biased;
-        () = stop.stopped() => Err(Error::Stopped {
-            reason: stop.reason().unwrap_or_else(|| "the statement was stopped".into()),
-        }),
+        _ = stop.reaches(StopKind::Settle) => Err(stopped(None)),
         result = drive => result,
     };
     let (error, acknowledged, not_delivered) = match result {
@@ -185,7 +265,14 @@ where
             }
         }
         Err(error) => {
-            writer.settle().await;
+            if !overran {
+                // An abort cuts the settle short; it waits for nothing.
+                tokio::select! {
+                    biased;
+                    _ = stop.reaches(StopKind::Abort) => {}
+                    _ = writer.settle() => {}
+                }
+            }
             // Counted once the sends under way have finished; closing aborts what is left.
             let (acknowledged, not_delivered) = (writer.delivered(), writer.not_delivered());
             if let Err(close) = writer.close().await {
@@ -201,19 +288,57 @@ where
     })
 }
 
+/// One flush point: every open batch sent and every admitted row resolved, idle destinations
+/// released (both inside [`FlowWriter::flush`]), then the point reported.
+async fn flush_point<T: Transport>(
+    writer: &mut FlowWriter<T>,
+    ctx: &WriterContext,
+    sequence: &mut u64,
+    rows_read: u64,
+    started: Instant,
+) -> Result<()> {
+    writer.flush().await?;
+    *sequence += 1;
+    writer.metrics().flush_point();
+    let point = FlushPoint {
+        writer: ctx.writer,
+        writers: ctx.writers,
+        sequence: *sequence,
+        elapsed: started.elapsed(),
+        rows_read,
+        counts: writer.metrics().counts(),
+        per_destination: writer.metrics().per_destination(),
+    };
+    let c = &point.counts;
+    tracing::info!(
+        writer = ctx.writer + 1,
+        writers = ctx.writers,
+        sequence = point.sequence,
+        rows_read,
+        acknowledged = c.acknowledged,
+        skipped = c.skipped,
+        dropped = c.dropped,
+        retries = c.retries,
+        destinations_released = c.destinations_released,
+        "flush point: every row read so far is resolved"
+    );
+    if let Some(observer) = &ctx.observer {
+        observer(&point);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
+    use super::*;
+    use crate::core::FlowConfig;
+    use crate::testing::{FakeReply, FakeTransport};
     use datafusion::arrow::array::UInt32Array;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
     use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-    use tokio::time::Instant;
-
-    use super::*;
-    use crate::core::FlowConfig;
-    use crate::testing::{FakeReply, FakeTransport};
 
     const PROGRESS: Duration = Duration::from_secs(10);
     const SHUTDOWN: Duration = Duration::from_secs(3);
@@ -246,7 +371,8 @@ mod tests {
         write_stream(
             writer,
             input,
-            &StopSignal::new(),
+            &WriterContext::single(),
+            FlushSettings::default(),
             |batch, first_row, out| {
                 for row in 0..batch.num_rows() as u64 {
                     out.push(Ok(Envelope {

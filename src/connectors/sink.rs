@@ -22,9 +22,11 @@ use datafusion::execution::SendableRecordBatchStream;
 
 use crate::connectors::ConnectorKind;
 use crate::connectors::{Routing, SinkConnector, write_stream};
-use crate::core::{Envelope, FlowConfig, FlowWriter, SinkMetrics, StopSignal, Transport};
+use crate::core::run::{FlushSettings, WriterContext};
+use crate::core::{Envelope, FlowConfig, FlowWriter, SinkMetrics, Transport};
 use crate::error::{Error, Result};
 use crate::options::RawOptions;
+use crate::options::common::RunOptions;
 
 /// The record type a connector's transport sends.
 pub type RecordOf<C> = <<C as Connector>::Transport as Transport>::Record;
@@ -65,8 +67,8 @@ pub trait Connector: Send + Sync + 'static {
         Routing::any()
     }
 
-    /// The `sink_parallelism` the table was declared with, if any.
-    fn parallelism(options: &Self::Options) -> Option<usize>;
+    /// How a statement runs (`sink_parallelism`, `flush_interval`, `flush_rows`).
+    fn run_options(options: &Self::Options) -> &RunOptions;
 
     /// Connects the transport, once per statement, before the first row is read.
     async fn connect(settings: &Self::ClientSettings) -> Result<Self::Transport>;
@@ -166,7 +168,7 @@ impl<C: Connector> SinkConnector for Sink<C> {
     }
 
     fn parallelism(&self) -> Option<usize> {
-        C::parallelism(&self.options)
+        C::run_options(&self.options).sink_parallelism
     }
 
     /// Connects the transport, writes every row through the core and returns how many the
@@ -175,7 +177,7 @@ impl<C: Connector> SinkConnector for Sink<C> {
         &self,
         input: SendableRecordBatchStream,
         metrics: SinkMetrics,
-        stop: &StopSignal,
+        ctx: &WriterContext,
     ) -> Result<u64> {
         // Nothing was read or sent yet, and the error says so like every failed statement.
         let transport = match C::connect(&self.client_settings()).await {
@@ -189,7 +191,12 @@ impl<C: Connector> SinkConnector for Sink<C> {
             }
         };
         let writer = FlowWriter::new(transport, self.flow.clone(), metrics);
-        write_stream(writer, input, stop, |batch, first_row, out| {
+        let run = C::run_options(&self.options);
+        let flush = FlushSettings {
+            interval: run.flush_interval,
+            rows: run.flush_rows,
+        };
+        write_stream(writer, input, ctx, flush, |batch, first_row, out| {
             C::encode_batch(&self.options, &self.mapping, batch, first_row, out)
         })
         .await

@@ -47,6 +47,11 @@ pub mod names {
     pub const PARKED_FOR_RETRY: &str = "parked_for_retry";
     /// Destinations (topics, tables, families, queues) the sink created.
     pub const RESOURCES_CREATED: &str = "resources_created";
+    /// Destinations whose client the writer released while running: idle ones at a flush
+    /// point, least-recently-used ones at the `max_active_*` cap.
+    pub const DESTINATIONS_RELEASED: &str = "destinations_released";
+    /// Flush points the writer completed (`flush_interval`, `flush_rows`).
+    pub const FLUSH_POINTS: &str = "flush_points";
     /// Records the service reported as already delivered.
     pub const RECORDS_DEDUPLICATED: &str = "records_deduplicated";
     /// Send RPC attempts.
@@ -93,11 +98,36 @@ pub struct SinkMetrics {
     in_flight_bytes_high_water: Gauge,
     parked_for_retry: Gauge,
     resources_created: Count,
+    destinations_released: Count,
+    flush_points: Count,
     records_deduplicated: Count,
     send_rpcs: Count,
     send_time: Time,
     by_code: Arc<Mutex<HashMap<tonic::Code, Count>>>,
     by_destination: Arc<Mutex<HashMap<String, (Count, Count)>>>,
+}
+
+/// A writer's counters at one moment ([`SinkMetrics::counts`]): what a flush point reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterCounts {
+    /// Records handed to the service (each once).
+    pub sent: u64,
+    /// Records the service acknowledged.
+    pub acknowledged: u64,
+    /// Records admitted and not yet resolved.
+    pub in_flight: u64,
+    /// Rows the encoder rejected that the `drop` policy skipped.
+    pub skipped: u64,
+    /// Records the service refused that the `drop` policy dropped.
+    pub dropped: u64,
+    /// Records the service refused (confirmed alone).
+    pub rejected: u64,
+    /// Retried sends.
+    pub retries: u64,
+    /// Destinations released while running.
+    pub destinations_released: u64,
+    /// Destinations the writer created.
+    pub resources_created: u64,
 }
 
 /// Plain numbers read from a [`SinkMetrics`].
@@ -180,6 +210,8 @@ impl SinkMetrics {
             in_flight_bytes_high_water: gauge(names::IN_FLIGHT_BYTES_HIGH_WATER),
             parked_for_retry: gauge(names::PARKED_FOR_RETRY),
             resources_created: counter(names::RESOURCES_CREATED),
+            destinations_released: counter(names::DESTINATIONS_RELEASED),
+            flush_points: counter(names::FLUSH_POINTS),
             records_deduplicated: counter(names::RECORDS_DEDUPLICATED),
             send_rpcs: counter(names::SEND_RPCS),
             send_time,
@@ -193,6 +225,47 @@ impl SinkMetrics {
     /// `Ok(true)`.
     pub(crate) fn resource_created(&self) {
         self.resources_created.add(1);
+    }
+
+    /// Counts destinations released while the writer runs (idle, or at the cap).
+    pub(crate) fn destinations_released(&self, n: usize) {
+        self.destinations_released.add(n);
+    }
+
+    /// Counts a completed flush point.
+    pub(crate) fn flush_point(&self) {
+        self.flush_points.add(1);
+    }
+
+    /// The writer's counters as they are now, read without stopping it.
+    pub fn counts(&self) -> WriterCounts {
+        let v = |c: &Count| c.value() as u64;
+        WriterCounts {
+            sent: v(&self.records_sent),
+            acknowledged: v(&self.records_acked),
+            in_flight: self.in_flight_records.value() as u64,
+            skipped: v(&self.records_skipped),
+            dropped: v(&self.records_dropped),
+            rejected: v(&self.records_rejected),
+            retries: v(&self.retries),
+            destinations_released: v(&self.destinations_released),
+            resources_created: v(&self.resources_created),
+        }
+    }
+
+    /// Per destination, the records sent and the send errors, when `per_destination_metrics`
+    /// is on (empty otherwise), sorted by destination.
+    pub fn per_destination(&self) -> Vec<(String, u64, u64)> {
+        let map = self
+            .by_destination
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<(String, u64, u64)> = map
+            .iter()
+            .map(|(d, (sent, errors))| (d.clone(), sent.value() as u64, errors.value() as u64))
+            .collect();
+        out.sort();
+        out
     }
 
     /// Counts a row the encoder rejected and the `drop` policy skipped.

@@ -23,6 +23,7 @@ pub mod metrics;
 mod pool;
 mod progress;
 pub mod retry;
+pub mod run;
 mod stop;
 mod writer;
 
@@ -33,9 +34,9 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 
-pub use metrics::SinkMetrics;
+pub use metrics::{SinkMetrics, WriterCounts};
 pub use retry::{Backoff, RetrySettings};
-pub use stop::StopSignal;
+pub use stop::{StopKind, StopSignal};
 pub use writer::FlowWriter;
 #[cfg(test)]
 pub(crate) use writer::tests::config as test_flow_config;

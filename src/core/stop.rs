@@ -1,38 +1,75 @@
-//! [`StopSignal`]: asks the writers of one statement to stop reading input.
+//! [`StopSignal`]: asks the writers of a statement to stop reading input, and how hard.
 //!
-//! A statement may run several writers at once (one per input partition). When one of them
-//! fails, the others must send nothing new and settle what they already sent, so that the
-//! statement's error can count every row over all writers. The failing writer raises the
-//! signal; every writer of the statement watches it between batches and while it waits for
-//! input.
+//! A statement may run several writers at once (one per input partition), and an unbounded one
+//! runs until someone stops it. Three requests, in rising order, reach every writer of the
+//! statement through one shared signal:
+//!
+//! - [`StopKind::Drain`] (a graceful stop, first Ctrl-C): read no more input, send every open
+//!   batch and wait, within the shutdown budget, until every admitted row is resolved;
+//! - [`StopKind::Settle`] (another writer of the statement failed): read and send nothing new,
+//!   wait within the shutdown budget for the sends already on the wire;
+//! - [`StopKind::Abort`] (second Ctrl-C): stop at once, without waiting for anything.
+//!
+//! A later request may only raise the level (a drain can become an abort, never the reverse).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+/// How hard a [`StopSignal`] asks the writers to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StopKind {
+    /// Read no more input; deliver everything admitted, within the shutdown budget.
+    Drain,
+    /// Read and send nothing new; wait for the sends on the wire, within the shutdown budget.
+    Settle,
+    /// Stop now: nothing is waited for.
+    Abort,
+}
+
+impl StopKind {
+    fn level(self) -> u8 {
+        match self {
+            StopKind::Drain => 1,
+            StopKind::Settle => 2,
+            StopKind::Abort => 3,
+        }
+    }
+
+    fn from_level(level: u8) -> Option<Self> {
+        match level {
+            1 => Some(StopKind::Drain),
+            2 => Some(StopKind::Settle),
+            3 => Some(StopKind::Abort),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
-    stopped: AtomicBool,
-    /// Why, as the first caller of `stop` said it.
+    level: AtomicU8,
+    /// Why, as the first caller said it.
     reason: Mutex<Option<String>>,
     changed: Notify,
 }
 
-/// A flag shared by the writers of one statement: once raised, it stays raised. Cheap to clone;
-/// clones share the flag.
+/// A stop request shared by the writers of a statement: once raised it stays raised, and it
+/// can only be raised further. Cheap to clone; clones share the request.
 ///
 /// ```
-/// use gcp_sql::core::StopSignal;
+/// use gcp_sql::core::{StopKind, StopSignal};
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let signal = StopSignal::new();
 /// let watcher = signal.clone();
-/// assert!(!watcher.is_stopped());
-/// signal.stop();
-/// watcher.stopped().await; // returns at once: the flag is raised
-/// assert!(watcher.is_stopped());
-/// assert_eq!(watcher.reason().as_deref(), Some("writer 2 of 2 failed"));
+/// assert_eq!(watcher.kind(), None);
+/// signal.stop(StopKind::Drain, "stop requested (Ctrl-C)");
+/// assert_eq!(watcher.stopped().await, StopKind::Drain); // at once: the signal is raised
+/// signal.stop(StopKind::Abort, "second Ctrl-C");
+/// assert_eq!(watcher.kind(), Some(StopKind::Abort));
+/// assert_eq!(watcher.reason().as_deref(), Some("stop requested (Ctrl-C)"));
 /// # });
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -46,17 +83,23 @@ impl StopSignal {
         Self::default()
     }
 
-    /// Raises the signal and wakes every writer waiting on it. `reason` (the first one given is
-    /// kept) says why, for the stopped writers' errors: "writer 3 of 4 failed".
-    pub fn stop(&self, reason: impl Into<String>) {
+    /// Raises the signal to `kind` (a lower one than it already has changes nothing) and wakes
+    /// every writer waiting on it. `reason` (the first one given is kept) says why, for the
+    /// outcome: "writer 3 of 4 failed", "stop requested (SIGTERM)".
+    pub fn stop(&self, kind: StopKind, reason: impl Into<String>) {
         {
             let mut kept = self.inner.reason.lock().unwrap_or_else(|p| p.into_inner());
             if kept.is_none() {
                 *kept = Some(reason.into());
             }
         }
-        self.inner.stopped.store(true, Ordering::Release);
+        self.inner.level.fetch_max(kind.level(), Ordering::AcqRel);
         self.inner.changed.notify_waiters();
+    }
+
+    /// How hard the signal asks to stop, `None` while it is not raised.
+    pub fn kind(&self) -> Option<StopKind> {
+        StopKind::from_level(self.inner.level.load(Ordering::Acquire))
     }
 
     /// Why the signal was raised (the first reason given), `None` while it is not.
@@ -68,20 +111,22 @@ impl StopSignal {
             .clone()
     }
 
-    /// Whether the signal was raised.
-    pub fn is_stopped(&self) -> bool {
-        self.inner.stopped.load(Ordering::Acquire)
+    /// Returns the level once the signal is at least raised (at once if it already is).
+    pub async fn stopped(&self) -> StopKind {
+        self.reaches(StopKind::Drain).await
     }
 
-    /// Returns once the signal is raised (at once if it already is).
-    pub async fn stopped(&self) {
+    /// Returns once the signal is at `kind` or above, with the level it has then.
+    pub async fn reaches(&self, kind: StopKind) -> StopKind {
         loop {
             let notified = self.inner.changed.notified();
             tokio::pin!(notified);
             // Registered before the check, so a `stop` between the check and the await wakes us.
             notified.as_mut().enable();
-            if self.is_stopped() {
-                return;
+            if let Some(now) = self.kind()
+                && now >= kind
+            {
+                return now;
             }
             notified.await;
         }
@@ -103,13 +148,29 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!waiter.is_finished());
-        signal.stop("first");
-        signal.stop("second");
-        tokio::time::timeout(Duration::from_secs(1), waiter)
+        signal.stop(StopKind::Settle, "first");
+        signal.stop(StopKind::Drain, "second");
+        let kind = tokio::time::timeout(Duration::from_secs(1), waiter)
             .await
             .expect("woken")
             .expect("joined");
-        assert!(signal.is_stopped());
+        assert_eq!(kind, StopKind::Settle);
+        // A lower request does not lower the level; the first reason is kept.
+        assert_eq!(signal.kind(), Some(StopKind::Settle));
         assert_eq!(signal.reason().as_deref(), Some("first"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_an_abort_ignores_a_drain() {
+        let signal = StopSignal::new();
+        signal.stop(StopKind::Drain, "graceful");
+        let abort = tokio::spawn({
+            let signal = signal.clone();
+            async move { signal.reaches(StopKind::Abort).await }
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!abort.is_finished());
+        signal.stop(StopKind::Abort, "again");
+        assert_eq!(abort.await.expect("joined"), StopKind::Abort);
     }
 }

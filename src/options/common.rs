@@ -1,8 +1,23 @@
 //! Options that more than one connector accepts with one meaning: the connection, the failure policy,
-//! per-destination counters, the payload format and the rejection breaker. A connector accepts
-//! one of them by listing it among its own options.
+//! how a statement runs (writers, flush points), per-destination counters, the payload format
+//! and the rejection breaker. A connector accepts one of them by listing it among its own
+//! options.
+
+use std::time::Duration;
 
 use super::spec::{Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec};
+
+/// How a statement runs, whatever the connector: how many writers, and when they make flush
+/// points. Parsed from `sink_parallelism`, `flush_interval` and `flush_rows`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// How many writers an INSERT runs; `None`: one per input partition.
+    pub sink_parallelism: Option<usize>,
+    /// A flush point this often; `None`: none by time.
+    pub flush_interval: Option<Duration>,
+    /// A flush point every this many rows read by a writer; `None`: none by count.
+    pub flush_rows: Option<u64>,
+}
 
 /// Default of [`MAX_CONSECUTIVE_REJECTIONS`].
 pub const DEFAULT_MAX_CONSECUTIVE_REJECTIONS: i32 = 100;
@@ -99,6 +114,30 @@ pub static SINK_PARALLELISM: OptionSpec = OptionSpec {
     cross_rule: "at most the input's partition count (the session's `target_partitions` for a sink that routes by key); a larger value runs one writer per partition",
     example: "1",
     description: "How many writers an INSERT runs at once, each with its own flow-control core: its own in-flight caps, batches and client pool. The caps below are per writer, so the statement holds up to this many times `max_in_flight_*` in memory. `1` runs one writer for the whole statement.",
+};
+
+/// `flush_interval`.
+pub static FLUSH_INTERVAL: OptionSpec = OptionSpec {
+    name: "flush_interval",
+    group: OptionGroup::Writer,
+    kind: OptionKind::Duration,
+    default: DefaultValue::Unset("flush only at the end of the input"),
+    bound: Bound::AtLeastMillis,
+    cross_rule: "",
+    example: "1s",
+    description: "Make a flush point this often while the statement runs: each writer sends every open batch, waits until every row it admitted is resolved, releases destinations idle for longer than `destination_idle_timeout`, and reports a progress event (a log line at info, and the embedder's observer). For an unbounded input, this is what says how far the job has got. Input is not read during the wait.",
+};
+
+/// `flush_rows`.
+pub static FLUSH_ROWS: OptionSpec = OptionSpec {
+    name: "flush_rows",
+    group: OptionGroup::Writer,
+    kind: OptionKind::Int,
+    default: DefaultValue::Unset("no flush point by row count"),
+    bound: Bound::Positive,
+    cross_rule: "counted per writer; may be combined with `flush_interval` (whichever comes first)",
+    example: "100000",
+    description: "Make a flush point (see `flush_interval`) each time a writer has read this many rows since its last one.",
 };
 
 /// `per_destination_metrics`.

@@ -314,11 +314,18 @@ impl ParsedOptions {
         }
     }
 
-    /// The `sink_parallelism` option (already checked against its bound), `None` when absent.
-    pub fn sink_parallelism(&self) -> Result<Option<usize>> {
-        Ok(self
-            .int(&common::SINK_PARALLELISM)?
-            .map(|v| usize::try_from(v).unwrap_or(1)))
+    /// `sink_parallelism`, `flush_interval` and `flush_rows` (already checked against their
+    /// bounds).
+    pub fn run_options(&self) -> Result<common::RunOptions> {
+        Ok(common::RunOptions {
+            sink_parallelism: self
+                .int(&common::SINK_PARALLELISM)?
+                .map(|v| usize::try_from(v).unwrap_or(1)),
+            flush_interval: self.duration(&common::FLUSH_INTERVAL)?,
+            flush_rows: self
+                .int(&common::FLUSH_ROWS)?
+                .map(|v| u64::try_from(v).unwrap_or(1)),
+        })
     }
 
     /// The `failure_policy` option, `fail` when absent.

@@ -44,8 +44,10 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use tokio::sync::Notify;
 
+use super::control::StatementControl;
 use crate::connectors::{Routing, SinkConnector};
-use crate::core::{SinkMetrics, StopSignal};
+use crate::core::run::WriterContext;
+use crate::core::{SinkMetrics, StopKind, StopSignal};
 use crate::error::Error;
 
 /// Name of the gauge that holds how many writers the statement ran.
@@ -257,20 +259,23 @@ impl SinkWriterExec {
         &self.input
     }
 
-    /// Writes the input partitions of writer `writer` and returns the rows acknowledged.
+    /// Writes the input partitions of writer `ctx.writer` and returns the rows acknowledged.
+    ///
+    /// The statement's error (a writer failed, or a stop left rows undelivered) is returned by
+    /// the writer it concerns once every writer has ended, with the counts over all of them;
+    /// the other writers return what they acknowledged.
     async fn run_writer(
         sink: Arc<dyn SinkConnector>,
         input: SendableRecordBatchStream,
         metrics: SinkMetrics,
         running: Running,
-        writer: usize,
-        writers: usize,
+        ctx: WriterContext,
     ) -> DFResult<u64> {
         let statement = running
             .statement
             .clone()
             .expect("a running writer has its statement");
-        let result = sink.write_all(input, metrics, &statement.stop).await;
+        let result = sink.write_all(input, metrics, &ctx).await;
         let (source, acknowledged, not_delivered) = match result {
             Ok(acknowledged) => {
                 running.end(acknowledged, 0);
@@ -283,21 +288,27 @@ impl SinkWriterExec {
             }) => (source, acknowledged, not_delivered),
             Err(other) => (Box::new(other), 0, 0),
         };
+        let (writer, writers) = (ctx.writer, ctx.writers);
         if matches!(*source, Error::Stopped { .. }) {
-            // Stopped by another writer's failure, which reports these counts with its own.
-            running.end(acknowledged, not_delivered);
-            return Ok(acknowledged);
-        }
-        if writers > 1 {
-            tracing::error!(
-                writer = writer + 1,
-                writers,
-                "a writer of the statement failed; stopping the others"
+            if statement.stop.kind() == Some(StopKind::Settle) || not_delivered == 0 {
+                // Stopped by another writer's failure (which reports these counts with its
+                // own), or stopped on request with everything admitted delivered.
+                running.end(acknowledged, not_delivered);
+                return Ok(acknowledged);
+            }
+        } else {
+            if writers > 1 {
+                tracing::error!(
+                    writer = writer + 1,
+                    writers,
+                    "a writer of the statement failed; stopping the others"
+                );
+            }
+            statement.stop.stop(
+                StopKind::Settle,
+                format!("writer {} of {writers} failed", writer + 1),
             );
         }
-        statement
-            .stop
-            .stop(format!("writer {} of {writers} failed", writer + 1));
         let statement = running.end(acknowledged, not_delivered);
         statement.all_ended().await;
         let (acknowledged, not_delivered) = {
@@ -310,6 +321,39 @@ impl SinkWriterExec {
             not_delivered,
         }
         .into())
+    }
+}
+
+/// Passes a session's stop requests on to one statement's signal, until it is dropped.
+struct Forward(Option<tokio::task::JoinHandle<()>>);
+
+impl Forward {
+    fn start(from: StopSignal, to: StopSignal) -> Self {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Forward(None);
+        };
+        Forward(Some(runtime.spawn(async move {
+            let mut level = StopKind::Drain;
+            loop {
+                let kind = from.reaches(level).await;
+                to.stop(
+                    kind,
+                    from.reason().unwrap_or_else(|| "stop requested".into()),
+                );
+                if kind == StopKind::Abort {
+                    return;
+                }
+                level = StopKind::Abort;
+            }
+        })))
+    }
+}
+
+impl Drop for Forward {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
     }
 }
 
@@ -474,13 +518,21 @@ impl ExecutionPlan for SinkWriterExec {
                 .set(self.writers);
         }
         let metrics = SinkMetrics::for_partition(&self.metrics, partition);
+        let control = context.session_config().get_extension::<StatementControl>();
+        let ctx = WriterContext {
+            writer: partition,
+            writers: self.writers,
+            stop: self.statement.stop.clone(),
+            observer: control.as_ref().and_then(|c| c.observer()),
+        };
+        let user_stop = control.map(|c| c.signal());
         let running = self.statement.start();
         let sink = self.sink.clone();
-        let writers = self.writers;
         let out = count_schema();
         let stream = futures::stream::once(async move {
-            let acknowledged =
-                Self::run_writer(sink, input, metrics, running, partition, writers).await?;
+            // The session's stop requests reach this writer for as long as it runs.
+            let _forward = user_stop.map(|from| Forward::start(from, ctx.stop.clone()));
+            let acknowledged = Self::run_writer(sink, input, metrics, running, ctx).await?;
             count_batch(&out, acknowledged)
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -637,6 +689,7 @@ mod tests {
         config: FlowConfig,
         routing: Routing,
         parallelism: Option<usize>,
+        flush: crate::core::run::FlushSettings,
     }
 
     #[async_trait]
@@ -661,10 +714,10 @@ mod tests {
             &self,
             input: SendableRecordBatchStream,
             metrics: SinkMetrics,
-            stop: &StopSignal,
+            ctx: &WriterContext,
         ) -> crate::Result<u64> {
             let writer = FlowWriter::new(self.fake.clone(), self.config.clone(), metrics);
-            write_stream(writer, input, stop, |batch, _first, out| {
+            write_stream(writer, input, ctx, self.flush, |batch, _first, out| {
                 let values = batch
                     .column(0)
                     .as_any()
@@ -696,6 +749,7 @@ mod tests {
             },
             routing: Routing::any(),
             parallelism,
+            flush: Default::default(),
         })
     }
 
@@ -954,5 +1008,295 @@ mod plan_tests {
         // Above the partition count: one writer per partition.
         let many = explain(&create(64), &insert).await;
         assert!(many.contains("writers=4"), "{many}");
+    }
+}
+
+#[cfg(test)]
+mod streaming_tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use datafusion::arrow::array::{StringArray, UInt32Array};
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::collect;
+    use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    use super::*;
+    use crate::connectors::{ConnectorKind, write_stream};
+    use crate::core::metrics::names;
+    use crate::core::run::{FlushPoint, FlushSettings};
+    use crate::core::{Envelope, FlowConfig, FlowWriter};
+    use crate::testing::{FakeReply, FakeTransport};
+
+    /// Rows per batch of the trickling source.
+    const BATCH: u32 = 10;
+    /// One batch this often.
+    const EVERY: Duration = Duration::from_millis(100);
+
+    /// An endless source: a batch of `BATCH` rows every `EVERY`, numbered from 0; row `n`
+    /// goes to destination `d{n % 50}`, or to `d0` only from row `narrow_from` on. Counts the
+    /// rows it produced.
+    #[derive(Debug)]
+    struct Trickle {
+        schema: SchemaRef,
+        produced: Arc<AtomicU32>,
+        narrow_from: u32,
+    }
+
+    impl PartitionStream for Trickle {
+        fn schema(&self) -> &SchemaRef {
+            &self.schema
+        }
+
+        fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+            let schema = self.schema.clone();
+            let produced = self.produced.clone();
+            let narrow_from = self.narrow_from;
+            let stream = futures::stream::unfold(0u32, move |next| {
+                let schema = schema.clone();
+                let produced = produced.clone();
+                async move {
+                    tokio::time::sleep(EVERY).await;
+                    let rows = next..next + BATCH;
+                    let batch = RecordBatch::try_new(
+                        schema,
+                        vec![
+                            Arc::new(UInt32Array::from_iter_values(rows.clone())),
+                            Arc::new(StringArray::from_iter_values(rows.map(|n| {
+                                format!("d{}", if n < narrow_from { n % 50 } else { 0 })
+                            }))),
+                        ],
+                    )
+                    .map_err(DataFusionError::from);
+                    produced.fetch_add(BATCH, Ordering::SeqCst);
+                    Some((batch, next + BATCH))
+                }
+            });
+            Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
+        }
+    }
+
+    /// Sends each row to the destination its second column names.
+    #[derive(Debug)]
+    struct RoutedSink {
+        schema: SchemaRef,
+        fake: Arc<FakeTransport<u32>>,
+        config: FlowConfig,
+        flush: FlushSettings,
+    }
+
+    #[async_trait]
+    impl SinkConnector for RoutedSink {
+        fn kind(&self) -> ConnectorKind {
+            ConnectorKind::PubSub
+        }
+
+        fn schema(&self) -> &SchemaRef {
+            &self.schema
+        }
+
+        fn routing(&self) -> Routing {
+            Routing::any()
+        }
+
+        fn parallelism(&self) -> Option<usize> {
+            None
+        }
+
+        async fn write_all(
+            &self,
+            input: SendableRecordBatchStream,
+            metrics: SinkMetrics,
+            ctx: &WriterContext,
+        ) -> crate::Result<u64> {
+            let writer = FlowWriter::new(self.fake.clone(), self.config.clone(), metrics);
+            write_stream(writer, input, ctx, self.flush, |batch, _first, out| {
+                let ids = batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<UInt32Array>()
+                    .expect("ids");
+                let dests = batch
+                    .column(1)
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .expect("destinations");
+                for (id, dest) in ids.values().iter().zip(dests.iter()) {
+                    out.push(Ok(Envelope {
+                        record: *id,
+                        bytes: 10,
+                        destination: Arc::from(dest.expect("destination")),
+                        sequence_key: None,
+                    }));
+                }
+                Ok(())
+            })
+            .await
+        }
+    }
+
+    struct Run {
+        plan: Arc<dyn ExecutionPlan>,
+        produced: Arc<AtomicU32>,
+        fake: Arc<FakeTransport<u32>>,
+    }
+
+    fn streaming_plan(flush: FlushSettings, idle: Duration, narrow_from: u32) -> Run {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("n", DataType::UInt32, false),
+            Field::new("dest", DataType::Utf8, false),
+        ]));
+        let produced = Arc::new(AtomicU32::new(0));
+        let source = Arc::new(Trickle {
+            schema: schema.clone(),
+            produced: produced.clone(),
+            narrow_from,
+        });
+        let input = Arc::new(
+            StreamingTableExec::try_new(schema.clone(), vec![source], None, [], true, None)
+                .expect("source"),
+        );
+        let fake = Arc::new(FakeTransport::<u32>::new());
+        let sink = Arc::new(RoutedSink {
+            schema,
+            fake: fake.clone(),
+            config: FlowConfig {
+                max_in_flight_records: 1_000,
+                max_active_destinations: 100,
+                destination_idle_timeout: idle,
+                shutdown_timeout: Duration::from_secs(3),
+                ..crate::core::test_flow_config()
+            },
+            flush,
+        });
+        let writers = SinkWriterExec::try_new("t".into(), sink, input).expect("writers");
+        let plan = Arc::new(SinkCountExec::new(Arc::new(CoalescePartitionsExec::new(
+            Arc::new(writers),
+        ))));
+        Run {
+            plan,
+            produced,
+            fake,
+        }
+    }
+
+    fn context(control: &StatementControl) -> Arc<TaskContext> {
+        SessionContext::new_with_config(control.install(SessionConfig::new())).task_ctx()
+    }
+
+    fn count_of(batches: &[RecordBatch]) -> u64 {
+        batches[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<UInt64Array>()
+            .expect("count")
+            .value(0)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn flush_points_arrive_at_the_interval_and_a_drain_delivers_every_row_read() {
+        let points: Arc<Mutex<Vec<FlushPoint>>> = Arc::default();
+        let seen = points.clone();
+        let control = StatementControl::new().with_observer(move |p| {
+            seen.lock().unwrap().push(p.clone());
+        });
+        let run = streaming_plan(
+            FlushSettings {
+                interval: Some(Duration::from_secs(1)),
+                rows: None,
+            },
+            Duration::from_secs(300),
+            u32::MAX,
+        );
+        let task = tokio::spawn(collect(run.plan.clone(), context(&control)));
+        tokio::time::sleep(Duration::from_millis(5_050)).await;
+        // Rows are delivered while the input is still open.
+        assert!(!run.fake.calls().is_empty());
+        assert!(!task.is_finished());
+        control.stop(StopKind::Drain, "stop requested (test)");
+        let batches = task.await.expect("joined").expect("a drained stop is Ok");
+        let produced = run.produced.load(Ordering::SeqCst);
+        assert_eq!(count_of(&batches), u64::from(produced));
+        // Every row read before the stop was delivered exactly once.
+        let mut delivered: Vec<u32> = run
+            .fake
+            .calls()
+            .into_iter()
+            .flat_map(|c| c.records)
+            .collect();
+        delivered.sort_unstable();
+        assert_eq!(delivered, (0..produced).collect::<Vec<_>>());
+        // A flush point each second of the five, numbered in order, nothing in flight at each.
+        let points = points.lock().unwrap();
+        let sequences: Vec<u64> = points.iter().map(|p| p.sequence).collect();
+        assert_eq!(sequences, [1, 2, 3, 4, 5]);
+        for (i, p) in points.iter().enumerate() {
+            assert_eq!(p.elapsed.as_secs(), i as u64 + 1, "{p:?}");
+            assert_eq!(p.counts.in_flight, 0);
+            assert_eq!(p.counts.acknowledged, p.rows_read, "{p:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_second_stop_aborts_a_drain_that_cannot_finish_and_names_what_is_unresolved() {
+        let control = StatementControl::new();
+        let run = streaming_plan(FlushSettings::default(), Duration::from_secs(300), u32::MAX);
+        // Nothing is ever acknowledged: the drain cannot finish.
+        run.fake.respond_with(|_| FakeReply::Stall);
+        let task = tokio::spawn(collect(run.plan.clone(), context(&control)));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        control.stop(StopKind::Drain, "stop requested (test)");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!task.is_finished(), "the drain waits for the stalled sends");
+        control.stop(StopKind::Abort, "second stop");
+        let error = tokio::time::timeout(Duration::from_millis(10), task)
+            .await
+            .expect("an abort waits for nothing")
+            .expect("joined")
+            .expect_err("rows are unresolved");
+        let produced = run.produced.load(Ordering::SeqCst);
+        let text = error.to_string();
+        assert!(text.contains("stop requested (test)"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "0 row(s) were acknowledged before the failure; {produced} admitted row(s) were not delivered"
+            )),
+            "{text}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn flush_points_release_idle_destinations_while_the_statement_runs() {
+        let control = StatementControl::new();
+        let run = streaming_plan(
+            FlushSettings {
+                interval: None,
+                rows: Some(100),
+            },
+            // Destinations idle for longer than this are released at the next flush point.
+            Duration::from_millis(500),
+            // Fifty destinations for the first second, then only one.
+            100,
+        );
+        let writers = run.plan.children()[0].children()[0].clone();
+        let task = tokio::spawn(collect(run.plan.clone(), context(&control)));
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let released = writers
+            .metrics()
+            .and_then(|m| m.sum_by_name(names::DESTINATIONS_RELEASED))
+            .map_or(0, |v| v.as_usize());
+        let points = writers
+            .metrics()
+            .and_then(|m| m.sum_by_name(names::FLUSH_POINTS))
+            .map_or(0, |v| v.as_usize());
+        assert!(!task.is_finished(), "the statement keeps running");
+        assert!(points >= 3, "{points} flush points");
+        control.stop(StopKind::Drain, "done");
+        task.await.expect("joined").expect("drained");
+        // The 49 destinations that went quiet were released while the statement ran.
+        assert_eq!(released, 49, "destinations released at the flush points");
     }
 }

@@ -20,6 +20,7 @@
 //! # Ok(()) }
 //! ```
 
+mod control;
 pub mod exec;
 mod factory;
 mod table;
@@ -41,6 +42,7 @@ use crate::connectors::ConnectorKind;
 use crate::connectors::pubsub::inspect::{PubSubPullFunction, PubSubSubscribeFunction};
 use crate::error::{Error, Result};
 
+pub use control::StatementControl;
 pub use exec::{SinkCountExec, SinkWriterExec};
 pub use factory::SinkTableFactory;
 pub use table::SinkTable;
@@ -121,6 +123,13 @@ pub fn with_gcp_sinks(mut builder: SessionStateBuilder) -> SessionStateBuilder {
 /// A state builder with DataFusion's defaults and the three sinks (no inspection functions).
 pub fn new_state_builder() -> SessionStateBuilder {
     with_gcp_sinks(SessionStateBuilder::new().with_default_features())
+}
+
+/// A context like [`new_context`] whose sink statements obey `control`: its stop requests and
+/// its flush-point observer (see [`StatementControl`]).
+pub fn new_context_with_control(control: &StatementControl) -> SessionContext {
+    let config = control.install(datafusion::prelude::SessionConfig::new());
+    SessionContext::new_with_state(new_state_builder().with_config(config).build())
 }
 
 /// A context with DataFusion's defaults and the three sinks registered (no inspection

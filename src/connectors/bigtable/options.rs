@@ -35,6 +35,7 @@ use crate::connectors::ConnectorKind;
 use crate::connectors::catalog;
 use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
+use crate::options::common::RunOptions;
 use crate::options::common::{self, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
 use crate::options::docs::FixedBudget;
 use crate::options::spec::{binary_size, format_duration, group_digits};
@@ -500,8 +501,8 @@ pub struct BigtableSinkOptions {
     pub app_profile_id: Option<String>,
     /// What to do with a refused record.
     pub failure_policy: FailurePolicy,
-    /// How many writers an INSERT runs (`sink_parallelism`); `None`: one per input partition.
-    pub sink_parallelism: Option<usize>,
+    /// How a statement runs: writers and flush points.
+    pub run: RunOptions,
     /// The writer options.
     pub writer: BigtableWriterOptions,
 }
@@ -623,7 +624,7 @@ impl BigtableSinkOptions {
             auto_create_table: p.bool(&AUTO_CREATE_TABLE)?.unwrap_or(false),
             app_profile_id: p.non_empty_text(&APP_PROFILE_ID)?.map(str::to_string),
             failure_policy: p.failure_policy()?,
-            sink_parallelism: p.sink_parallelism()?,
+            run: p.run_options()?,
             writer,
         };
         opts.validate()?;

@@ -33,6 +33,7 @@ use crate::connectors::{ConnectorKind, Routing};
 use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::Result;
 use crate::options::RawOptions;
+use crate::options::common::RunOptions;
 
 /// Tables one writer keeps batching state for at once. The Java connector bounds per-table state only by
 /// `destination_idle_timeout`, which is swept after a flush; a statement flushes once, at its
@@ -150,8 +151,8 @@ impl Connector for Bigtable {
         Routing::by_key(mapping.row_identity_columns())
     }
 
-    fn parallelism(options: &BigtableSinkOptions) -> Option<usize> {
-        options.sink_parallelism
+    fn run_options(options: &BigtableSinkOptions) -> &RunOptions {
+        &options.run
     }
 
     fn flow_config(options: &BigtableSinkOptions, mapping: &BigtableMapping) -> FlowConfig {

@@ -31,6 +31,7 @@ use crate::connectors::ConnectorKind;
 use crate::connectors::catalog;
 use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
+use crate::options::common::RunOptions;
 use crate::options::common::{FORMAT, PER_DESTINATION_METRICS};
 use crate::options::docs::FixedBudget;
 use crate::options::spec::format_duration;
@@ -571,8 +572,8 @@ pub struct CloudTasksSinkOptions {
     pub mapping: CloudTasksMappingOptions,
     /// What to do with a refused record.
     pub failure_policy: FailurePolicy,
-    /// How many writers an INSERT runs (`sink_parallelism`); `None`: one per input partition.
-    pub sink_parallelism: Option<usize>,
+    /// How a statement runs: writers and flush points.
+    pub run: RunOptions,
     /// The writer options.
     pub writer: CloudTasksWriterOptions,
 }
@@ -696,7 +697,7 @@ impl CloudTasksSinkOptions {
             queue,
             mapping,
             failure_policy: p.failure_policy()?,
-            sink_parallelism: p.sink_parallelism()?,
+            run: p.run_options()?,
             writer,
         };
         opts.validate()?;

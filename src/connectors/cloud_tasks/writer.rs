@@ -36,6 +36,7 @@ use crate::connectors::sink::{Connector, Sink};
 use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::Result;
 use crate::options::RawOptions;
+use crate::options::common::RunOptions;
 
 /// Growth of the transient-failure backoff per retry. The option contract gives the first backoff and the
 /// cap but not the growth; doubling is the usual exponential backoff (and what the other
@@ -112,8 +113,8 @@ impl Connector for CloudTasks {
         CloudTasksMapping::new(options, schema)
     }
 
-    fn parallelism(options: &CloudTasksSinkOptions) -> Option<usize> {
-        options.sink_parallelism
+    fn run_options(options: &CloudTasksSinkOptions) -> &RunOptions {
+        &options.run
     }
 
     fn flow_config(options: &CloudTasksSinkOptions, _mapping: &CloudTasksMapping) -> FlowConfig {

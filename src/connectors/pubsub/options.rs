@@ -37,6 +37,7 @@ use crate::connectors::ConnectorKind;
 use crate::connectors::catalog;
 use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
+use crate::options::common::RunOptions;
 use crate::options::common::{self, FORMAT, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
 use crate::options::spec::format_duration;
 use crate::options::{
@@ -507,8 +508,8 @@ pub struct PubSubSinkOptions {
     pub auto_create_topic: bool,
     /// What to do with a refused record.
     pub failure_policy: FailurePolicy,
-    /// How many writers an INSERT runs (`sink_parallelism`); `None`: one per input partition.
-    pub sink_parallelism: Option<usize>,
+    /// How a statement runs: writers and flush points.
+    pub run: RunOptions,
     /// The writer options.
     pub publisher: PubSubPublisherOptions,
 }
@@ -581,7 +582,7 @@ impl PubSubSinkOptions {
             mapping,
             auto_create_topic: p.bool(&AUTO_CREATE_TOPIC)?.unwrap_or(false),
             failure_policy: p.failure_policy()?,
-            sink_parallelism: p.sink_parallelism()?,
+            run: p.run_options()?,
             publisher,
         };
         opts.validate()?;

@@ -15,6 +15,7 @@ use crate::connectors::sink::{Connector, Sink};
 use crate::connectors::{ConnectorKind, Routing};
 use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::{Error, Result};
+use crate::options::common::RunOptions;
 use crate::options::{ColumnRef, PayloadFormat, RawOptions};
 
 /// The Pub/Sub connector as the generic [`Sink`] sees it: [`PubSubSinkOptions`] in, a
@@ -79,8 +80,8 @@ impl Connector for PubSub {
         }
     }
 
-    fn parallelism(options: &PubSubSinkOptions) -> Option<usize> {
-        options.sink_parallelism
+    fn run_options(options: &PubSubSinkOptions) -> &RunOptions {
+        &options.run
     }
 
     fn client_settings(options: &PubSubSinkOptions, _mapping: &PubSubMapping) -> ClientSettings {

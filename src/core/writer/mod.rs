@@ -316,9 +316,14 @@ impl<T: Transport> FlowWriter<T> {
     }
 
     /// The writer's metrics.
-    #[cfg(test)]
-    fn metrics(&self) -> &SinkMetrics {
+    pub fn metrics(&self) -> &SinkMetrics {
         &self.shared.metrics
+    }
+
+    /// The shutdown budget (`shutdown_timeout` or the connector's name for it): what a drain
+    /// and a settle may take.
+    pub fn shutdown_timeout(&self) -> std::time::Duration {
+        self.shared.config.shutdown_timeout
     }
 }
 

@@ -150,6 +150,7 @@ impl<T: Transport> Shared<T> {
             return Ok(());
         };
         tracing::info!(destination = %name, "evicting the least-recently-used destination (cap reached)");
+        self.metrics.destinations_released(1);
         let clients: Vec<_> = pool::unshare(&name, dest.client)
             .map(|c| (name, c))
             .into_iter()
@@ -176,6 +177,7 @@ impl<T: Transport> Shared<T> {
                 })
                 .collect()
         };
+        self.metrics.destinations_released(clients.len());
         pool::release(
             &*self.transport,
             clients,

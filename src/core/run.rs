@@ -1,0 +1,79 @@
+//! What one writer of a running statement is told and tells: which writer it is, the stop
+//! request it watches, when it makes flush points, and who hears about them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::metrics::WriterCounts;
+use super::stop::StopSignal;
+
+/// One flush point of one writer: every row it had admitted until then is resolved.
+///
+/// The counts are the writer's own since the statement started (add them over the writers for
+/// the statement's), read when the flush point completed: `in_flight` is then 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlushPoint {
+    /// The writer (its partition), from 0.
+    pub writer: usize,
+    /// How many writers the statement runs.
+    pub writers: usize,
+    /// This writer's flush points so far, this one included (from 1).
+    pub sequence: u64,
+    /// Time since the writer started.
+    pub elapsed: Duration,
+    /// Rows the writer has read from its input.
+    pub rows_read: u64,
+    /// The writer's counters.
+    pub counts: WriterCounts,
+    /// Per destination: records sent and send errors (with `per_destination_metrics` only).
+    pub per_destination: Vec<(String, u64, u64)>,
+}
+
+/// Called at each flush point of each writer, from the writer's task: keep it short (send the
+/// point to a channel, say).
+pub type FlushObserver = Arc<dyn Fn(&FlushPoint) + Send + Sync>;
+
+/// When a writer makes flush points: `flush_interval` and `flush_rows`, whichever comes first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlushSettings {
+    /// A flush point this often.
+    pub interval: Option<Duration>,
+    /// A flush point each time this many rows were read since the last one.
+    pub rows: Option<u64>,
+}
+
+/// What a writer of a statement runs with besides its input: its place among the writers, the
+/// statement's stop request, and who observes its flush points.
+#[derive(Clone, Default)]
+pub struct WriterContext {
+    /// This writer (its partition), from 0.
+    pub writer: usize,
+    /// How many writers the statement runs.
+    pub writers: usize,
+    /// The statement's stop request.
+    pub stop: StopSignal,
+    /// Told about every flush point, if set.
+    pub observer: Option<FlushObserver>,
+}
+
+impl std::fmt::Debug for WriterContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterContext")
+            .field("writer", &self.writer)
+            .field("writers", &self.writers)
+            .field("stop", &self.stop)
+            .field("observer", &self.observer.is_some())
+            .finish()
+    }
+}
+
+impl WriterContext {
+    /// The only writer of a statement, with a stop request nobody raises and no observer.
+    pub fn single() -> Self {
+        WriterContext {
+            writer: 0,
+            writers: 1,
+            ..Self::default()
+        }
+    }
+}
