@@ -297,6 +297,9 @@ async fn flush_point<T: Transport>(
     rows_read: u64,
     started: Instant,
 ) -> Result<()> {
+    // The point is the moment it was made: every row read until then is resolved once the
+    // flush returns.
+    let elapsed = started.elapsed();
     writer.flush().await?;
     *sequence += 1;
     writer.metrics().flush_point();
@@ -304,7 +307,7 @@ async fn flush_point<T: Transport>(
         writer: ctx.writer,
         writers: ctx.writers,
         sequence: *sequence,
-        elapsed: started.elapsed(),
+        elapsed,
         rows_read,
         counts: writer.metrics().counts(),
         per_destination: writer.metrics().per_destination(),

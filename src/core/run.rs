@@ -19,7 +19,7 @@ pub struct FlushPoint {
     pub writers: usize,
     /// This writer's flush points so far, this one included (from 1).
     pub sequence: u64,
-    /// Time since the writer started.
+    /// When the point was made, from the writer's start (the flush then took what it took).
     pub elapsed: Duration,
     /// Rows the writer has read from its input.
     pub rows_read: u64,

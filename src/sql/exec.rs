@@ -33,7 +33,7 @@ use datafusion::physical_expr::{
     Partitioning, PhysicalExpr,
 };
 use datafusion::physical_plan::execution_plan::{
-    Boundedness, ChildrenPropertiesMode, EmissionType, ReplaceChildrenOptions, execute_input_stream,
+    Boundedness, ChildrenPropertiesMode, ReplaceChildrenOptions, execute_input_stream,
 };
 use datafusion::physical_plan::expressions::Column;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
@@ -217,7 +217,9 @@ impl SinkWriterExec {
         let properties = PlanProperties::new(
             EquivalenceProperties::new(count_schema()),
             Partitioning::UnknownPartitioning(writers),
-            EmissionType::Final,
+            // As DataFusion's own sinks: an unbounded input is not a pipeline breaker here,
+            // since the writers run as rows come.
+            input.pipeline_behavior(),
             boundedness,
         );
         Ok(SinkWriterExec {
@@ -559,7 +561,7 @@ impl SinkCountExec {
         let properties = PlanProperties::new(
             EquivalenceProperties::new(count_schema()),
             Partitioning::UnknownPartitioning(1),
-            EmissionType::Final,
+            input.pipeline_behavior(),
             input.boundedness(),
         );
         SinkCountExec {

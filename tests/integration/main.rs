@@ -14,6 +14,7 @@
 //! | [`bigtable_sink`] | the Bigtable sink against `cbtemulator` and a scripted fake |
 //! | [`cli`] | the `gcp-sql` binary as a process |
 //! | [`redaction`] | the `gcp-sql` binary's logs and errors carry no row value (a fake Cloud Tasks) |
+//! | [`streaming`] | unbounded INSERTs from a FIFO: live delivery, flush points, a graceful stop |
 //! | [`transport_faults`] | each sink against its real emulator behind a TCP proxy that resets, stalls and cuts connections |
 //!
 //! The tests of one module run on their own with a filter: `cargo test --test integration
@@ -43,6 +44,8 @@ mod failure_counts;
 mod pubsub_faults;
 mod pubsub_mapping;
 mod pubsub_sink;
+// Feeds a FIFO (Unix only).
+mod streaming;
 // Runs the `gcp-sql` binary too.
 #[cfg(feature = "cli")]
 mod redaction;
