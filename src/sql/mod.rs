@@ -247,6 +247,53 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn with_form_of_our_options_without_connector_says_it_is_missing() {
+        let ctx = new_context();
+        let err = run(
+            &ctx,
+            "CREATE TABLE t (a INT) WITH (topic = 'projects/p/topics/t')",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("missing option 'connector'"), "{err}");
+        assert!(err.contains("'pubsub', 'cloud_tasks', 'bigtable'"), "{err}");
+        assert!(err.contains("add connector = 'pubsub'"), "{err}");
+
+        // Options several connectors accept: the list, without a guess.
+        let shared = run(&ctx, "CREATE TABLE t (a INT) WITH (project = 'p')")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(shared.starts_with("missing option 'connector'"), "{shared}");
+        assert!(!shared.contains("add connector"), "{shared}");
+
+        let misspelt = run(
+            &ctx,
+            "CREATE TABLE t (a INT) WITH (conector = 'bigtabel', table = 't')",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            misspelt.contains("'conector' is not an option")
+                && misspelt.contains("did you mean connector = 'bigtable'"),
+            "{misspelt}"
+        );
+        let key_only = run(
+            &ctx,
+            "CREATE TABLE t (a INT) WITH (connecter = 'PUBSUB', topic = 't')",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            key_only.contains("did you mean connector = 'pubsub'?"),
+            "{key_only}"
+        );
+    }
+
+    #[tokio::test]
     async fn unknown_connector_names_the_known_ones() {
         let ctx = new_context();
         let err = run(&ctx, "CREATE TABLE t (a INT) WITH (connector = 'kafka')")
