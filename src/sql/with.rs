@@ -110,7 +110,8 @@ fn missing_connector(options: &[(String, String)]) -> Option<Error> {
         return Some(Error::MissingOption {
             option: "connector".into(),
             rule: format!(
-                "the WITH form names its service with connector = one of {listed};                  '{written}' is not an option (did you mean connector{meant}?)"
+                "the WITH form names its service with connector = one of {listed}; \
+                 '{written}' is not an option (did you mean connector{meant}?)"
             ),
         });
     }
