@@ -70,7 +70,9 @@ pub fn register(ctx: &SessionContext) {
 }
 
 /// Installs the inspection table functions `pubsub_subscribe(topic, subscription)` and
-/// `pubsub_pull(subscription [, max_messages])` (see [`crate::connectors::pubsub::inspect`]).
+/// `pubsub_pull(subscription [, max_messages])` (see [`crate::connectors::pubsub::inspect`] for
+/// their arguments: full resource names, checked before any call, and a message count from 1
+/// to 10 000, default 100, pulled in pages).
 ///
 /// They are emulator and debugging helpers: they create a subscription and pull (and
 /// acknowledge) what a sink published to it, and they talk only to the emulator named by
@@ -93,8 +95,11 @@ pub fn register_inspection(ctx: &SessionContext) {
 /// [`crate::connectors::pubsub::inspect`].
 fn inspection_functions() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
     vec![
-        ("pubsub_subscribe", Arc::new(PubSubSubscribeFunction)),
-        ("pubsub_pull", Arc::new(PubSubPullFunction)),
+        (
+            "pubsub_subscribe",
+            Arc::new(PubSubSubscribeFunction::default()),
+        ),
+        ("pubsub_pull", Arc::new(PubSubPullFunction::default())),
     ]
 }
 
