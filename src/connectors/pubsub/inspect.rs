@@ -8,9 +8,11 @@
 //! `pubsub_subscribe` creates the subscription (and its topic) when it does not exist yet. A
 //! subscription receives what is published after it exists, so call it before the `INSERT`.
 //! `pubsub_pull` pulls and acknowledges up to `max_messages` messages: it pulls in pages of at
-//! most [`PULL_PAGE_MESSAGES`] (each `Pull` under its own deadline, each page acknowledged
-//! before the next is pulled) until it has `max_messages` or the subscription has nothing more
-//! to give, so a backlog larger than one `Pull` response is read to the end.
+//! most [`PULL_PAGE_MESSAGES`] (the emulator answers 100 at most), each `Pull` under its own
+//! deadline and each page acknowledged before the next is pulled, until it has `max_messages`
+//! or the subscription has nothing more to give, so a backlog larger than one `Pull` response
+//! is read to the end. The first pull waits up to 5 s for a message; the later ones return at
+//! once when the backlog is empty.
 //!
 //! The arguments are checked before any call: a name must be a full resource name whose ids
 //! follow the Pub/Sub resource-name rules (3 to 255 characters, starting with a letter, of
@@ -65,10 +67,12 @@ pub const DEFAULT_PULL_MESSAGES: i64 = 100;
 pub const PULL_PAGE_MESSAGES: usize = 1_000;
 /// How long the first pull waits for messages.
 const FIRST_PULL_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a pull after a full page waits: the backlog likely has more, ready to be sent.
-const PAGE_PULL_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a pull after a partial page waits before `pubsub_pull` returns what it has.
-const NEXT_PULL_TIMEOUT: Duration = Duration::from_millis(500);
+/// Deadline of each later pull. Those ask to return at once (`return_immediately`), so they
+/// wait for nothing: the deadline only bounds a slow answer (a full page on a busy machine).
+const PAGE_PULL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest response a pull decodes: 20 MiB, the inbound message size the Java Pub/Sub
+/// subscriber allows (tonic's default of 4 MiB would refuse a full page of large messages).
+const MAX_PULL_RESPONSE_BYTES: usize = 20 * 1024 * 1024;
 /// Deadline of each `Acknowledge` and `CreateSubscription`/`CreateTopic` call.
 const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -338,35 +342,37 @@ async fn subscribe(channel: GrpcChannel, topic: &str, subscription: &str) -> Res
 type PulledRow = (String, Option<i64>, Option<String>, String, String);
 
 async fn pull(channel: GrpcChannel, subscription: &str, max: usize) -> Result<RecordBatch> {
-    let mut client = SubscriberClient::new(channel);
+    let mut client =
+        SubscriberClient::new(channel).max_decoding_message_size(MAX_PULL_RESPONSE_BYTES);
     let mut rows: Vec<PulledRow> = Vec::new();
-    // Whether the last page was full: the backlog likely has more, ready to be sent.
-    let mut full_page = false;
     while rows.len() < max {
         let page = (max - rows.len()).min(PULL_PAGE_MESSAGES);
-        let timeout = match (rows.is_empty(), full_page) {
-            (true, _) => FIRST_PULL_TIMEOUT,
-            (false, true) => PAGE_PULL_TIMEOUT,
-            (false, false) => NEXT_PULL_TIMEOUT,
+        let first = rows.is_empty();
+        // The first pull waits for messages to arrive; the later ones take what the backlog
+        // holds and return at once when it is empty (the emulator honours the flag; the
+        // service, which these functions never call, deprecates it).
+        #[allow(deprecated)]
+        let request = PullRequest {
+            subscription: subscription.to_string(),
+            max_messages: i32::try_from(page).unwrap_or(i32::MAX),
+            return_immediately: !first,
+            ..Default::default()
         };
-        let request = timed(
-            PullRequest {
-                subscription: subscription.to_string(),
-                max_messages: i32::try_from(page).unwrap_or(i32::MAX),
-                ..Default::default()
-            },
-            timeout,
-        );
-        let response = match client.pull(request).await {
+        let timeout = if first {
+            FIRST_PULL_TIMEOUT
+        } else {
+            PAGE_PULL_TIMEOUT
+        };
+        let response = match client.pull(timed(request, timeout)).await {
             Ok(r) => r.into_inner(),
-            // Nothing arrived within the wait: what was pulled so far is the answer.
+            // Nothing arrived within the wait, or a later page is slow to come: what was pulled
+            // (and acknowledged) so far is the answer, rather than an error that would hide it.
             Err(status) if status.code() == Code::DeadlineExceeded => break,
             Err(status) => return Err(rpc_error("Pull", subscription, status)),
         };
         if response.received_messages.is_empty() {
             break;
         }
-        full_page = response.received_messages.len() >= page;
         let mut ack_ids = Vec::with_capacity(response.received_messages.len());
         for received in response.received_messages {
             ack_ids.push(received.ack_id);
