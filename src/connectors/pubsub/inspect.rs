@@ -54,7 +54,7 @@ use tonic::Code;
 use super::client::DEFAULT_ENDPOINT;
 use super::names::{pubsub_subscription, pubsub_topic};
 use crate::connectors::ConnectorKind;
-use crate::connectors::google::{GrpcChannel, with_deadline};
+use crate::connectors::google::{GrpcChannel, Reachability, with_deadline};
 use crate::error::{Error, Result};
 
 /// Most messages one `pubsub_pull` call returns.
@@ -246,13 +246,13 @@ impl TableProvider for LazyTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        let channel = emulator_channel(self.emulator_host.as_deref())?;
+        let (channel, reach) = emulator_channel(self.emulator_host.as_deref())?;
         let batch = match &self.action {
-            Action::Pull { subscription, max } => pull(channel, subscription, *max).await?,
+            Action::Pull { subscription, max } => pull(channel, &reach, subscription, *max).await?,
             Action::Subscribe {
                 topic,
                 subscription,
-            } => subscribe(channel, topic, subscription).await?,
+            } => subscribe(channel, &reach, topic, subscription).await?,
         };
         let schema = batch.schema();
         Ok(MemorySourceConfig::try_new_exec(
@@ -265,16 +265,18 @@ impl TableProvider for LazyTable {
 
 /// A plaintext channel to the emulator (`host`, else `PUBSUB_EMULATOR_HOST`), through which
 /// a broken connection or a client-side deadline reads as the status Google's clients give it
-/// (`UNAVAILABLE`, `DEADLINE_EXCEEDED`).
-fn emulator_channel(host: Option<&str>) -> Result<GrpcChannel> {
+/// (`UNAVAILABLE`, `DEADLINE_EXCEEDED`), and what is known of the address (a refused first
+/// call says that nothing answers there).
+fn emulator_channel(host: Option<&str>) -> Result<(GrpcChannel, Reachability)> {
     let var = ConnectorKind::PubSub.emulator_env_var();
-    let host = match host {
-        Some(h) => Some(h.to_string()),
-        None => std::env::var(var).ok(),
+    let (host, setting) = match host {
+        Some(h) => (Some(h.to_string()), "the emulator host given"),
+        None => (std::env::var(var).ok(), var),
     };
     match host.filter(|h| !h.trim().is_empty()) {
-        Some(host) => Ok(GrpcChannel::Plaintext(
-            crate::emulators::plaintext_endpoint(&host)?.connect_lazy(),
+        Some(host) => Ok((
+            GrpcChannel::Plaintext(crate::emulators::plaintext_endpoint(&host)?.connect_lazy()),
+            Reachability::emulator(host.trim(), setting),
         )),
         None => Err(Error::Connect {
             endpoint: DEFAULT_ENDPOINT.to_string(),
@@ -293,7 +295,12 @@ fn timed<M>(message: M, timeout: Duration) -> tonic::Request<M> {
     with_deadline(tonic::Request::new(message), Some(timeout), false)
 }
 
-async fn subscribe(channel: GrpcChannel, topic: &str, subscription: &str) -> Result<RecordBatch> {
+async fn subscribe(
+    channel: GrpcChannel,
+    reach: &Reachability,
+    topic: &str,
+    subscription: &str,
+) -> Result<RecordBatch> {
     let mut client = SubscriberClient::new(channel.clone());
     let request = Subscription {
         name: subscription.to_string(),
@@ -301,10 +308,10 @@ async fn subscribe(channel: GrpcChannel, topic: &str, subscription: &str) -> Res
         enable_message_ordering: true,
         ..Default::default()
     };
-    let created = match client
+    let first = client
         .create_subscription(timed(request.clone(), ADMIN_CALL_TIMEOUT))
-        .await
-    {
+        .await;
+    let created = match reach.observe(first) {
         Ok(_) => true,
         Err(status) if status.code() == Code::AlreadyExists => false,
         Err(status) if status.code() == Code::NotFound => {
@@ -341,7 +348,12 @@ async fn subscribe(channel: GrpcChannel, topic: &str, subscription: &str) -> Res
 /// One pulled message: id, publish time (µs), ordering key, attributes (JSON), data.
 type PulledRow = (String, Option<i64>, Option<String>, String, String);
 
-async fn pull(channel: GrpcChannel, subscription: &str, max: usize) -> Result<RecordBatch> {
+async fn pull(
+    channel: GrpcChannel,
+    reach: &Reachability,
+    subscription: &str,
+    max: usize,
+) -> Result<RecordBatch> {
     let mut client =
         SubscriberClient::new(channel).max_decoding_message_size(MAX_PULL_RESPONSE_BYTES);
     let mut rows: Vec<PulledRow> = Vec::new();
@@ -356,14 +368,13 @@ async fn pull(channel: GrpcChannel, subscription: &str, max: usize) -> Result<Re
             subscription: subscription.to_string(),
             max_messages: i32::try_from(page).unwrap_or(i32::MAX),
             return_immediately: !first,
-            ..Default::default()
         };
         let timeout = if first {
             FIRST_PULL_TIMEOUT
         } else {
             PAGE_PULL_TIMEOUT
         };
-        let response = match client.pull(timed(request, timeout)).await {
+        let response = match reach.observe(client.pull(timed(request, timeout)).await) {
             Ok(r) => r.into_inner(),
             // Nothing arrived within the wait, or a later page is slow to come: what was pulled
             // (and acknowledged) so far is the answer, rather than an error that would hide it.
@@ -492,6 +503,31 @@ mod tests {
         assert!(
             many.contains("pubsub_pull(subscription [, max_messages])"),
             "{many}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_to_an_address_where_nothing_listens_says_so() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let ctx = new_context();
+        ctx.register_udtf(
+            "pubsub_pull",
+            Arc::new(PubSubPullFunction::with_emulator_host(&address)),
+        );
+        let err = run(
+            &ctx,
+            "SELECT * FROM pubsub_pull('projects/demo/subscriptions/look')",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains(&format!(
+                "connection refused at {address} (the emulator host given): nothing answers"
+            )),
+            "{err}"
         );
     }
 
