@@ -4,8 +4,9 @@ use arrow::datatypes::{DataType, Schema};
 
 use crate::error::Result;
 
-/// The type of column `name`, or an [`Error::Schema`](crate::Error::Schema) saying which option named the missing
-/// column and the nearest column the table has ([`super::names::unknown_column`]).
+/// The type of column `name`, or an [`Error::Schema`](crate::Error::Schema) saying which option
+/// named the missing column and the nearest column the table has
+/// ([`super::names::unknown_column`]).
 pub fn column_type<'a>(schema: &'a Schema, name: &str, option: &str) -> Result<&'a DataType> {
     schema
         .field_with_name(name)
