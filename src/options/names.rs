@@ -1,5 +1,6 @@
-//! Resource-name helpers every connector's name rules share: the project id check and the
-//! splitting of a full name (`projects/P/things/T`) into its values.
+//! Name helpers every connector shares: the project id check, the splitting of a full name
+//! (`projects/P/things/T`) into its values, and the error for a column option that names a
+//! column the table does not have (with the nearest column of the table).
 //!
 //! Each connector resolves its own names (full names, and short ids resolved against options
 //! such as `project`); the functions return the rule a value breaks as text, so that the caller
@@ -12,6 +13,76 @@
 //! assert_eq!(split_full("projects/demo/widget/w1", &["projects", "widgets"]), None);
 //! assert!(check_project("my project").is_err());
 //! ```
+
+use arrow::datatypes::Schema;
+
+use crate::error::Error;
+
+/// How many of the table's columns an unknown-column error lists when none is close.
+const LISTED_COLUMNS: usize = 12;
+
+/// The rule broken by a column option (`data_column`, `row_key`, `attribute_columns`, ...) that
+/// names a column the table does not have: it names the option and the nearest column of the
+/// table ([`nearest_name`](crate::options::nearest_name), the hint unknown option names get),
+/// or, when none is close, lists the table's columns.
+///
+/// ```
+/// use gcp_sql::options::names::unknown_column_rule;
+///
+/// let rule = unknown_column_rule("data_column", "payloda", ["id", "payload"]);
+/// assert_eq!(
+///     rule,
+///     "no such column in the table (named by option 'data_column'); did you mean 'payload'?"
+/// );
+/// let far = unknown_column_rule("row_key", "zzz", ["id", "name"]);
+/// assert!(far.ends_with("the table's columns are 'id', 'name'"), "{far}");
+/// ```
+pub fn unknown_column_rule<'a>(
+    option: &str,
+    column: &str,
+    columns: impl IntoIterator<Item = &'a str>,
+) -> String {
+    let columns: Vec<&str> = columns.into_iter().collect();
+    let head = format!("no such column in the table (named by option '{option}')");
+    // DataFusion folds unquoted column names to lower case; compare as the user may have meant.
+    let exact_but_case = columns
+        .iter()
+        .find(|c| c.eq_ignore_ascii_case(column))
+        .copied();
+    let near = exact_but_case.or_else(|| {
+        crate::options::nearest_name(column, columns.iter().copied()).or_else(|| {
+            crate::options::nearest_name(&column.to_lowercase(), columns.iter().copied())
+        })
+    });
+    match near {
+        Some(near) => format!("{head}; did you mean '{near}'?"),
+        None if columns.is_empty() => head,
+        None => {
+            let mut listed: Vec<String> = columns
+                .iter()
+                .take(LISTED_COLUMNS)
+                .map(|c| format!("'{c}'"))
+                .collect();
+            if columns.len() > LISTED_COLUMNS {
+                listed.push(format!("and {} more", columns.len() - LISTED_COLUMNS));
+            }
+            format!("{head}; the table's columns are {}", listed.join(", "))
+        }
+    }
+}
+
+/// An [`Error::Schema`] on `column`, named by `option` but not in `schema`, with the rule of
+/// [`unknown_column_rule`].
+pub fn unknown_column(schema: &Schema, column: &str, option: &str) -> Error {
+    Error::schema(
+        column,
+        unknown_column_rule(
+            option,
+            column,
+            schema.fields().iter().map(|f| f.name().as_str()),
+        ),
+    )
+}
 
 /// A rule a name breaks.
 pub type NameResult<T> = std::result::Result<T, String>;
@@ -66,5 +137,32 @@ mod tests {
         );
         assert!(check_project("p").is_ok());
         assert!(check_project("a/b").is_err());
+    }
+
+    #[test]
+    fn an_unknown_column_gets_the_nearest_column_of_the_table() {
+        let columns = ["user_id", "url", "region"];
+        let rule = unknown_column_rule("ordering_key_column", "usr_id", columns);
+        assert!(
+            rule.starts_with("no such column in the table (named by option 'ordering_key_column')"),
+            "{rule}"
+        );
+        assert!(rule.ends_with("did you mean 'user_id'?"), "{rule}");
+        // A column that differs in case only (DataFusion folds unquoted names).
+        let case = unknown_column_rule("data_column", "Region", columns);
+        assert!(case.ends_with("did you mean 'region'?"), "{case}");
+        let far = unknown_column_rule("data_column", "payload_bytes", columns);
+        assert!(
+            far.ends_with("the table's columns are 'user_id', 'url', 'region'"),
+            "{far}"
+        );
+        let many: Vec<String> = (0..20).map(|i| format!("column_number_{i}")).collect();
+        let rule = unknown_column_rule("row_key", "zz", many.iter().map(String::as_str));
+        assert!(rule.ends_with("and 8 more"), "{rule}");
+        let none = unknown_column_rule("row_key", "zz", std::iter::empty());
+        assert_eq!(
+            none,
+            "no such column in the table (named by option 'row_key')"
+        );
     }
 }

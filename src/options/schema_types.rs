@@ -2,19 +2,16 @@
 
 use arrow::datatypes::{DataType, Schema};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
-/// The type of column `name`, or an [`Error::Schema`] saying which option named the missing column.
+/// The type of column `name`, or an [`Error::Schema`](crate::Error::Schema) saying which option
+/// named the missing column and the nearest column the table has
+/// ([`super::names::unknown_column`]).
 pub fn column_type<'a>(schema: &'a Schema, name: &str, option: &str) -> Result<&'a DataType> {
     schema
         .field_with_name(name)
         .map(|f| f.data_type())
-        .map_err(|_| {
-            Error::schema(
-                name,
-                format!("no such column in the table (named by option '{option}')"),
-            )
-        })
+        .map_err(|_| super::names::unknown_column(schema, name, option))
 }
 
 /// Any string type, including views and string dictionaries.

@@ -74,7 +74,9 @@ pub fn register(ctx: &SessionContext) {
 }
 
 /// Installs the inspection table functions `pubsub_subscribe(topic, subscription)` and
-/// `pubsub_pull(subscription [, max_messages])` (see [`crate::connectors::pubsub::inspect`]).
+/// `pubsub_pull(subscription [, max_messages])` (see [`crate::connectors::pubsub::inspect`] for
+/// their arguments: full resource names, checked before any call, and a message count from 1
+/// to 10 000, default 100, pulled in pages).
 ///
 /// They are emulator and debugging helpers: they create a subscription and pull (and
 /// acknowledge) what a sink published to it, and they talk only to the emulator named by
@@ -97,8 +99,11 @@ pub fn register_inspection(ctx: &SessionContext) {
 /// [`crate::connectors::pubsub::inspect`].
 fn inspection_functions() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
     vec![
-        ("pubsub_subscribe", Arc::new(PubSubSubscribeFunction)),
-        ("pubsub_pull", Arc::new(PubSubPullFunction)),
+        (
+            "pubsub_subscribe",
+            Arc::new(PubSubSubscribeFunction::default()),
+        ),
+        ("pubsub_pull", Arc::new(PubSubPullFunction::default())),
     ]
 }
 
@@ -255,6 +260,53 @@ mod tests {
             .await
             .unwrap_err();
         assert!(!err.to_string().contains("connector"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn with_form_of_our_options_without_connector_says_it_is_missing() {
+        let ctx = new_context();
+        let err = run(
+            &ctx,
+            "CREATE TABLE t (a INT) WITH (topic = 'projects/p/topics/t')",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("missing option 'connector'"), "{err}");
+        assert!(err.contains("'pubsub', 'cloud_tasks', 'bigtable'"), "{err}");
+        assert!(err.contains("add connector = 'pubsub'"), "{err}");
+
+        // Options several connectors accept: the list, without a guess.
+        let shared = run(&ctx, "CREATE TABLE t (a INT) WITH (project = 'p')")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(shared.starts_with("missing option 'connector'"), "{shared}");
+        assert!(!shared.contains("add connector"), "{shared}");
+
+        let misspelt = run(
+            &ctx,
+            "CREATE TABLE t (a INT) WITH (conector = 'bigtabel', table = 't')",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            misspelt.contains("'conector' is not an option")
+                && misspelt.contains("did you mean connector = 'bigtable'"),
+            "{misspelt}"
+        );
+        let key_only = run(
+            &ctx,
+            "CREATE TABLE t (a INT) WITH (connecter = 'PUBSUB', topic = 't')",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            key_only.contains("did you mean connector = 'pubsub'?"),
+            "{key_only}"
+        );
     }
 
     #[tokio::test]

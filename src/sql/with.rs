@@ -9,8 +9,9 @@ use datafusion::sql::sqlparser::ast::{
     CreateTableOptions, Expr, SqlOption, Statement, UnaryOperator, Value,
 };
 
-use crate::connectors::ConnectorKind;
+use crate::connectors::{ConnectorKind, catalog};
 use crate::error::{Error, Result};
+use crate::options::nearest_name;
 
 /// Rewrites a `CREATE TABLE ... WITH (connector = ...)` statement; returns any other statement
 /// unchanged.
@@ -38,8 +39,11 @@ pub(crate) fn rewrite_with_form(stmt: DFStatement) -> Result<DFStatement> {
         .find(|(k, _)| k == "connector")
         .map(|(_, v)| v.clone())
     else {
-        // Not ours: let DataFusion report what it makes of it.
-        return Ok(stmt);
+        return match missing_connector(&options) {
+            Some(error) => Err(error),
+            // Not ours: let DataFusion report what it makes of it.
+            None => Ok(stmt),
+        };
     };
     let kind = ConnectorKind::parse(&connector)?;
     if create.query.is_some() {
@@ -74,6 +78,66 @@ pub(crate) fn rewrite_with_form(stmt: DFStatement) -> Result<DFStatement> {
         options,
         constraints: create.constraints.clone(),
     }))
+}
+
+/// The error for a `WITH` list that has no `connector` but is meant for one of ours: it names
+/// an option some connector accepts (`topic`, `queue`, `row_key`, ...), or an option spelt
+/// close to `connector`. `None` when nothing in it is ours (DataFusion reports that statement).
+///
+/// The error lists the valid connector names and, when it can tell, the one meant: the value
+/// of a misspelt `connector` key (or its nearest valid name), else the one connector that
+/// accepts every option given.
+fn missing_connector(options: &[(String, String)]) -> Option<Error> {
+    let names: Vec<&str> = ConnectorKind::ALL.iter().map(|k| k.name()).collect();
+    let listed = names
+        .iter()
+        .map(|n| format!("'{n}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let key = |k: &str| k.strip_prefix("format.").unwrap_or(k).to_string();
+    let misspelt = options
+        .iter()
+        .find(|(k, _)| nearest_name(&key(k), std::iter::once("connector")).is_some());
+    if let Some((written, value)) = misspelt {
+        let meant = match ConnectorKind::parse(value) {
+            Ok(kind) => format!(" = '{}'", kind.name()),
+            Err(_) => match nearest_name(&value.trim().to_ascii_lowercase(), names.iter().copied())
+            {
+                Some(near) => format!(" = '{near}' ('{value}' is not a connector)"),
+                None => String::new(),
+            },
+        };
+        return Some(Error::MissingOption {
+            option: "connector".into(),
+            rule: format!(
+                "the WITH form names its service with connector = one of {listed}; \
+                 '{written}' is not an option (did you mean connector{meant}?)"
+            ),
+        });
+    }
+    let ours = |kind: ConnectorKind, k: &str| catalog::lookup(kind, &key(k)).is_some();
+    if !options
+        .iter()
+        .any(|(k, _)| ConnectorKind::ALL.iter().any(|kind| ours(*kind, k)))
+    {
+        return None;
+    }
+    let fitting: Vec<ConnectorKind> = ConnectorKind::ALL
+        .into_iter()
+        .filter(|kind| options.iter().all(|(k, _)| ours(*kind, k)))
+        .collect();
+    let hint = match fitting.as_slice() {
+        [kind] => format!(
+            "; the options given are {}'s: add connector = '{}'",
+            kind.display_name(),
+            kind.name()
+        ),
+        _ => String::new(),
+    };
+    Some(Error::MissingOption {
+        option: "connector".into(),
+        rule: format!("the WITH form names its service with connector = one of {listed}{hint}"),
+    })
 }
 
 /// Renders an option value: strings, numbers, booleans, bare identifiers and negative numbers.

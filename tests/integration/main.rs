@@ -14,6 +14,7 @@
 //! | [`bigtable_sink`] | the Bigtable sink against `cbtemulator` and a scripted fake |
 //! | [`cli`] | the `gcp-sql` binary as a process |
 //! | [`redaction`] | the `gcp-sql` binary's logs and errors carry no row value (a fake Cloud Tasks) |
+//! | [`errors_help`] | errors that help: a sink whose emulator address refuses, the Pub/Sub inspection functions on a large backlog |
 //! | [`streaming`] | unbounded INSERTs from a FIFO: live delivery, flush points, a graceful stop |
 //! | [`transport_faults`] | each sink against its real emulator behind a TCP proxy that resets, stalls and cuts connections |
 //!
@@ -40,6 +41,7 @@ mod bigtable_sink;
 mod cli;
 mod cloud_tasks_sink;
 mod emulator_smoke;
+mod errors_help;
 mod failure_counts;
 mod pubsub_faults;
 mod pubsub_mapping;

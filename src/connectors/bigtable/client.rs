@@ -44,6 +44,11 @@
 //! | `INTERNAL` on an entry whose message names an unknown column family | [`Class::NotFound`] (how the emulator reports a missing family) |
 //! | other `INTERNAL` on an entry | [`Class::Rejected`]: the emulator (`cbtemulator`) reports every per-entry refusal as `INTERNAL` where the service says `INVALID_ARGUMENT`; the isolation pass confirms it against the entry alone before the failure policy sees it |
 //! | anything else (`PERMISSION_DENIED`, `UNAUTHENTICATED`, `INTERNAL` on the call, ...) | [`Class::Fatal`] |
+//!
+//! A connection the emulator's address refuses before anything has answered there is
+//! [`Class::Fatal`] too, with a message saying that nothing answers at that address (see
+//! [`Reachability`]); once the emulator has answered, a refused or broken connection is
+//! `UNAVAILABLE` and retried.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -66,9 +71,11 @@ use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use super::mapping::{
     BigtableEntry, request_base_len, request_entry_len, write_mutate_rows_request,
 };
+use crate::connectors::ConnectorKind;
 use crate::connectors::bigtable::names;
 use crate::connectors::google::{
-    self, Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, routing_value, with_deadline,
+    self, Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, Reachability, emulator_setting,
+    nothing_listens, routing_value, with_deadline,
 };
 use crate::core::{Class, Destination, SendOutcome, Transport};
 use crate::error::{Error, Result};
@@ -245,6 +252,8 @@ pub struct BigtableTransport {
     families: Vec<String>,
     instances: InstancePool,
     admin: tokio::sync::OnceCell<GrpcChannel>,
+    /// Whether anything answered at the data address yet.
+    reach: Reachability,
 }
 
 impl std::fmt::Debug for BigtableTransport {
@@ -310,7 +319,16 @@ impl BigtableTransport {
         admin_endpoint: String,
         settings: &ClientSettings,
     ) -> Self {
+        let reach = if connection.is_plaintext() {
+            Reachability::emulator(
+                &endpoint,
+                emulator_setting(&endpoint, ConnectorKind::Bigtable.emulator_env_var()),
+            )
+        } else {
+            Reachability::endpoint(&endpoint)
+        };
         BigtableTransport {
+            reach,
             connection,
             endpoint,
             admin_endpoint,
@@ -624,6 +642,12 @@ impl Transport for BigtableTransport {
         let result = mutate_rows_on(slot.service.clone(), request, &mut statuses, describe).await;
         drop(slot);
         let reported = statuses.iter().filter(|s| s.is_some()).count();
+        let result = if reported > 0 {
+            self.reach.answered();
+            result
+        } else {
+            self.reach.observe(result)
+        };
         match result {
             Err(status) if reported == 0 => SendOutcome::Whole(Err(status)),
             result => {
@@ -644,6 +668,10 @@ impl Transport for BigtableTransport {
     }
 
     fn classify(&self, status: &tonic::Status, _solo: bool) -> Class {
+        if nothing_listens(status) {
+            // A refused first connection to the emulator: nothing to retry against.
+            return Class::Fatal;
+        }
         classify_mutate_rows_status(status)
     }
 

@@ -97,6 +97,7 @@ use crate::core::{Destination, Envelope};
 use crate::encode::json::{ColumnEncoder, check_json_type};
 use crate::encode::raw::BytesColumn;
 use crate::error::{Error, Result};
+use crate::options::names::unknown_column;
 
 /// Longest row key, in bytes. Source: Bigtable quotas and limits ("Row key: 4 KiB").
 pub const MAX_ROW_KEY_BYTES: usize = 4 * 1024;
@@ -388,12 +389,9 @@ impl ClockVersions {
 }
 
 fn index_of(schema: &Schema, name: &str, option: &str) -> Result<usize> {
-    schema.index_of(name).map_err(|_| {
-        Error::schema(
-            name,
-            format!("no such column in the table (named by option '{option}')"),
-        )
-    })
+    schema
+        .index_of(name)
+        .map_err(|_| unknown_column(schema, name, option))
 }
 
 fn check_qualifier(label: &str, qualifier: &str) -> Result<()> {

@@ -35,6 +35,11 @@
 //! | `ALREADY_EXISTS` | [`Class::Duplicate`]: a named task that exists or ran recently, i.e. delivered before (only named tasks can collide) |
 //! | `INVALID_ARGUMENT` | [`Class::Rejected`] (the service refuses the task itself) |
 //! | anything else (`PERMISSION_DENIED`, `UNAUTHENTICATED`, other `FAILED_PRECONDITION`s, `INTERNAL`, ...) | [`Class::Fatal`] |
+//!
+//! A connection the emulator's address refuses before anything has answered there is
+//! [`Class::Fatal`] too, with a message saying that nothing answers at that address (see
+//! [`Reachability`]); once the emulator has answered, a refused or broken connection is
+//! `UNAVAILABLE` and retried.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -47,8 +52,10 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 use super::mapping::{TaskRecord, create_task_request_len, write_create_task_request};
+use crate::connectors::ConnectorKind;
 use crate::connectors::google::{
-    self, Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, unary_pre_encoded, with_deadline,
+    self, Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, Reachability, emulator_setting,
+    nothing_listens, unary_pre_encoded, with_deadline,
 };
 use crate::core::{Class, Destination, SendOutcome, Transport};
 use crate::error::{Error, Result};
@@ -80,6 +87,8 @@ pub struct ClientSettings {
 struct Channels {
     services: Vec<GrpcChannel>,
     next: AtomicUsize,
+    /// Whether anything answered at the address yet (shared by every channel).
+    reach: Reachability,
 }
 
 impl Channels {
@@ -150,7 +159,12 @@ impl CloudTasksTransport {
                 ));
             }
             let channel = crate::emulators::plaintext_endpoint(host)?.connect_lazy();
-            return Ok(Self::from_channel(channel, host));
+            let setting = emulator_setting(host, ConnectorKind::CloudTasks.emulator_env_var());
+            return Ok(Self::plaintext(
+                channel,
+                host.to_string(),
+                Reachability::emulator(host, setting),
+            ));
         }
         let endpoint = settings
             .endpoint
@@ -177,6 +191,7 @@ impl CloudTasksTransport {
             channels: Arc::new(Channels {
                 services,
                 next: AtomicUsize::new(0),
+                reach: Reachability::endpoint(&endpoint),
             }),
             endpoint,
             emulator: false,
@@ -185,12 +200,19 @@ impl CloudTasksTransport {
 
     /// Builds a transport on an existing plaintext channel (an emulator or a fake server).
     pub fn from_channel(channel: Channel, endpoint: impl Into<String>) -> Self {
+        let endpoint = endpoint.into();
+        let reach = Reachability::emulator(&endpoint, "emulator_host");
+        Self::plaintext(channel, endpoint, reach)
+    }
+
+    fn plaintext(channel: Channel, endpoint: String, reach: Reachability) -> Self {
         CloudTasksTransport {
             channels: Arc::new(Channels {
                 services: vec![GrpcChannel::Plaintext(channel)],
                 next: AtomicUsize::new(0),
+                reach,
             }),
-            endpoint: endpoint.into(),
+            endpoint,
             emulator: true,
         }
     }
@@ -282,6 +304,10 @@ impl Transport for CloudTasksTransport {
     }
 
     fn classify(&self, status: &tonic::Status, _solo: bool) -> Class {
+        if nothing_listens(status) {
+            // A refused first connection to the emulator: nothing to retry against.
+            return Class::Fatal;
+        }
         classify_create_task_status(status)
     }
 
@@ -327,8 +353,10 @@ async fn create_one(
     request
         .metadata_mut()
         .insert(ROUTING_HEADER, client.routing.clone());
-    let result: std::result::Result<tonic::Response<CreatedTask>, _> =
-        unary_pre_encoded(service.clone(), request, CREATE_TASK_PATH).await;
+    let result: std::result::Result<tonic::Response<CreatedTask>, _> = client
+        .channels
+        .reach
+        .observe(unary_pre_encoded(service.clone(), request, CREATE_TASK_PATH).await);
     result.map(|response| {
         // The task name can be a row's value (task_name_column): not logged.
         tracing::trace!(
@@ -450,6 +478,7 @@ mod tests {
         let channels = Channels {
             services: vec![channel(), channel(), channel()],
             next: AtomicUsize::new(0),
+            reach: Reachability::emulator("127.0.0.1:1", "emulator_host"),
         };
         let picks: Vec<usize> = (0..6)
             .map(|_| {

@@ -78,6 +78,7 @@ use crate::encode::json::JsonRowEncoder;
 use crate::encode::raw::{BytesColumn, RawEncoder};
 use crate::error::{Error, Result};
 use crate::options::PayloadFormat;
+use crate::options::names::unknown_column;
 
 /// Largest serialized task, in bytes. Source: Cloud Tasks quotas ("Maximum task size: 100 KB",
 /// see docs/service_facts.md), read as 100 × 1024 bytes, the push-task limit Cloud Tasks inherited
@@ -284,12 +285,9 @@ fn find(schema: &Schema, option: &str, name: Option<&str>) -> Result<Option<Col>
     let Some(name) = name else {
         return Ok(None);
     };
-    let index = schema.index_of(name).map_err(|_| {
-        Error::schema(
-            name,
-            format!("no such column in the table (named by option '{option}')"),
-        )
-    })?;
+    let index = schema
+        .index_of(name)
+        .map_err(|_| unknown_column(schema, name, option))?;
     Ok(Some(Col {
         index,
         name: name.to_string(),

@@ -882,9 +882,23 @@ impl CloudTasksSinkOptions {
                         FORMAT.name,
                         "raw",
                         format!(
-                            "{} (the table has {} columns besides those the mapping uses)",
+                            "{}, but {}; name the body column in 'body_column' (the others become \
+                             url_column, queue_column, headers_column, schedule_time_column or \
+                             task_name_column, or leave the table), or use format = 'json' to send \
+                             them together as one JSON object",
                             FORMAT.cross_rule,
-                            other.len()
+                            match other {
+                                [] => "no column is left for the body".to_string(),
+                                several => format!(
+                                    "these {} columns are left: {}",
+                                    several.len(),
+                                    several
+                                        .iter()
+                                        .map(|f| format!("'{}'", f.name()))
+                                        .collect::<Vec<_>>()
+                                        .join(", ")
+                                ),
+                            }
                         ),
                     ));
                 }

@@ -30,6 +30,11 @@
 //! | `NOT_FOUND` | [`Class::NotFound`] (the topic is missing) |
 //! | `INVALID_ARGUMENT` | [`Class::Rejected`] (the service refuses the messages) |
 //! | anything else (`PERMISSION_DENIED`, `UNAUTHENTICATED`, `FAILED_PRECONDITION`, ...) | [`Class::Fatal`] |
+//!
+//! A connection the emulator's address refuses before anything has answered there is
+//! [`Class::Fatal`] too, with a message saying that nothing answers at that address (see
+//! [`Reachability`]); once the emulator has answered, a refused or broken connection is
+//! `UNAVAILABLE` and retried.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -42,9 +47,10 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 use super::mapping::{PubsubRecord, request_base_len, request_entry_len, write_publish_request};
+use crate::connectors::ConnectorKind;
 use crate::connectors::google::{
-    Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, routing_value, unary_pre_encoded,
-    with_deadline,
+    Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, Reachability, emulator_setting,
+    nothing_listens, routing_value, unary_pre_encoded, with_deadline,
 };
 use crate::core::{Class, Destination, SendOutcome, Transport};
 use crate::error::{Error, Result};
@@ -91,6 +97,7 @@ pub struct PubSubTransport {
     channel: GrpcChannel,
     endpoint: String,
     auto_create_topic: bool,
+    reach: Reachability,
 }
 
 impl std::fmt::Debug for PubSubTransport {
@@ -108,6 +115,7 @@ impl std::fmt::Debug for PubSubTransport {
 pub struct PubSubClient {
     channel: GrpcChannel,
     routing: AsciiMetadataValue,
+    reach: Reachability,
 }
 
 impl std::fmt::Debug for PubSubClient {
@@ -139,10 +147,18 @@ impl PubSubTransport {
             settings.credentials_file.as_deref(),
         )
         .await?;
+        let reach = match &emulator {
+            Some(host) => Reachability::emulator(
+                host,
+                emulator_setting(host, ConnectorKind::PubSub.emulator_env_var()),
+            ),
+            None => Reachability::endpoint(&endpoint),
+        };
         Ok(PubSubTransport {
             channel: connection.channel(),
             endpoint,
             auto_create_topic: settings.auto_create_topic,
+            reach,
         })
     }
 
@@ -152,9 +168,11 @@ impl PubSubTransport {
         endpoint: impl Into<String>,
         auto_create_topic: bool,
     ) -> Self {
+        let endpoint = endpoint.into();
         PubSubTransport {
             channel: GrpcChannel::Plaintext(channel),
-            endpoint: endpoint.into(),
+            reach: Reachability::emulator(&endpoint, "emulator_host"),
+            endpoint,
             auto_create_topic,
         }
     }
@@ -202,6 +220,7 @@ impl Transport for PubSubTransport {
         Ok(PubSubClient {
             channel: self.channel.clone(),
             routing,
+            reach: self.reach.clone(),
         })
     }
 
@@ -224,8 +243,9 @@ impl Transport for PubSubTransport {
         request
             .metadata_mut()
             .insert(ROUTING_HEADER, client.routing.clone());
-        let result: std::result::Result<tonic::Response<PublishResponse>, _> =
-            unary_pre_encoded(client.channel.clone(), request, PUBLISH_PATH).await;
+        let result: std::result::Result<tonic::Response<PublishResponse>, _> = client
+            .reach
+            .observe(unary_pre_encoded(client.channel.clone(), request, PUBLISH_PATH).await);
         SendOutcome::Whole(result.and_then(|response| {
             let ids = response.get_ref().message_ids.len();
             if ids == batch.len() {
@@ -240,6 +260,10 @@ impl Transport for PubSubTransport {
     }
 
     fn classify(&self, status: &tonic::Status, _solo: bool) -> Class {
+        if nothing_listens(status) {
+            // A refused first connection to the emulator: nothing to retry against.
+            return Class::Fatal;
+        }
         classify_publish_status(status.code())
     }
 
@@ -269,9 +293,11 @@ impl Transport for PubSubTransport {
             routing_value(&[("name", &**destination)])
                 .map_err(|e| Error::invalid("topic", destination.to_string(), e))?,
         );
-        let result = PublisherClient::new(client.channel.clone())
-            .create_topic(request)
-            .await;
+        let result = client.reach.observe(
+            PublisherClient::new(client.channel.clone())
+                .create_topic(request)
+                .await,
+        );
         match result {
             Ok(_) => Ok(true),
             Err(status) if status.code() == Code::AlreadyExists => Ok(false),

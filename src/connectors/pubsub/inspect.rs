@@ -1,15 +1,29 @@
 //! Two table functions to look at what a Pub/Sub sink published, from SQL:
 //!
-//! * `pubsub_subscribe(topic, subscription)` creates a subscription (and its topic) when it does
-//!   not exist yet, and returns one row saying whether it created the subscription. A subscription receives what is
-//!   published after it exists, so call it before the `INSERT`.
-//! * `pubsub_pull(subscription [, max_messages])` pulls up to `max_messages` (default 100)
-//!   messages, acknowledges them, and returns one row per message.
+//! | call | arguments | returns |
+//! |---|---|---|
+//! | `pubsub_subscribe(topic, subscription)` | `topic`: a full topic name, `projects/P/topics/T`; `subscription`: a full subscription name, `projects/P/subscriptions/S` | one row, `subscription` and `created` (whether it created the subscription) |
+//! | `pubsub_pull(subscription [, max_messages])` | `subscription`: `projects/P/subscriptions/S`; `max_messages`: an integer from 1 to [`MAX_PULL_MESSAGES`], default [`DEFAULT_PULL_MESSAGES`] | one row per message: `message_id`, `publish_time`, `ordering_key`, `attributes` (a JSON object), `data` (as UTF-8 text) |
+//!
+//! `pubsub_subscribe` creates the subscription (and its topic) when it does not exist yet. A
+//! subscription receives what is published after it exists, so call it before the `INSERT`.
+//! `pubsub_pull` pulls and acknowledges up to `max_messages` messages: it pulls in pages of at
+//! most [`PULL_PAGE_MESSAGES`] (the emulator answers 100 at most), each `Pull` under its own
+//! deadline and each page acknowledged before the next is pulled, until it has `max_messages`
+//! or the subscription has nothing more to give, so a backlog larger than one `Pull` response
+//! is read to the end. The first pull waits up to 5 s for a message; the later ones return at
+//! once when the backlog is empty.
+//!
+//! The arguments are checked before any call: a name must be a full resource name whose ids
+//! follow the Pub/Sub resource-name rules (3 to 255 characters, starting with a letter, of
+//! letters, digits and `-_.~+%`, not starting with `goog`; see
+//! [`names`](super::names)).
 //!
 //! Both talk to the emulator named by `PUBSUB_EMULATOR_HOST` only (`gcp-sql --emulators` sets
-//! it), and refuse otherwise: they exist for quickstarts, demos and checks, not for reading
-//! from production subscriptions. For the same reason [`crate::sql::register`] does not
-//! install them: [`crate::sql::register_inspection`] does (the `gcp-sql` tool calls it).
+//! it; a Rust program may name the emulator itself, [`PubSubPullFunction::with_emulator_host`]),
+//! and refuse otherwise: they exist for quickstarts, demos and checks, not for reading from
+//! production subscriptions. For the same reason [`crate::sql::register`] does not install
+//! them: [`crate::sql::register_inspection`] does (the `gcp-sql` tool calls it).
 //!
 //! ```sql
 //! SELECT * FROM pubsub_subscribe('projects/demo/topics/clicks', 'projects/demo/subscriptions/look');
@@ -36,33 +50,75 @@ use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
 use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
 use gcloud_sdk::google::pubsub::v1::{AcknowledgeRequest, PullRequest, Subscription, Topic};
 use tonic::Code;
-use tonic::transport::Channel;
 
 use super::client::DEFAULT_ENDPOINT;
+use super::names::{pubsub_subscription, pubsub_topic};
 use crate::connectors::ConnectorKind;
+use crate::connectors::google::{GrpcChannel, Reachability, with_deadline};
 use crate::error::{Error, Result};
 
 /// Most messages one `pubsub_pull` call returns.
 pub const MAX_PULL_MESSAGES: i64 = 10_000;
+/// Messages `pubsub_pull` returns when `max_messages` is not given.
+pub const DEFAULT_PULL_MESSAGES: i64 = 100;
+/// Most messages one `Pull` asks for: a larger `max_messages` is read in several pulls, each
+/// acknowledged before the next, so no single response has to carry the whole backlog within
+/// one deadline.
+pub const PULL_PAGE_MESSAGES: usize = 1_000;
 /// How long the first pull waits for messages.
 const FIRST_PULL_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long each later pull waits before `pubsub_pull` returns what it has.
-const NEXT_PULL_TIMEOUT: Duration = Duration::from_millis(500);
+/// Deadline of each later pull. Those ask to return at once (`return_immediately`), so they
+/// wait for nothing: the deadline only bounds a slow answer (a full page on a busy machine).
+const PAGE_PULL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest response a pull decodes: 20 MiB, the inbound message size the Java Pub/Sub
+/// subscriber allows (tonic's default of 4 MiB would refuse a full page of large messages).
+const MAX_PULL_RESPONSE_BYTES: usize = 20 * 1024 * 1024;
+/// Deadline of each `Acknowledge` and `CreateSubscription`/`CreateTopic` call.
+const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The `pubsub_pull` table function.
 #[derive(Debug, Default)]
-pub struct PubSubPullFunction;
+pub struct PubSubPullFunction {
+    emulator_host: Option<String>,
+}
 
 /// The `pubsub_subscribe` table function.
 #[derive(Debug, Default)]
-pub struct PubSubSubscribeFunction;
+pub struct PubSubSubscribeFunction {
+    emulator_host: Option<String>,
+}
+
+impl PubSubPullFunction {
+    /// A `pubsub_pull` that talks to the emulator at `host` (`host:port`) rather than the one
+    /// `PUBSUB_EMULATOR_HOST` names.
+    pub fn with_emulator_host(host: impl Into<String>) -> Self {
+        PubSubPullFunction {
+            emulator_host: Some(host.into()),
+        }
+    }
+}
+
+impl PubSubSubscribeFunction {
+    /// A `pubsub_subscribe` that talks to the emulator at `host` (`host:port`) rather than the
+    /// one `PUBSUB_EMULATOR_HOST` names.
+    pub fn with_emulator_host(host: impl Into<String>) -> Self {
+        PubSubSubscribeFunction {
+            emulator_host: Some(host.into()),
+        }
+    }
+}
 
 impl TableFunctionImpl for PubSubPullFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> DFResult<Arc<dyn TableProvider>> {
         let exprs = args.exprs();
+        if exprs.len() > 2 {
+            return Err(too_many_args("pubsub_pull(subscription [, max_messages])").into());
+        }
         let subscription = string_arg("pubsub_pull", exprs, 0, "subscription")?;
+        let subscription = pubsub_subscription(&subscription)
+            .map_err(|rule| Error::invalid("pubsub_pull subscription", &subscription, rule))?;
         let max = match exprs.get(1) {
-            None => 100,
+            None => DEFAULT_PULL_MESSAGES,
             Some(Expr::Literal(ScalarValue::Int64(Some(n)), _))
                 if (1..=MAX_PULL_MESSAGES).contains(n) =>
             {
@@ -82,6 +138,7 @@ impl TableFunctionImpl for PubSubPullFunction {
                 subscription,
                 max: max as usize,
             },
+            emulator_host: self.emulator_host.clone(),
         }))
     }
 }
@@ -89,15 +146,35 @@ impl TableFunctionImpl for PubSubPullFunction {
 impl TableFunctionImpl for PubSubSubscribeFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> DFResult<Arc<dyn TableProvider>> {
         let exprs = args.exprs();
+        if exprs.len() > 2 {
+            return Err(too_many_args("pubsub_subscribe(topic, subscription)").into());
+        }
         let topic = string_arg("pubsub_subscribe", exprs, 0, "topic")?;
+        let topic = full_topic(&topic)
+            .map_err(|rule| Error::invalid("pubsub_subscribe topic", &topic, rule))?;
         let subscription = string_arg("pubsub_subscribe", exprs, 1, "subscription")?;
+        let subscription = pubsub_subscription(&subscription)
+            .map_err(|rule| Error::invalid("pubsub_subscribe subscription", &subscription, rule))?;
         Ok(Arc::new(LazyTable {
             action: Action::Subscribe {
                 topic,
                 subscription,
             },
+            emulator_host: self.emulator_host.clone(),
         }))
     }
+}
+
+/// A full topic name (there is no `project` option to resolve a short id in).
+fn full_topic(value: &str) -> std::result::Result<String, String> {
+    if !value.contains('/') {
+        return Err("expected 'projects/PROJECT/topics/TOPIC'".into());
+    }
+    pubsub_topic(value, None)
+}
+
+fn too_many_args(signature: &str) -> Error {
+    Error::Unsupported(format!("too many arguments: the call is {signature}"))
 }
 
 fn string_arg(function: &str, exprs: &[Expr], index: usize, name: &str) -> DFResult<String> {
@@ -124,6 +201,8 @@ enum Action {
 #[derive(Debug)]
 struct LazyTable {
     action: Action,
+    /// The emulator to talk to; `None`: the one `PUBSUB_EMULATOR_HOST` names.
+    emulator_host: Option<String>,
 }
 
 fn pull_schema() -> SchemaRef {
@@ -167,12 +246,13 @@ impl TableProvider for LazyTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let (channel, reach) = emulator_channel(self.emulator_host.as_deref())?;
         let batch = match &self.action {
-            Action::Pull { subscription, max } => pull(subscription, *max).await?,
+            Action::Pull { subscription, max } => pull(channel, &reach, subscription, *max).await?,
             Action::Subscribe {
                 topic,
                 subscription,
-            } => subscribe(topic, subscription).await?,
+            } => subscribe(channel, &reach, topic, subscription).await?,
         };
         let schema = batch.schema();
         Ok(MemorySourceConfig::try_new_exec(
@@ -183,14 +263,21 @@ impl TableProvider for LazyTable {
     }
 }
 
-async fn subscriber() -> Result<SubscriberClient<Channel>> {
-    Ok(SubscriberClient::new(emulator_channel()?))
-}
-
-fn emulator_channel() -> Result<Channel> {
+/// A plaintext channel to the emulator (`host`, else `PUBSUB_EMULATOR_HOST`), through which
+/// a broken connection or a client-side deadline reads as the status Google's clients give it
+/// (`UNAVAILABLE`, `DEADLINE_EXCEEDED`), and what is known of the address (a refused first
+/// call says that nothing answers there).
+fn emulator_channel(host: Option<&str>) -> Result<(GrpcChannel, Reachability)> {
     let var = ConnectorKind::PubSub.emulator_env_var();
-    match std::env::var(var).ok().filter(|h| !h.trim().is_empty()) {
-        Some(host) => Ok(crate::emulators::plaintext_endpoint(&host)?.connect_lazy()),
+    let (host, setting) = match host {
+        Some(h) => (Some(h.to_string()), "the emulator host given"),
+        None => (std::env::var(var).ok(), var),
+    };
+    match host.filter(|h| !h.trim().is_empty()) {
+        Some(host) => Ok((
+            GrpcChannel::Plaintext(crate::emulators::plaintext_endpoint(&host)?.connect_lazy()),
+            Reachability::emulator(host.trim(), setting),
+        )),
         None => Err(Error::Connect {
             endpoint: DEFAULT_ENDPOINT.to_string(),
             message: format!(
@@ -204,26 +291,39 @@ fn rpc_error(operation: &'static str, destination: &str, status: tonic::Status) 
     Error::rpc(operation, destination, &status, 1)
 }
 
-async fn subscribe(topic: &str, subscription: &str) -> Result<RecordBatch> {
-    let mut client = subscriber().await?;
+fn timed<M>(message: M, timeout: Duration) -> tonic::Request<M> {
+    with_deadline(tonic::Request::new(message), Some(timeout), false)
+}
+
+async fn subscribe(
+    channel: GrpcChannel,
+    reach: &Reachability,
+    topic: &str,
+    subscription: &str,
+) -> Result<RecordBatch> {
+    let mut client = SubscriberClient::new(channel.clone());
     let request = Subscription {
         name: subscription.to_string(),
         topic: topic.to_string(),
         enable_message_ordering: true,
         ..Default::default()
     };
-    let created = match client.create_subscription(request.clone()).await {
+    let first = client
+        .create_subscription(timed(request.clone(), ADMIN_CALL_TIMEOUT))
+        .await;
+    let created = match reach.observe(first) {
         Ok(_) => true,
         Err(status) if status.code() == Code::AlreadyExists => false,
         Err(status) if status.code() == Code::NotFound => {
             // The sink may create the topic only at its first publish; make it now so the
             // subscription exists before that publish.
-            let mut publisher = PublisherClient::new(emulator_channel()?);
+            let mut publisher = PublisherClient::new(channel);
+            let topic_request = Topic {
+                name: topic.to_string(),
+                ..Default::default()
+            };
             match publisher
-                .create_topic(Topic {
-                    name: topic.to_string(),
-                    ..Default::default()
-                })
+                .create_topic(timed(topic_request, ADMIN_CALL_TIMEOUT))
                 .await
             {
                 Ok(_) => {}
@@ -231,7 +331,7 @@ async fn subscribe(topic: &str, subscription: &str) -> Result<RecordBatch> {
                 Err(status) => return Err(rpc_error("CreateTopic", topic, status)),
             }
             client
-                .create_subscription(request)
+                .create_subscription(timed(request, ADMIN_CALL_TIMEOUT))
                 .await
                 .map_err(|status| rpc_error("CreateSubscription", subscription, status))?;
             true
@@ -248,22 +348,36 @@ async fn subscribe(topic: &str, subscription: &str) -> Result<RecordBatch> {
 /// One pulled message: id, publish time (µs), ordering key, attributes (JSON), data.
 type PulledRow = (String, Option<i64>, Option<String>, String, String);
 
-async fn pull(subscription: &str, max: usize) -> Result<RecordBatch> {
-    let mut client = subscriber().await?;
+async fn pull(
+    channel: GrpcChannel,
+    reach: &Reachability,
+    subscription: &str,
+    max: usize,
+) -> Result<RecordBatch> {
+    let mut client =
+        SubscriberClient::new(channel).max_decoding_message_size(MAX_PULL_RESPONSE_BYTES);
     let mut rows: Vec<PulledRow> = Vec::new();
     while rows.len() < max {
-        let mut request = tonic::Request::new(PullRequest {
+        let page = (max - rows.len()).min(PULL_PAGE_MESSAGES);
+        let first = rows.is_empty();
+        // The first pull waits for messages to arrive; the later ones take what the backlog
+        // holds and return at once when it is empty (the emulator honours the flag; the
+        // service, which these functions never call, deprecates it).
+        #[allow(deprecated)]
+        let request = PullRequest {
             subscription: subscription.to_string(),
-            max_messages: i32::try_from(max - rows.len()).unwrap_or(i32::MAX),
-            ..Default::default()
-        });
-        request.set_timeout(if rows.is_empty() {
+            max_messages: i32::try_from(page).unwrap_or(i32::MAX),
+            return_immediately: !first,
+        };
+        let timeout = if first {
             FIRST_PULL_TIMEOUT
         } else {
-            NEXT_PULL_TIMEOUT
-        });
-        let response = match client.pull(request).await {
+            PAGE_PULL_TIMEOUT
+        };
+        let response = match reach.observe(client.pull(timed(request, timeout)).await) {
             Ok(r) => r.into_inner(),
+            // Nothing arrived within the wait, or a later page is slow to come: what was pulled
+            // (and acknowledged) so far is the answer, rather than an error that would hide it.
             Err(status) if status.code() == Code::DeadlineExceeded => break,
             Err(status) => return Err(rpc_error("Pull", subscription, status)),
         };
@@ -295,11 +409,12 @@ async fn pull(subscription: &str, max: usize) -> Result<RecordBatch> {
                 String::from_utf8_lossy(&m.data).into_owned(),
             ));
         }
+        let ack = AcknowledgeRequest {
+            subscription: subscription.to_string(),
+            ack_ids,
+        };
         client
-            .acknowledge(AcknowledgeRequest {
-                subscription: subscription.to_string(),
-                ack_ids,
-            })
+            .acknowledge(timed(ack, ADMIN_CALL_TIMEOUT))
             .await
             .map_err(|status| rpc_error("Acknowledge", subscription, status))?;
     }
@@ -319,4 +434,111 @@ async fn pull(subscription: &str, max: usize) -> Result<RecordBatch> {
         )),
     ];
     Ok(RecordBatch::try_new(pull_schema(), columns)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::{new_context, register_inspection, run};
+
+    /// The error of planning `sql` with the inspection functions installed, pointed at a port
+    /// where nothing listens: the arguments are checked before any call, so none is made.
+    async fn refused(sql: &str) -> String {
+        let ctx = new_context();
+        ctx.register_udtf(
+            "pubsub_pull",
+            Arc::new(PubSubPullFunction::with_emulator_host("127.0.0.1:1")),
+        );
+        ctx.register_udtf(
+            "pubsub_subscribe",
+            Arc::new(PubSubSubscribeFunction::with_emulator_host("127.0.0.1:1")),
+        );
+        run(&ctx, sql).await.unwrap_err().to_string()
+    }
+
+    #[tokio::test]
+    async fn subscription_names_are_checked_before_any_call() {
+        let short = refused("SELECT * FROM pubsub_pull('look')").await;
+        assert!(
+            short.contains("'pubsub_pull subscription'")
+                && short.contains("expected 'projects/PROJECT/subscriptions/SUBSCRIPTION'"),
+            "{short}"
+        );
+        let id = refused("SELECT * FROM pubsub_pull('projects/demo/subscriptions/ab', 5)").await;
+        assert!(id.contains("subscription id has 3 to 255"), "{id}");
+        let goog = refused(
+            "SELECT * FROM pubsub_subscribe('projects/demo/topics/clicks', 'projects/demo/subscriptions/goog-x')",
+        )
+        .await;
+        assert!(
+            goog.contains("'pubsub_subscribe subscription'") && goog.contains("'goog'"),
+            "{goog}"
+        );
+        let topic =
+            refused("SELECT * FROM pubsub_subscribe('clicks', 'projects/demo/subscriptions/look')")
+                .await;
+        assert!(
+            topic.contains("'pubsub_subscribe topic'")
+                && topic.contains("expected 'projects/PROJECT/topics/TOPIC'"),
+            "{topic}"
+        );
+        let topic_id = refused(
+            "SELECT * FROM pubsub_subscribe('projects/demo/topics/1x', 'projects/demo/subscriptions/look')",
+        )
+        .await;
+        assert!(topic_id.contains("a topic id has 3 to 255"), "{topic_id}");
+    }
+
+    #[tokio::test]
+    async fn the_message_count_and_the_argument_count_are_checked() {
+        for bad in ["0", "10001", "'ten'"] {
+            let err = refused(&format!(
+                "SELECT * FROM pubsub_pull('projects/demo/subscriptions/look', {bad})"
+            ))
+            .await;
+            assert!(err.contains("an integer from 1 to 10000"), "{bad}: {err}");
+        }
+        let many =
+            refused("SELECT * FROM pubsub_pull('projects/demo/subscriptions/look', 1, 2)").await;
+        assert!(
+            many.contains("pubsub_pull(subscription [, max_messages])"),
+            "{many}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_to_an_address_where_nothing_listens_says_so() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let ctx = new_context();
+        ctx.register_udtf(
+            "pubsub_pull",
+            Arc::new(PubSubPullFunction::with_emulator_host(&address)),
+        );
+        let err = run(
+            &ctx,
+            "SELECT * FROM pubsub_pull('projects/demo/subscriptions/look')",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains(&format!(
+                "connection refused at {address} (the emulator host given): nothing answers"
+            )),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn register_inspection_still_installs_functions_that_read_the_environment() {
+        let ctx = new_context();
+        register_inspection(&ctx);
+        let err = run(&ctx, "SELECT * FROM pubsub_pull('look')")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pubsub_pull subscription"), "{err}");
+    }
 }

@@ -71,6 +71,7 @@ use crate::core::{Destination, Envelope};
 use crate::encode::json::{ColumnEncoder, JsonRowEncoder, JsonRows, check_json_type};
 use crate::encode::raw::{BytesColumn, RawEncoder, is_bytes_type, is_string_type};
 use crate::error::{Error, Result};
+use crate::options::names::unknown_column;
 
 /// Most messages in one `Publish` request. Source: Pub/Sub quotas and limits ("Publish
 /// request: 1,000 messages").
@@ -287,15 +288,44 @@ fn find_column(
         (Some(name), _) => schema
             .index_of(name)
             .map(|i| Some((i, name.to_string())))
-            .map_err(|_| {
-                Error::schema(
-                    name,
-                    format!("named by option '{option}', but the table has no such column"),
-                )
-            }),
+            .map_err(|_| unknown_column(schema, name, option)),
         (None, Some(name)) => Ok(schema.index_of(name).ok().map(|i| (i, name.to_string()))),
         (None, None) => Ok(None),
     }
+}
+
+/// `format = 'raw'` sends one column as the message data: an [`Error::Schema`] on the columns
+/// left without another role when there are none or several, naming them and the ways out.
+fn check_one_raw_column(schema: &Schema, rest: &[usize]) -> Result<()> {
+    let names: Vec<&str> = rest
+        .iter()
+        .map(|&i| schema.field(i).name().as_str())
+        .collect();
+    let left = match names.as_slice() {
+        [_] => return Ok(()),
+        [] => "no column is left: every column has another role".to_string(),
+        several => format!(
+            "these {} columns are left: {}",
+            several.len(),
+            several
+                .iter()
+                .map(|n| format!("'{n}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    Err(Error::schema(
+        if names.is_empty() {
+            "(none)".to_string()
+        } else {
+            names.join(", ")
+        },
+        format!(
+            "format 'raw' needs exactly one payload column, but {left}; map the others to \
+             attributes ('attribute_columns') or to 'ordering_key_column', or use format = 'json' \
+             to send them together as one JSON object"
+        ),
+    ))
 }
 
 fn is_string_map(data_type: &DataType) -> bool {
@@ -434,12 +464,9 @@ impl PubSubMapping {
         let mut attribute_columns: Vec<(usize, String)> =
             Vec::with_capacity(spec.attribute_columns.len());
         for name in &spec.attribute_columns {
-            let index = schema.index_of(name).map_err(|_| {
-                Error::schema(
-                    name,
-                    "listed in option 'attribute_columns', but the table has no such column",
-                )
-            })?;
+            let index = schema
+                .index_of(name)
+                .map_err(|_| unknown_column(schema, name, "attribute_columns"))?;
             if attribute_columns.iter().any(|(i, _)| *i == index) {
                 return Err(Error::schema(
                     name,
@@ -499,7 +526,10 @@ impl PubSubMapping {
             match spec.format {
                 PayloadFormat::Json if rest.is_empty() => PayloadPlan::Empty,
                 PayloadFormat::Json => PayloadPlan::Json(JsonRowEncoder::new(schema, &rest)?),
-                PayloadFormat::Raw => PayloadPlan::Raw(RawEncoder::new(schema, &rest)?),
+                PayloadFormat::Raw => {
+                    check_one_raw_column(schema, &rest)?;
+                    PayloadPlan::Raw(RawEncoder::new(schema, &rest)?)
+                }
             }
         };
 
