@@ -10,8 +10,10 @@ use datafusion::sql::sqlparser::ast::Value;
 
 use crate::connectors;
 use crate::connectors::ConnectorKind;
+use crate::connectors::catalog;
+use crate::connectors::cloud_tasks::options::{HEADERS, URL};
 use crate::error::{Error, Result};
-use crate::options::RawOptions;
+use crate::options::{OptionSpec, RawOptions, spec::parse_headers};
 
 use super::table::SinkTable;
 
@@ -54,8 +56,160 @@ impl SinkTableFactory {
             .filter(|l| !l.is_empty());
         let schema = Arc::new(cmd.schema.as_arrow().clone());
         let sink = connectors::build_sink(self.kind, schema, location, &raw)?;
-        Ok(SinkTable::new(cmd.name.to_string(), sink))
+        Ok(SinkTable::new(cmd.name.to_string(), sink)
+            .with_declaration(SinkDeclaration::new(self.kind, location, &raw)))
     }
+}
+
+/// What a `CREATE` statement declared for a sink table: the connector, the `LOCATION` and the
+/// options as given (names normalised), with the values that may carry a secret redacted.
+///
+/// A Cloud Tasks `url` keeps only its origin (scheme, host and port: a URL may carry a user
+/// name, a password or an API key in its query) and `headers` keeps only the header names (a
+/// header may carry a token). `credentials_file` is a path and is kept.
+///
+/// ```
+/// use gcp_sql::connectors::ConnectorKind;
+/// use gcp_sql::options::RawOptions;
+/// use gcp_sql::sql::SinkDeclaration;
+///
+/// let raw = RawOptions::from_pairs([
+///     ("url".to_string(), "https://user:pw@worker.example.com/run?key=SECRET".to_string()),
+///     ("headers".to_string(), "Authorization: Bearer SECRET; X-Source: demo".to_string()),
+/// ])?;
+/// let d = SinkDeclaration::new(ConnectorKind::CloudTasks, Some("projects/p/locations/l/queues/q"), &raw);
+/// assert_eq!(d.given("url"), Some("https://worker.example.com/... (rest hidden)"));
+/// assert_eq!(d.given("headers"), Some("Authorization, X-Source (values hidden)"));
+/// let queue = d.in_force().into_iter().find(|o| o.name == "queue").unwrap();
+/// assert_eq!(queue.value, "projects/p/locations/l/queues/q");
+/// assert!(!format!("{d:?}").contains("SECRET"));
+/// # Ok::<(), gcp_sql::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkDeclaration {
+    kind: ConnectorKind,
+    location: Option<String>,
+    options: Vec<(String, String)>,
+}
+
+/// One option of a declared sink table as it is in force: the value given, or the default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionInForce {
+    /// The option name.
+    pub name: &'static str,
+    /// The value given (redacted where it may carry a secret), or `(default: X)`.
+    pub value: String,
+    /// Whether the user gave the value (in `OPTIONS`, `WITH` or as `LOCATION`).
+    pub given: bool,
+}
+
+impl SinkDeclaration {
+    /// Records a declaration of `kind` from its `LOCATION` (empty means none) and options,
+    /// redacting the values that may carry a secret.
+    pub fn new(kind: ConnectorKind, location: Option<&str>, raw: &RawOptions) -> Self {
+        let options = raw
+            .iter()
+            .map(|(name, value)| {
+                let shown = match catalog::lookup(kind, name) {
+                    Some(spec) => shown_value(spec, value),
+                    None => value.to_string(),
+                };
+                (name.to_string(), shown)
+            })
+            .collect();
+        Self {
+            kind,
+            location: location.filter(|l| !l.is_empty()).map(str::to_string),
+            options,
+        }
+    }
+
+    /// The connector of the table.
+    pub fn kind(&self) -> ConnectorKind {
+        self.kind
+    }
+
+    /// The `LOCATION` given, if any.
+    pub fn location(&self) -> Option<&str> {
+        self.location.as_deref()
+    }
+
+    /// The options as given (normalised names, redacted values), in the order written.
+    pub fn options(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.options.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
+    /// The (redacted) value given for option `name`, if any.
+    pub fn given(&self, name: &str) -> Option<&str> {
+        self.options
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Where the rows go, as declared: the fixed destination (`topic projects/p/topics/t`),
+    /// the column that names one per row (`topic from column 'name' per row`), or `None`
+    /// when neither was given (the declaration would have been refused).
+    pub fn destination(&self) -> Option<String> {
+        let word = catalog::connector(self.kind).destination;
+        if let Some(fixed) = self.location().or_else(|| self.given(word)) {
+            return Some(format!("{word} {fixed}"));
+        }
+        let column = format!("{word}_column");
+        self.given(&column)
+            .map(|c| format!("{word} from column '{c}' per row"))
+    }
+
+    /// Every option of the connector in the order the reference lists them, each with the
+    /// value given or its default. `connector` shows the table's connector; the destination
+    /// option (`topic`, `queue`, `table`) shows the `LOCATION` when that was given instead.
+    pub fn in_force(&self) -> Vec<OptionInForce> {
+        let destination = catalog::connector(self.kind).destination;
+        catalog::options_for(self.kind)
+            .map(|spec| {
+                let given = if std::ptr::eq(spec, &crate::connectors::kind::CONNECTOR) {
+                    Some(self.kind.name())
+                } else if spec.name == destination {
+                    self.given(spec.name).or(self.location())
+                } else {
+                    self.given(spec.name)
+                };
+                match given {
+                    Some(value) => OptionInForce {
+                        name: spec.name,
+                        value: value.to_string(),
+                        given: true,
+                    },
+                    None => OptionInForce {
+                        name: spec.name,
+                        value: format!("(default: {})", spec.default.text().replace('`', "")),
+                        given: false,
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
+/// The value of `spec` as a declaration keeps it: redacted where it may carry a secret.
+fn shown_value(spec: &'static OptionSpec, value: &str) -> String {
+    if std::ptr::eq(spec, &URL) {
+        return match crate::encode::redact::url_origin(value) {
+            Some(origin) if value.trim().trim_end_matches('/') == origin => origin,
+            Some(origin) => format!("{origin}/... (rest hidden)"),
+            None => format!("<{} characters hidden>", value.chars().count()),
+        };
+    }
+    if std::ptr::eq(spec, &HEADERS) {
+        return match parse_headers(value) {
+            Ok(headers) => {
+                let names: Vec<&str> = headers.iter().map(|(n, _)| n.as_str()).collect();
+                format!("{} (values hidden)", names.join(", "))
+            }
+            Err(_) => format!("<{} characters hidden>", value.chars().count()),
+        };
+    }
+    value.to_string()
 }
 
 #[async_trait]

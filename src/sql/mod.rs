@@ -40,7 +40,7 @@ use crate::connectors::ConnectorKind;
 use crate::connectors::pubsub::inspect::{PubSubPullFunction, PubSubSubscribeFunction};
 use crate::error::{Error, Result};
 
-pub use factory::SinkTableFactory;
+pub use factory::{OptionInForce, SinkDeclaration, SinkTableFactory};
 pub use table::{SinkTable, TableSink};
 
 /// Every connector this crate registers.
