@@ -163,7 +163,10 @@ async fn tables(ctx: &SessionContext) -> Result<Vec<(String, Arc<dyn TableProvid
     let (default_catalog, default_schema) = {
         let state = ctx.state();
         let catalog = &state.config_options().catalog;
-        (catalog.default_catalog.clone(), catalog.default_schema.clone())
+        (
+            catalog.default_catalog.clone(),
+            catalog.default_schema.clone(),
+        )
     };
     let mut found = Vec::new();
     for catalog_name in ctx.catalog_names() {
@@ -209,7 +212,10 @@ fn kind_of(provider: &dyn TableProvider) -> String {
 }
 
 /// A batch of string columns.
-fn text_batch(columns: &[&str], rows: Vec<Vec<String>>) -> Result<(SchemaRef, RecordBatch), String> {
+fn text_batch(
+    columns: &[&str],
+    rows: Vec<Vec<String>>,
+) -> Result<(SchemaRef, RecordBatch), String> {
     let schema: SchemaRef = Arc::new(Schema::new(
         columns
             .iter()
@@ -337,7 +343,10 @@ mod tests {
             parse_command("\\d clicks;"),
             Ok(BackslashCommand::Describe("clicks".into()))
         );
-        assert_eq!(parse_command("\\format"), Ok(BackslashCommand::Format(None)));
+        assert_eq!(
+            parse_command("\\format"),
+            Ok(BackslashCommand::Format(None))
+        );
         assert_eq!(
             parse_command("\\format NDJSON"),
             Ok(BackslashCommand::Format(Some(OutputFormat::Ndjson)))

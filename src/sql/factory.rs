@@ -13,7 +13,7 @@ use crate::connectors::ConnectorKind;
 use crate::connectors::catalog;
 use crate::connectors::cloud_tasks::options::{HEADERS, URL};
 use crate::error::{Error, Result};
-use crate::options::{OptionSpec, RawOptions, spec::parse_headers};
+use crate::options::{DefaultValue, OptionSpec, RawOptions, common, spec::parse_headers};
 
 use super::table::SinkTable;
 
@@ -182,12 +182,27 @@ impl SinkDeclaration {
                     },
                     None => OptionInForce {
                         name: spec.name,
-                        value: format!("(default: {})", spec.default.text().replace('`', "")),
+                        value: format!("(default: {})", self.default_text(spec)),
                         given: false,
                     },
                 }
             })
             .collect()
+    }
+}
+
+impl SinkDeclaration {
+    /// The default of `spec` in words: the reference's text without its Markdown; for an
+    /// unset option, what happens then; for `emulator_host`, the variable of this connector.
+    fn default_text(&self, spec: &OptionSpec) -> String {
+        if std::ptr::eq(spec, &common::EMULATOR_HOST) {
+            return format!("${} when set", self.kind.emulator_env_var());
+        }
+        let text = match spec.default {
+            DefaultValue::Unset(what) => what.to_string(),
+            other => other.text(),
+        };
+        text.replace('`', "")
     }
 }
 

@@ -13,6 +13,7 @@
 //! | [`cloud_tasks_sink`] | the Cloud Tasks sink against its emulator and a scripted fake |
 //! | [`bigtable_sink`] | the Bigtable sink against `cbtemulator` and a scripted fake |
 //! | [`cli`] | the `gcp-sql` binary as a process |
+//! | [`cli_shell`] | the `gcp-sql` shell: `SHOW TABLES`, `\d`, result formats, log colours |
 //! | [`redaction`] | the `gcp-sql` binary's logs and errors carry no row value (a fake Cloud Tasks) |
 //! | [`transport_faults`] | each sink against its real emulator behind a TCP proxy that resets, stalls and cuts connections |
 //!
@@ -37,6 +38,9 @@ mod bigtable_sink;
 // feature (on by default).
 #[cfg(feature = "cli")]
 mod cli;
+// Runs the `gcp-sql` binary too: its shell commands, result formats and log colours.
+#[cfg(feature = "cli")]
+mod cli_shell;
 mod cloud_tasks_sink;
 mod emulator_smoke;
 mod failure_counts;
