@@ -7,9 +7,19 @@
 //!   -c, --command SQL      run SQL (repeatable)
 //!       --emulators        start the local emulators and point the sinks at them
 //!   -q, --quiet            print only results and errors
-//!       --format FORMAT    table (default), csv or json
+//!       --format FORMAT    table (default), csv, json or ndjson
 //! gcp-sql serve-null [--port P] [--latency D]   a null Pub/Sub server (see [`serve_null`])
 //! ```
+//!
+//! Besides SQL, the shell and `-f` / `-c` sources read backslash commands, one per line where a
+//! statement may start: `\d` lists the tables with their kind (the connector of a sink, else
+//! the table type), `\d NAME` describes one (columns; for a sink its connector, destination
+//! and every option in force with its default), `\format FORMAT` changes the result format,
+//! `\?` lists the commands and `\q` stops. The session has `information_schema` on, as in
+//! datafusion-cli, so `SHOW TABLES` and `SHOW COLUMNS FROM t` work without a `SET`.
+//!
+//! Log lines (`RUST_LOG`, default warnings) go to stderr, in colour only when stderr is a
+//! terminal and `NO_COLOR` is unset or empty.
 //!
 //! `-f` and `-c` run in the order they are given on the command line, and the tool stops at the
 //! first statement that fails (its error goes to stderr as `Error: ...` and the exit code is 1).
@@ -85,7 +95,11 @@ pub enum OutputFormat {
     version,
     about = "SQL on Apache DataFusion with Google Cloud Pub/Sub, Cloud Tasks and Bigtable as table sinks",
     after_help = "-f and -c run in the order given; the first failing statement stops the run (exit code 1).\n\
-                  With neither, an interactive shell starts (history in $HOME/.gcp_sql_history).",
+                  With neither, an interactive shell starts (history in $HOME/.gcp_sql_history).\n\
+                  Commands, in the shell and in -f/-c, one per line: \\d (tables), \\d NAME (columns, and a sink's\n\
+                  connector, destination and options in force), \\format FORMAT, \\? (help), \\q (stop).\n\
+                  SHOW TABLES and SHOW COLUMNS FROM t work as in datafusion-cli (information_schema is on).\n\
+                  Logs (RUST_LOG, default warn) go to stderr, in colour only on a terminal without NO_COLOR.",
     args_conflicts_with_subcommands = true
 )]
 pub struct Args {
@@ -105,7 +119,8 @@ pub struct Args {
     /// Print only results and errors (no timing, summaries, progress or banners)
     #[arg(short, long)]
     pub quiet: bool,
-    /// Format of result rows
+    /// Format of result rows on stdout: a grid, CSV with a header line, one JSON array per
+    /// statement, or one JSON object per line
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
 }
