@@ -25,7 +25,7 @@
 //! first statement that fails (its error goes to stderr as `Error: ...` and the exit code is 1).
 //! With neither, an interactive shell reads statements (history in `$HOME/.gcp_sql_history`).
 //! Result rows go to stdout; timing lines, sink summaries, live progress and emulator messages
-//! go to stderr, so stdout stays machine-readable with `--format csv|json`.
+//! go to stderr, so stdout stays machine-readable with `--format csv|json|ndjson`.
 //!
 //! Besides the sinks, every DataFusion source works: `CREATE EXTERNAL TABLE ... STORED AS
 //! CSV|PARQUET|JSON|AVRO LOCATION '...'`, and files queried directly (`SELECT * FROM

@@ -283,3 +283,95 @@ pub(crate) fn statement_error(e: DataFusionError) -> Error {
         other => Error::DataFusion(other),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn declaration_of(sql: &str, table: &str) -> Option<SinkDeclaration> {
+        let ctx = crate::sql::new_context();
+        crate::sql::run(&ctx, sql).await.unwrap();
+        let provider = ctx.table_provider(table).await.unwrap();
+        provider
+            .downcast_ref::<SinkTable>()
+            .unwrap()
+            .declaration()
+            .cloned()
+    }
+
+    #[tokio::test]
+    async fn both_sql_forms_keep_their_declaration() {
+        let with = declaration_of(
+            "CREATE TABLE t (topic VARCHAR, data VARCHAR) WITH (connector = 'pubsub', \
+             topic_column = 'topic', MAX_IN_FLIGHT_MESSAGES = 10)",
+            "t",
+        )
+        .await
+        .unwrap();
+        assert_eq!(with.kind(), ConnectorKind::PubSub);
+        assert_eq!(with.location(), None);
+        assert_eq!(with.given("max_in_flight_messages"), Some("10"));
+        assert_eq!(
+            with.destination().as_deref(),
+            Some("topic from column 'topic' per row")
+        );
+        let native = declaration_of(
+            "CREATE EXTERNAL TABLE b (k VARCHAR, v VARCHAR) STORED AS BIGTABLE \
+             LOCATION 'projects/p/instances/i/tables/t' OPTIONS ('row_key' 'k', 'column_family' 'c')",
+            "b",
+        )
+        .await
+        .unwrap();
+        assert_eq!(native.location(), Some("projects/p/instances/i/tables/t"));
+        assert_eq!(native.given("row_key"), Some("k"));
+        assert_eq!(
+            native.destination().as_deref(),
+            Some("table projects/p/instances/i/tables/t")
+        );
+    }
+
+    #[test]
+    fn every_option_is_in_force_once_with_a_value_or_its_default() {
+        let raw =
+            RawOptions::from_pairs([("format.max_in_flight_tasks".to_string(), "7".to_string())])
+                .unwrap();
+        let declaration = SinkDeclaration::new(ConnectorKind::CloudTasks, None, &raw);
+        let in_force = declaration.in_force();
+        let names: Vec<&str> = in_force.iter().map(|o| o.name).collect();
+        let expected: Vec<&str> = catalog::options_for(ConnectorKind::CloudTasks)
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, expected);
+        for option in &in_force {
+            match option.name {
+                "connector" => assert_eq!(option.value, "cloud_tasks"),
+                "max_in_flight_tasks" => assert_eq!(option.value, "7"),
+                "http_method" => assert_eq!(option.value, "(default: POST)"),
+                "emulator_host" => {
+                    assert_eq!(
+                        option.value,
+                        "(default: $CLOUD_TASKS_EMULATOR_HOST when set)"
+                    )
+                }
+                _ => assert!(option.value.starts_with("(default: "), "{option:?}"),
+            }
+            assert_eq!(
+                option.given,
+                matches!(option.name, "connector" | "max_in_flight_tasks")
+            );
+            assert!(!option.value.contains('`'), "{option:?}");
+        }
+    }
+
+    #[test]
+    fn a_url_without_a_host_is_shown_by_its_length_only() {
+        assert_eq!(
+            shown_value(&URL, "not a url?key=x"),
+            "<15 characters hidden>"
+        );
+        assert_eq!(
+            shown_value(&URL, "https://worker.example.com/"),
+            "https://worker.example.com"
+        );
+    }
+}
