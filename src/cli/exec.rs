@@ -11,6 +11,7 @@ use datafusion::physical_plan::collect;
 use datafusion::prelude::SessionContext;
 
 use super::OutputFormat;
+use super::commands::{Flow, at_statement_boundary, is_command_line, parse_command, run_command};
 use super::progress::{LiveProgress, SinkCounters};
 use crate::error::{Error, Result};
 
@@ -30,6 +31,38 @@ pub async fn run_sql(ctx: &SessionContext, sql: &str, options: PrintOptions) -> 
         run_statement(ctx, &statement, options).await?;
     }
     Ok(())
+}
+
+/// Runs a source (a `-f` file or a `-c` argument): its SQL statements and its backslash
+/// commands (`\d`, `\q`, ...) in order. A line that starts with `\` where a statement may
+/// start is a command; everything else is SQL, run as [`run_sql`] does. Stops at the first
+/// statement or command that fails and returns its error; returns [`Flow::Quit`] after `\q`.
+/// `\format` changes `options` for what follows.
+pub(crate) async fn run_script(
+    ctx: &SessionContext,
+    text: &str,
+    options: &mut PrintOptions,
+) -> std::result::Result<Flow, String> {
+    let mut start = 0;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let line_start = offset;
+        offset += line.len();
+        if is_command_line(line) && at_statement_boundary(&text[start..line_start]) {
+            run_sql(ctx, &text[start..line_start], *options)
+                .await
+                .map_err(|e| e.to_string())?;
+            start = offset;
+            let command = parse_command(line)?;
+            if run_command(ctx, &command, options).await? == Flow::Quit {
+                return Ok(Flow::Quit);
+            }
+        }
+    }
+    run_sql(ctx, &text[start..], *options)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Flow::Continue)
 }
 
 /// Runs one statement: plans it (DDL takes effect here), executes it while showing live sink
@@ -77,6 +110,10 @@ fn print_batches(schema: &SchemaRef, batches: &[RecordBatch], format: OutputForm
 }
 
 /// Writes `batches` in `format` to `out`.
+///
+/// `table` draws a grid, `csv` writes a header line and one line per row, `json` one array of
+/// objects, `ndjson` one object per line (nothing for no rows). Null values are left out of
+/// JSON objects, as arrow's JSON writers do.
 pub(crate) fn write_batches(
     out: &mut dyn Write,
     schema: &SchemaRef,
@@ -114,6 +151,13 @@ pub(crate) fn write_batches(
             // For no rows at all the writer still prints `[]`.
             writer.finish().map_err(arrow_error)?;
             writeln!(out)?;
+        }
+        OutputFormat::Ndjson => {
+            let mut writer = arrow::json::LineDelimitedWriter::new(&mut *out);
+            for batch in batches {
+                writer.write(batch).map_err(arrow_error)?;
+            }
+            writer.finish().map_err(arrow_error)?;
         }
     }
     Ok(())
@@ -176,5 +220,14 @@ mod tests {
             "[{\"id\":1,\"url\":\"/a\"},{\"id\":2}]\n"
         );
         assert_eq!(render(OutputFormat::Json, true), "[]\n");
+    }
+
+    #[test]
+    fn ndjson_format_is_one_object_per_line() {
+        assert_eq!(
+            render(OutputFormat::Ndjson, false),
+            "{\"id\":1,\"url\":\"/a\"}\n{\"id\":2}\n"
+        );
+        assert_eq!(render(OutputFormat::Ndjson, true), "");
     }
 }

@@ -7,15 +7,25 @@
 //!   -c, --command SQL      run SQL (repeatable)
 //!       --emulators        start the local emulators and point the sinks at them
 //!   -q, --quiet            print only results and errors
-//!       --format FORMAT    table (default), csv or json
+//!       --format FORMAT    table (default), csv, json or ndjson
 //! gcp-sql serve-null [--port P] [--latency D]   a null Pub/Sub server (see [`serve_null`])
 //! ```
+//!
+//! Besides SQL, the shell and `-f` / `-c` sources read backslash commands, one per line where a
+//! statement may start: `\d` lists the tables with their kind (the connector of a sink, else
+//! the table type), `\d NAME` describes one (columns; for a sink its connector, destination
+//! and every option in force with its default), `\format FORMAT` changes the result format,
+//! `\?` lists the commands and `\q` stops. The session has `information_schema` on, as in
+//! datafusion-cli, so `SHOW TABLES` and `SHOW COLUMNS FROM t` work without a `SET`.
+//!
+//! Log lines (`RUST_LOG`, default warnings) go to stderr, in colour only when stderr is a
+//! terminal and `NO_COLOR` is unset or empty.
 //!
 //! `-f` and `-c` run in the order they are given on the command line, and the tool stops at the
 //! first statement that fails (its error goes to stderr as `Error: ...` and the exit code is 1).
 //! With neither, an interactive shell reads statements (history in `$HOME/.gcp_sql_history`).
 //! Result rows go to stdout; timing lines, sink summaries, live progress and emulator messages
-//! go to stderr, so stdout stays machine-readable with `--format csv|json`.
+//! go to stderr, so stdout stays machine-readable with `--format csv|json|ndjson`.
 //!
 //! Besides the sinks, every DataFusion source works: `CREATE EXTERNAL TABLE ... STORED AS
 //! CSV|PARQUET|JSON|AVRO LOCATION '...'`, and files queried directly (`SELECT * FROM
@@ -25,6 +35,7 @@
 //! Exit codes: 0 success, 1 a statement or file failed, 2 bad arguments, 130 interrupted by
 //! Ctrl-C. Emulators started with `--emulators` stop when the tool exits, whatever the reason.
 
+mod commands;
 mod exec;
 mod progress;
 pub mod serve_null;
@@ -32,6 +43,7 @@ mod shell;
 mod stores;
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock, mpsc};
@@ -39,12 +51,14 @@ use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::prelude::SessionContext;
+use datafusion::prelude::{SessionConfig, SessionContext};
 use tokio::sync::watch;
 
 use crate::emulators::{Emulator, start_all};
 use crate::error::Result;
 
+use commands::Flow;
+use exec::run_script;
 pub use exec::{PrintOptions, run_sql, run_statement};
 pub use progress::SinkCounters;
 pub use shell::{HISTORY_FILE, history_path, run_shell};
@@ -70,6 +84,8 @@ pub enum OutputFormat {
     Csv,
     /// One JSON array of objects per statement.
     Json,
+    /// One JSON object per row and line (newline-delimited JSON).
+    Ndjson,
 }
 
 /// The command-line arguments.
@@ -79,7 +95,11 @@ pub enum OutputFormat {
     version,
     about = "SQL on Apache DataFusion with Google Cloud Pub/Sub, Cloud Tasks and Bigtable as table sinks",
     after_help = "-f and -c run in the order given; the first failing statement stops the run (exit code 1).\n\
-                  With neither, an interactive shell starts (history in $HOME/.gcp_sql_history).",
+                  With neither, an interactive shell starts (history in $HOME/.gcp_sql_history).\n\
+                  Commands, in the shell and in -f/-c, one per line: \\d (tables), \\d NAME (columns, and a sink's\n\
+                  connector, destination and options in force), \\format FORMAT, \\? (help), \\q (stop).\n\
+                  SHOW TABLES and SHOW COLUMNS FROM t work as in datafusion-cli (information_schema is on).\n\
+                  Logs (RUST_LOG, default warn) go to stderr, in colour only on a terminal without NO_COLOR.",
     args_conflicts_with_subcommands = true
 )]
 pub struct Args {
@@ -99,7 +119,8 @@ pub struct Args {
     /// Print only results and errors (no timing, summaries, progress or banners)
     #[arg(short, long)]
     pub quiet: bool,
-    /// Format of result rows
+    /// Format of result rows on stdout: a grid, CSV with a header line, one JSON array per
+    /// statement, or one JSON object per line
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
 }
@@ -233,14 +254,18 @@ impl Interrupts {
 }
 
 /// The session the tool runs statements in: [`crate::sql::new_state_builder`] (DataFusion's
-/// defaults and the three sink factories), the emulator inspection functions
+/// defaults and the three sink factories) with `information_schema` on (as in datafusion-cli,
+/// so that `SHOW TABLES` and `SHOW COLUMNS FROM t` work), the emulator inspection functions
 /// ([`crate::sql::register_inspection`]: `pubsub_subscribe`, `pubsub_pull`), the
 /// [`LazyObjectStoreRegistry`], and direct file queries (`SELECT * FROM 'file.parquet'`).
 pub fn new_session() -> Result<SessionContext> {
     let runtime = RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(LazyObjectStoreRegistry::new()))
         .build_arc()?;
+    // As in datafusion-cli: `SHOW TABLES` and `SHOW COLUMNS FROM t` work without a `SET`.
+    let config = SessionConfig::new().with_information_schema(true);
     let state = crate::sql::new_state_builder()
+        .with_config(config)
         .with_runtime_env(runtime)
         .build();
     let ctx = SessionContext::new_with_state(state).enable_url_table();
@@ -268,14 +293,26 @@ pub fn main() -> ExitCode {
     run(invocation)
 }
 
-/// `RUST_LOG` selects log output on stderr (default: warnings).
+/// `RUST_LOG` selects log output on stderr (default: warnings), in colour only on a terminal
+/// and without `NO_COLOR` (see [`log_colours`]).
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let colours = log_colours(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colours)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// Whether log lines carry ANSI colour codes: only when stderr is a terminal and `NO_COLOR`
+/// is unset or empty (the convention of no-color.org). A file or a pipe gets plain text.
+pub fn log_colours(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Runs one invocation and returns the process exit code. Emulators it started are stopped
@@ -382,22 +419,28 @@ async fn run_session(invocation: &Invocation, interrupts: &mut Interrupts) -> Ex
     }
 }
 
-/// Runs every source in order; stops at the first failure, printing `Error: ...` on stderr.
+/// Runs every source in order; stops at the first failure, printing `Error: ...` on stderr,
+/// and after a `\q`. A `\format` in one source holds for the sources after it.
 async fn run_sources(ctx: &SessionContext, sources: &[Source], options: PrintOptions) -> ExitCode {
+    let mut options = options;
     for source in sources {
         let outcome = match source {
             Source::File(path) => match tokio::fs::read_to_string(path).await {
-                Ok(sql) => run_sql(ctx, &sql, options).await,
+                Ok(sql) => run_script(ctx, &sql, &mut options).await,
                 Err(e) => {
                     eprintln!("Error: cannot read {}: {e}", path.display());
                     return ExitCode::FAILURE;
                 }
             },
-            Source::Command(sql) => run_sql(ctx, sql, options).await,
+            Source::Command(sql) => run_script(ctx, sql, &mut options).await,
         };
-        if let Err(e) = outcome {
-            eprintln!("Error: {e}");
-            return ExitCode::FAILURE;
+        match outcome {
+            Ok(Flow::Continue) => {}
+            Ok(Flow::Quit) => break,
+            Err(e) => {
+                eprintln!("Error: {e}");
+                return ExitCode::FAILURE;
+            }
         }
     }
     ExitCode::SUCCESS
@@ -456,6 +499,29 @@ mod tests {
         let err = Invocation::parse_from(["gcp-sql", "--format", "xml"]).unwrap_err();
         assert_eq!(err.exit_code(), 2);
         assert!(err.to_string().contains("xml"), "{err}");
+    }
+
+    #[test]
+    fn ndjson_format_is_parsed() {
+        let run = Invocation::parse_from(["gcp-sql", "--format", "ndjson"]).unwrap();
+        assert_eq!(run.options.format, OutputFormat::Ndjson);
+    }
+
+    #[test]
+    fn log_colours_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(log_colours(true, None));
+        assert!(log_colours(true, Some(OsStr::new(""))));
+        assert!(!log_colours(true, Some(OsStr::new("1"))));
+        assert!(!log_colours(false, None));
+        assert!(!log_colours(false, Some(OsStr::new(""))));
+    }
+
+    #[tokio::test]
+    async fn the_session_has_information_schema_on() {
+        let ctx = new_session().unwrap();
+        let batches = crate::sql::run(&ctx, "SHOW TABLES").await.unwrap();
+        assert!(batches.iter().map(|b| b.num_rows()).sum::<usize>() > 0);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The interactive shell: reads statements (ended by `;`) with line editing and history, runs
-//! each, prints errors and goes on.
+//! The interactive shell: reads statements (ended by `;`) and backslash commands (`\?` lists
+//! them) with line editing and history, runs each, prints errors and goes on.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +9,9 @@ use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 
 use super::Interrupts;
+use super::commands::{
+    Flow, HELP, at_statement_boundary, is_command_line, parse_command, run_command,
+};
 use super::exec::{PrintOptions, run_sql};
 
 /// The history file name, in `$HOME`.
@@ -16,12 +19,6 @@ pub const HISTORY_FILE: &str = ".gcp_sql_history";
 
 const PROMPT: &str = "gcp-sql> ";
 const CONTINUATION_PROMPT: &str = "      -> ";
-
-const HELP: &str = "\
-Enter SQL statements ended by ';' (they may span lines).
-  \\q, quit, exit   leave the shell (Ctrl-D too)
-  \\?, help         this text
-Ctrl-C cancels the running statement or clears the line being typed.";
 
 /// Where the history is kept: `$HOME/.gcp_sql_history`, or nowhere without `HOME`.
 pub fn history_path() -> Option<PathBuf> {
@@ -37,7 +34,7 @@ enum Line {
     End,
 }
 
-/// Runs the shell until end of input, `\q` or a Ctrl-C that arrives while waiting for input
+/// Runs the shell until end of input, `\q` (or `quit`, `exit`) or a Ctrl-C that arrives while waiting for input
 /// without a terminal (then the exit code is 130). A failed statement prints its error and the
 /// shell goes on; the exit code is then 1 at the end, so a script piped into the shell can tell.
 pub async fn run_shell(
@@ -45,6 +42,7 @@ pub async fn run_shell(
     options: PrintOptions,
     interrupts: &mut Interrupts,
 ) -> ExitCode {
+    let mut options = options;
     let mut editor = match DefaultEditor::new() {
         Ok(editor) => editor,
         Err(e) => {
@@ -119,6 +117,26 @@ pub async fn run_shell(
                 }
                 _ => {}
             }
+        }
+        if is_command_line(&line) && at_statement_boundary(&buffer) {
+            // What is pending is only blanks and comments: the command starts afresh.
+            buffer.clear();
+            let _ = editor.add_history_entry(line.trim());
+            match parse_command(&line) {
+                Ok(command) => match run_command(ctx, &command, &mut options).await {
+                    Ok(Flow::Continue) => {}
+                    Ok(Flow::Quit) => break,
+                    Err(e) => {
+                        eprintln!("Error: {e}");
+                        code = ExitCode::FAILURE;
+                    }
+                },
+                Err(e) => {
+                    eprintln!("Error: {e}");
+                    code = ExitCode::FAILURE;
+                }
+            }
+            continue;
         }
         buffer.push_str(&line);
         buffer.push('\n');

@@ -10,8 +10,10 @@ use datafusion::sql::sqlparser::ast::Value;
 
 use crate::connectors;
 use crate::connectors::ConnectorKind;
+use crate::connectors::catalog;
+use crate::connectors::cloud_tasks::options::{HEADERS, URL};
 use crate::error::{Error, Result};
-use crate::options::RawOptions;
+use crate::options::{DefaultValue, OptionSpec, RawOptions, common, spec::parse_headers};
 
 use super::table::SinkTable;
 
@@ -54,8 +56,175 @@ impl SinkTableFactory {
             .filter(|l| !l.is_empty());
         let schema = Arc::new(cmd.schema.as_arrow().clone());
         let sink = connectors::build_sink(self.kind, schema, location, &raw)?;
-        Ok(SinkTable::new(cmd.name.to_string(), sink))
+        Ok(SinkTable::new(cmd.name.to_string(), sink)
+            .with_declaration(SinkDeclaration::new(self.kind, location, &raw)))
     }
+}
+
+/// What a `CREATE` statement declared for a sink table: the connector, the `LOCATION` and the
+/// options as given (names normalised), with the values that may carry a secret redacted.
+///
+/// A Cloud Tasks `url` keeps only its origin (scheme, host and port: a URL may carry a user
+/// name, a password or an API key in its query) and `headers` keeps only the header names (a
+/// header may carry a token). `credentials_file` is a path and is kept.
+///
+/// ```
+/// use gcp_sql::connectors::ConnectorKind;
+/// use gcp_sql::options::RawOptions;
+/// use gcp_sql::sql::SinkDeclaration;
+///
+/// let raw = RawOptions::from_pairs([
+///     ("url".to_string(), "https://user:pw@worker.example.com/run?key=SECRET".to_string()),
+///     ("headers".to_string(), "Authorization: Bearer SECRET; X-Source: demo".to_string()),
+/// ])?;
+/// let d = SinkDeclaration::new(ConnectorKind::CloudTasks, Some("projects/p/locations/l/queues/q"), &raw);
+/// assert_eq!(d.given("url"), Some("https://worker.example.com/... (rest hidden)"));
+/// assert_eq!(d.given("headers"), Some("Authorization, X-Source (values hidden)"));
+/// let queue = d.in_force().into_iter().find(|o| o.name == "queue").unwrap();
+/// assert_eq!(queue.value, "projects/p/locations/l/queues/q");
+/// assert!(!format!("{d:?}").contains("SECRET"));
+/// # Ok::<(), gcp_sql::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkDeclaration {
+    kind: ConnectorKind,
+    location: Option<String>,
+    options: Vec<(String, String)>,
+}
+
+/// One option of a declared sink table as it is in force: the value given, or the default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionInForce {
+    /// The option name.
+    pub name: &'static str,
+    /// The value given (redacted where it may carry a secret), or `(default: X)`.
+    pub value: String,
+    /// Whether the user gave the value (in `OPTIONS`, `WITH` or as `LOCATION`).
+    pub given: bool,
+}
+
+impl SinkDeclaration {
+    /// Records a declaration of `kind` from its `LOCATION` (empty means none) and options,
+    /// redacting the values that may carry a secret.
+    pub fn new(kind: ConnectorKind, location: Option<&str>, raw: &RawOptions) -> Self {
+        let options = raw
+            .iter()
+            .map(|(name, value)| {
+                let shown = match catalog::lookup(kind, name) {
+                    Some(spec) => shown_value(spec, value),
+                    None => value.to_string(),
+                };
+                (name.to_string(), shown)
+            })
+            .collect();
+        Self {
+            kind,
+            location: location.filter(|l| !l.is_empty()).map(str::to_string),
+            options,
+        }
+    }
+
+    /// The connector of the table.
+    pub fn kind(&self) -> ConnectorKind {
+        self.kind
+    }
+
+    /// The `LOCATION` given, if any.
+    pub fn location(&self) -> Option<&str> {
+        self.location.as_deref()
+    }
+
+    /// The options as given (normalised names, redacted values), in the order written.
+    pub fn options(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.options.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
+    /// The (redacted) value given for option `name`, if any.
+    pub fn given(&self, name: &str) -> Option<&str> {
+        self.options
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Where the rows go, as declared: the fixed destination (`topic projects/p/topics/t`),
+    /// the column that names one per row (`topic from column 'name' per row`), or `None`
+    /// when neither was given (the declaration would have been refused).
+    pub fn destination(&self) -> Option<String> {
+        let word = catalog::connector(self.kind).destination;
+        if let Some(fixed) = self.location().or_else(|| self.given(word)) {
+            return Some(format!("{word} {fixed}"));
+        }
+        let column = format!("{word}_column");
+        self.given(&column)
+            .map(|c| format!("{word} from column '{c}' per row"))
+    }
+
+    /// Every option of the connector in the order the reference lists them, each with the
+    /// value given or its default. `connector` shows the table's connector; the destination
+    /// option (`topic`, `queue`, `table`) shows the `LOCATION` when that was given instead.
+    pub fn in_force(&self) -> Vec<OptionInForce> {
+        let destination = catalog::connector(self.kind).destination;
+        catalog::options_for(self.kind)
+            .map(|spec| {
+                let given = if std::ptr::eq(spec, &crate::connectors::kind::CONNECTOR) {
+                    Some(self.kind.name())
+                } else if spec.name == destination {
+                    self.given(spec.name).or(self.location())
+                } else {
+                    self.given(spec.name)
+                };
+                match given {
+                    Some(value) => OptionInForce {
+                        name: spec.name,
+                        value: value.to_string(),
+                        given: true,
+                    },
+                    None => OptionInForce {
+                        name: spec.name,
+                        value: format!("(default: {})", self.default_text(spec)),
+                        given: false,
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
+impl SinkDeclaration {
+    /// The default of `spec` in words: the reference's text without its Markdown; for an
+    /// unset option, what happens then; for `emulator_host`, the variable of this connector.
+    fn default_text(&self, spec: &OptionSpec) -> String {
+        if std::ptr::eq(spec, &common::EMULATOR_HOST) {
+            return format!("${} when set", self.kind.emulator_env_var());
+        }
+        let text = match spec.default {
+            DefaultValue::Unset(what) => what.to_string(),
+            other => other.text(),
+        };
+        text.replace('`', "")
+    }
+}
+
+/// The value of `spec` as a declaration keeps it: redacted where it may carry a secret.
+fn shown_value(spec: &'static OptionSpec, value: &str) -> String {
+    if std::ptr::eq(spec, &URL) {
+        return match crate::encode::redact::url_origin(value) {
+            Some(origin) if value.trim().trim_end_matches('/') == origin => origin,
+            Some(origin) => format!("{origin}/... (rest hidden)"),
+            None => format!("<{} characters hidden>", value.chars().count()),
+        };
+    }
+    if std::ptr::eq(spec, &HEADERS) {
+        return match parse_headers(value) {
+            Ok(headers) => {
+                let names: Vec<&str> = headers.iter().map(|(n, _)| n.as_str()).collect();
+                format!("{} (values hidden)", names.join(", "))
+            }
+            Err(_) => format!("<{} characters hidden>", value.chars().count()),
+        };
+    }
+    value.to_string()
 }
 
 #[async_trait]
@@ -112,5 +281,97 @@ pub(crate) fn statement_error(e: DataFusionError) -> Error {
             Err(other) => Error::DataFusion(DataFusionError::External(other)),
         },
         other => Error::DataFusion(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn declaration_of(sql: &str, table: &str) -> Option<SinkDeclaration> {
+        let ctx = crate::sql::new_context();
+        crate::sql::run(&ctx, sql).await.unwrap();
+        let provider = ctx.table_provider(table).await.unwrap();
+        provider
+            .downcast_ref::<SinkTable>()
+            .unwrap()
+            .declaration()
+            .cloned()
+    }
+
+    #[tokio::test]
+    async fn both_sql_forms_keep_their_declaration() {
+        let with = declaration_of(
+            "CREATE TABLE t (topic VARCHAR, data VARCHAR) WITH (connector = 'pubsub', \
+             topic_column = 'topic', MAX_IN_FLIGHT_MESSAGES = 10)",
+            "t",
+        )
+        .await
+        .unwrap();
+        assert_eq!(with.kind(), ConnectorKind::PubSub);
+        assert_eq!(with.location(), None);
+        assert_eq!(with.given("max_in_flight_messages"), Some("10"));
+        assert_eq!(
+            with.destination().as_deref(),
+            Some("topic from column 'topic' per row")
+        );
+        let native = declaration_of(
+            "CREATE EXTERNAL TABLE b (k VARCHAR, v VARCHAR) STORED AS BIGTABLE \
+             LOCATION 'projects/p/instances/i/tables/t' OPTIONS ('row_key' 'k', 'column_family' 'c')",
+            "b",
+        )
+        .await
+        .unwrap();
+        assert_eq!(native.location(), Some("projects/p/instances/i/tables/t"));
+        assert_eq!(native.given("row_key"), Some("k"));
+        assert_eq!(
+            native.destination().as_deref(),
+            Some("table projects/p/instances/i/tables/t")
+        );
+    }
+
+    #[test]
+    fn every_option_is_in_force_once_with_a_value_or_its_default() {
+        let raw =
+            RawOptions::from_pairs([("format.max_in_flight_tasks".to_string(), "7".to_string())])
+                .unwrap();
+        let declaration = SinkDeclaration::new(ConnectorKind::CloudTasks, None, &raw);
+        let in_force = declaration.in_force();
+        let names: Vec<&str> = in_force.iter().map(|o| o.name).collect();
+        let expected: Vec<&str> = catalog::options_for(ConnectorKind::CloudTasks)
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, expected);
+        for option in &in_force {
+            match option.name {
+                "connector" => assert_eq!(option.value, "cloud_tasks"),
+                "max_in_flight_tasks" => assert_eq!(option.value, "7"),
+                "http_method" => assert_eq!(option.value, "(default: POST)"),
+                "emulator_host" => {
+                    assert_eq!(
+                        option.value,
+                        "(default: $CLOUD_TASKS_EMULATOR_HOST when set)"
+                    )
+                }
+                _ => assert!(option.value.starts_with("(default: "), "{option:?}"),
+            }
+            assert_eq!(
+                option.given,
+                matches!(option.name, "connector" | "max_in_flight_tasks")
+            );
+            assert!(!option.value.contains('`'), "{option:?}");
+        }
+    }
+
+    #[test]
+    fn a_url_without_a_host_is_shown_by_its_length_only() {
+        assert_eq!(
+            shown_value(&URL, "not a url?key=x"),
+            "<15 characters hidden>"
+        );
+        assert_eq!(
+            shown_value(&URL, "https://worker.example.com/"),
+            "https://worker.example.com"
+        );
     }
 }

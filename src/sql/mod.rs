@@ -44,7 +44,7 @@ use crate::error::{Error, Result};
 
 pub use control::StatementControl;
 pub use exec::{SinkCountExec, SinkWriterExec};
-pub use factory::SinkTableFactory;
+pub use factory::{OptionInForce, SinkDeclaration, SinkTableFactory};
 pub use table::SinkTable;
 
 /// Every connector this crate registers.

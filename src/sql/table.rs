@@ -16,11 +16,14 @@ use super::exec::{SinkCountExec, SinkWriterExec};
 use crate::connectors::SinkConnector;
 use crate::error::Error;
 
+use super::factory::SinkDeclaration;
+
 /// A write-only table backed by a connector.
 #[derive(Debug, Clone)]
 pub struct SinkTable {
     name: String,
     sink: Arc<dyn SinkConnector>,
+    declaration: Option<Arc<SinkDeclaration>>,
 }
 
 impl SinkTable {
@@ -29,7 +32,20 @@ impl SinkTable {
         Self {
             name: name.into(),
             sink,
+            declaration: None,
         }
+    }
+
+    /// Keeps the SQL declaration the table was created from (what `\d NAME` shows).
+    pub fn with_declaration(mut self, declaration: SinkDeclaration) -> Self {
+        self.declaration = Some(Arc::new(declaration));
+        self
+    }
+
+    /// The SQL declaration the table was created from, with secret values redacted; `None`
+    /// for a table built from typed options in Rust.
+    pub fn declaration(&self) -> Option<&SinkDeclaration> {
+        self.declaration.as_deref()
     }
 
     /// The connector behind the table.

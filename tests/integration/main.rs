@@ -13,6 +13,7 @@
 //! | [`cloud_tasks_sink`] | the Cloud Tasks sink against its emulator and a scripted fake |
 //! | [`bigtable_sink`] | the Bigtable sink against `cbtemulator` and a scripted fake |
 //! | [`cli`] | the `gcp-sql` binary as a process |
+//! | [`cli_shell`] | the `gcp-sql` shell: `SHOW TABLES`, `\d`, result formats, log colours |
 //! | [`redaction`] | the `gcp-sql` binary's logs and errors carry no row value (a fake Cloud Tasks) |
 //! | [`errors_help`] | errors that help: a sink whose emulator address refuses, the Pub/Sub inspection functions on a large backlog |
 //! | [`streaming`] | unbounded INSERTs from a FIFO: live delivery, flush points, a graceful stop |
@@ -39,6 +40,9 @@ mod bigtable_sink;
 // feature (on by default).
 #[cfg(feature = "cli")]
 mod cli;
+// Runs the `gcp-sql` binary too: its shell commands, result formats and log colours.
+#[cfg(feature = "cli")]
+mod cli_shell;
 mod cloud_tasks_sink;
 mod emulator_smoke;
 mod errors_help;
