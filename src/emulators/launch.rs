@@ -987,14 +987,20 @@ mod tests {
         // Nothing else in this test binary reports a Cloud Tasks start failure.
         let first = start_failure(kind, &missing);
         assert!(first.contains("is not on PATH"), "{first}");
-        assert!(first.contains("pip install gcloud-tasks-emulator==0.6.2"), "{first}");
+        assert!(
+            first.contains("pip install gcloud-tasks-emulator==0.6.2"),
+            "{first}"
+        );
         let later = start_failure(kind, &missing);
         assert_eq!(
             later,
             "the Cloud Tasks emulator is not installed: pip install gcloud-tasks-emulator==0.6.2 \
              (the first test that needed it says where it was looked for)"
         );
-        let other = start_failure(kind, "it exited (exit status: 1) before answering; its log x:\nboom");
+        let other = start_failure(
+            kind,
+            "it exited (exit status: 1) before answering; its log x:\nboom",
+        );
         assert!(!other.contains("boom"), "{other}");
         assert!(other.contains("it exited (exit status: 1)"), "{other}");
     }

@@ -18,8 +18,8 @@ use gcloud_sdk::google::pubsub::v1::{
     AcknowledgeRequest, GetTopicRequest, PubsubMessage, PullRequest, Subscription, Topic,
 };
 use gcp_sql::connectors::ConnectorKind;
-use gcp_sql::emulators::EmulatorKind;
 use gcp_sql::core::metrics::names;
+use gcp_sql::emulators::EmulatorKind;
 use gcp_sql::options::RawOptions;
 use gcp_sql::sql::SinkTable;
 use tonic::transport::Channel;
