@@ -517,22 +517,6 @@ fn assert_no_emulator_files_left(pid: u32) {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
-#[test]
-fn quickstart_publishes_every_click_to_the_pubsub_emulator() {
-    let home = tempfile::tempdir().unwrap();
-    let mut command = gcp_sql(home.path());
-    command.args(["--emulators", "-f", "sql/quickstart.sql"]);
-    let mut running = Running::spawn(command);
-    running.wait_for_emulator_reports(3);
-    let (status, stderr) = running.wait();
-    assert!(status.success(), "{stderr}");
-    assert!(
-        stderr.contains("Sink: 20 row(s) acknowledged of 20 sent"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("20 row(s) fetched."), "{stderr}");
-}
-
 #[tokio::test]
 async fn summary_counts_the_rows_the_encoder_skipped_under_the_drop_policy() {
     let emulator = gcp_sql::emulators::shared(gcp_sql::emulators::EmulatorKind::PubSub).await;

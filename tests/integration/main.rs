@@ -13,6 +13,7 @@
 //! | [`cloud_tasks_sink`] | the Cloud Tasks sink against its emulator and a scripted fake |
 //! | [`bigtable_sink`] | the Bigtable sink against `cbtemulator` and a scripted fake |
 //! | [`cli`] | the `gcp-sql` binary as a process |
+//! | [`quickstart`] | `sql/quickstart.sql` on `--emulators`, and the inspection functions it reads back with |
 //! | [`redaction`] | the `gcp-sql` binary's logs and errors carry no row value (a fake Cloud Tasks) |
 //! | [`transport_faults`] | each sink against its real emulator behind a TCP proxy that resets, stalls and cuts connections |
 //!
@@ -43,6 +44,9 @@ mod failure_counts;
 mod pubsub_faults;
 mod pubsub_mapping;
 mod pubsub_sink;
+// Runs the `gcp-sql` binary: the quickstart and the inspection functions.
+#[cfg(feature = "cli")]
+mod quickstart;
 // Runs the `gcp-sql` binary too.
 #[cfg(feature = "cli")]
 mod redaction;
