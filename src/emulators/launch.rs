@@ -271,7 +271,7 @@ fn is_executable_file(path: &Path) -> bool {
 ///     (var == "GCP_SQL_CLOUD_TASKS_EMULATOR_BIN").then(|| "/nonexistent/emulator".into())
 /// })
 /// .unwrap_err();
-/// assert!(err.to_string().contains("pip install gcloud-tasks-emulator"));
+/// assert!(err.to_string().contains("pip install gcloud-tasks-emulator==0.6.2"));
 /// ```
 pub fn locate_program(
     kind: EmulatorKind,
@@ -958,7 +958,7 @@ mod tests {
         .to_string();
         assert!(
             err.starts_with(
-                "the Cloud Tasks emulator is not installed: pip install gcloud-tasks-emulator"
+                "the Cloud Tasks emulator is not installed: pip install gcloud-tasks-emulator==0.6.2 "
             ),
             "{err}"
         );
