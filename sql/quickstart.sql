@@ -1,4 +1,5 @@
--- gcp-sql quickstart: read a small CSV file of page clicks and publish every row to Pub/Sub.
+-- gcp-sql quickstart: read a small CSV file of page clicks and write every row to the three
+-- sinks (Pub/Sub messages, Bigtable cells, Cloud Tasks tasks), then read back what landed in each.
 --
 -- Against local emulators (started and stopped by the tool):
 --   cargo run --release -- --emulators -f sql/quickstart.sql
@@ -65,3 +66,29 @@ WITH (
 );
 
 INSERT INTO clicks_bt SELECT user_id, ts, url FROM clicks_csv;
+
+-- 8. What landed: one cell per click (5 rows of 4 versions each), read back from the emulator
+--    (bigtable_read is emulator only; against Google Cloud use `cbt read`).
+SELECT row_key, family, qualifier, value, timestamp
+FROM bigtable_read('projects/demo/instances/quickstart/tables/clicks', 100)
+ORDER BY row_key, timestamp;
+
+-- 9. The same clicks as Cloud Tasks tasks: one HTTP POST per click, the row as its JSON body.
+--    The Cloud Tasks sink never creates a queue, and the emulator starts with none: create one
+--    (emulator only). It is paused, so the emulator keeps every task listed instead of calling
+--    its URL at once.
+SELECT * FROM cloud_tasks_create_queue('projects/demo/locations/local/queues/clicks');
+
+CREATE TABLE click_tasks (user_id BIGINT, page VARCHAR, ts TIMESTAMP)
+WITH (
+  connector = 'cloud_tasks',
+  queue = 'projects/demo/locations/local/queues/clicks',
+  url = 'http://localhost:8080/clicks'
+);
+
+INSERT INTO click_tasks SELECT user_id, url, ts FROM clicks_csv;
+
+-- 10. What landed: one task per click, listed from the paused queue.
+SELECT http_method, url, body
+FROM cloud_tasks_list('projects/demo/locations/local/queues/clicks', 100)
+ORDER BY body;

@@ -16,13 +16,14 @@
 //! |---|---|---|
 //! | [`EmulatorKind::PubSub`] | `cloud-pubsub-emulator` (Java) | `apt-get install google-cloud-cli-pubsub-emulator` |
 //! | [`EmulatorKind::Bigtable`] | `cbtemulator` | `apt-get install google-cloud-cli-bigtable-emulator` |
-//! | [`EmulatorKind::CloudTasks`] | `gcloud-tasks-emulator` (Python) | `pip install gcloud-tasks-emulator` |
+//! | [`EmulatorKind::CloudTasks`] | `gcloud-tasks-emulator` (Python) | `pip install gcloud-tasks-emulator==0.6.2` ([`CLOUD_TASKS_EMULATOR_VERSION`]) |
 //!
 //! Each program is looked up in this order: the override variable
 //! ([`EmulatorKind::program_override_var`], e.g. `GCP_SQL_PUBSUB_EMULATOR_BIN`), the `PATH`, then
 //! the `platform/` folder of a Google Cloud SDK (the folder `gcloud` lives in, and the usual
 //! install places such as `/usr/lib/google-cloud-sdk`). A missing program is an error that says
-//! how to install it; nothing is skipped silently.
+//! how to install it; nothing is skipped silently. [`EmulatorKind::locate`] runs the same
+//! lookup without starting anything.
 //!
 //! [`Emulator::start`] picks a free loopback port, starts the program with its output captured
 //! in a log file, and returns once the emulator answers a real gRPC call (Pub/Sub `ListTopics`,

@@ -54,7 +54,7 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use tokio::sync::watch;
 
-use crate::emulators::{Emulator, start_all};
+use crate::emulators::{Emulator, EmulatorKind, start_all};
 use crate::error::Result;
 
 use commands::Flow;
@@ -256,7 +256,8 @@ impl Interrupts {
 /// The session the tool runs statements in: [`crate::sql::new_state_builder`] (DataFusion's
 /// defaults and the three sink factories) with `information_schema` on (as in datafusion-cli,
 /// so that `SHOW TABLES` and `SHOW COLUMNS FROM t` work), the emulator inspection functions
-/// ([`crate::sql::register_inspection`]: `pubsub_subscribe`, `pubsub_pull`), the
+/// ([`crate::sql::register_inspection`]: `pubsub_subscribe`, `pubsub_pull`, `bigtable_read`,
+/// `cloud_tasks_create_queue`, `cloud_tasks_list`), the
 /// [`LazyObjectStoreRegistry`], and direct file queries (`SELECT * FROM 'file.parquet'`).
 pub fn new_session() -> Result<SessionContext> {
     let runtime = RuntimeEnvBuilder::new()
@@ -392,6 +393,13 @@ fn start_emulators(
         // emulator spawner (idle; it reads the environment only while spawning, which is
         // over) and the signal thread (waiting for a signal).
         unsafe { std::env::set_var(emulator.env_var(), emulator.host()) };
+    }
+    if !quiet && started.iter().any(|e| e.kind() == EmulatorKind::CloudTasks) {
+        // The emulator starts without a queue and the sink never creates one.
+        eprintln!(
+            "The Cloud Tasks emulator has no queue yet: create one with \
+             SELECT * FROM cloud_tasks_create_queue('projects/P/locations/L/queues/Q');"
+        );
     }
     for (kind, error) in &failed {
         eprintln!("Could not start the {kind} emulator: {error}");

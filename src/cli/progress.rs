@@ -33,6 +33,9 @@ pub struct SinkCounters {
     pub dropped: usize,
     /// Rows the encoder rejected (never sent) and the `drop` failure policy skipped.
     pub skipped: usize,
+    /// Missing destinations (topics, tables, column families) the sink created because it was
+    /// asked to (`auto_create_topic`, `auto_create_table`).
+    pub created: usize,
 }
 
 impl SinkCounters {
@@ -51,6 +54,7 @@ impl SinkCounters {
                     (names::RETRIES, &mut counters.retries),
                     (names::RECORDS_DROPPED, &mut counters.dropped),
                     (names::RECORDS_SKIPPED, &mut counters.skipped),
+                    (names::RESOURCES_CREATED, &mut counters.created),
                 ] {
                     if let Some(value) = metrics.sum_by_name(name) {
                         *slot += value.as_usize();
@@ -67,7 +71,9 @@ impl SinkCounters {
     ///
     /// Both kinds of rows the `drop` failure policy let go are named: `skipped` rows the encoder
     /// rejected (they were never sent, so they are not in `sent`), `dropped` rows the service
-    /// refused.
+    /// refused. A destination the sink created (asked to by `auto_create_topic` or
+    /// `auto_create_table`) is counted as `created`, shown when there is one; the re-send that
+    /// follows a creation is not a retry.
     ///
     /// ```
     /// use std::time::Duration;
@@ -80,14 +86,20 @@ impl SinkCounters {
     ///     retries: 1,
     ///     dropped: 0,
     ///     skipped: 3,
+    ///     created: 0,
     /// };
     /// assert_eq!(
     ///     counters.summary(Duration::from_secs(2)),
     ///     "Sink: 20 row(s) acknowledged of 20 sent in 2.000 s (10 rows/s); 3 skipped, 0 dropped, 1 retries"
     /// );
+    /// let created = SinkCounters { retries: 0, skipped: 0, created: 1, ..counters };
+    /// assert_eq!(
+    ///     created.summary(Duration::from_secs(2)),
+    ///     "Sink: 20 row(s) acknowledged of 20 sent in 2.000 s (10 rows/s); 0 skipped, 0 dropped, 0 retries; 1 destination(s) created"
+    /// );
     /// ```
     pub fn summary(&self, elapsed: Duration) -> String {
-        format!(
+        let mut line = format!(
             "Sink: {} row(s) acknowledged of {} sent in {:.3} s ({} rows/s); {} skipped, {} dropped, {} retries",
             self.acked,
             self.sent,
@@ -96,7 +108,11 @@ impl SinkCounters {
             self.skipped,
             self.dropped,
             self.retries
-        )
+        );
+        if self.created > 0 {
+            line.push_str(&format!("; {} destination(s) created", self.created));
+        }
+        line
     }
 
     fn live_line(&self, elapsed: Duration) -> String {
@@ -250,7 +266,10 @@ mod tests {
         MetricBuilder::new(&metrics)
             .global_counter(names::RECORDS_SKIPPED)
             .add(4);
-        // Another counter must not leak into the six.
+        MetricBuilder::new(&metrics)
+            .global_counter(names::RESOURCES_CREATED)
+            .add(1);
+        // Another counter must not leak into the seven.
         MetricBuilder::new(&metrics)
             .global_counter(names::BYTES_SENT)
             .add(1000);
@@ -270,7 +289,8 @@ mod tests {
                 in_flight: 2,
                 retries: 3,
                 dropped: 1,
-                skipped: 4
+                skipped: 4,
+                created: 1
             })
         );
     }

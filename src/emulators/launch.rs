@@ -23,6 +23,11 @@ use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
 use super::plaintext_channel;
 use crate::error::{Error, Result};
 
+/// The `gcloud-tasks-emulator` release this crate is tested with, and the one its install hint
+/// names (`.ci/run` installs the same one): the emulator's behaviour (how it answers for a
+/// missing queue, what it lists) is part of what the tests check.
+pub const CLOUD_TASKS_EMULATOR_VERSION: &str = "0.6.2";
+
 /// How long an emulator may take to answer its first gRPC call. The Pub/Sub emulator is a JVM
 /// and the Cloud Tasks emulator imports the Python gRPC stack: both take a few seconds on an
 /// idle machine and much longer on a loaded 2-core CI machine, so the bound is generous. It
@@ -147,15 +152,34 @@ impl EmulatorKind {
     }
 
     /// How to install the emulator on a Debian machine with the Google Cloud CLI repository
-    /// (the first two) or with pip (the third).
+    /// (the first two) or with pip (the third, pinned to [`CLOUD_TASKS_EMULATOR_VERSION`]).
+    ///
+    /// ```
+    /// use gcp_sql::emulators::{CLOUD_TASKS_EMULATOR_VERSION, EmulatorKind};
+    /// assert_eq!(
+    ///     EmulatorKind::CloudTasks.install_hint(),
+    ///     format!("pip install gcloud-tasks-emulator=={CLOUD_TASKS_EMULATOR_VERSION}")
+    /// );
+    /// ```
     pub fn install_hint(self) -> &'static str {
         match self {
             EmulatorKind::PubSub => {
                 "apt-get install google-cloud-cli-pubsub-emulator (it also needs a Java runtime: apt-get install default-jre-headless)"
             }
             EmulatorKind::Bigtable => "apt-get install google-cloud-cli-bigtable-emulator",
-            EmulatorKind::CloudTasks => "pip install gcloud-tasks-emulator",
+            EmulatorKind::CloudTasks => "pip install gcloud-tasks-emulator==0.6.2",
         }
+    }
+
+    /// Finds the emulator's program the way [`Emulator::start`] does (over this process's
+    /// environment), without starting it: the error of a missing program names it and the
+    /// command that installs it.
+    ///
+    /// Tests that run the `gcp-sql` tool with `--emulators` call it first, so that a machine
+    /// without an emulator fails them with that one message rather than with an assertion on
+    /// what the tool went on to do without it.
+    pub fn locate(self) -> Result<PathBuf> {
+        locate_program(self, |var| std::env::var_os(var))
     }
 
     /// The program's file name, as looked up on the `PATH`.
@@ -247,7 +271,7 @@ fn is_executable_file(path: &Path) -> bool {
 ///     (var == "GCP_SQL_CLOUD_TASKS_EMULATOR_BIN").then(|| "/nonexistent/emulator".into())
 /// })
 /// .unwrap_err();
-/// assert!(err.to_string().contains("pip install gcloud-tasks-emulator"));
+/// assert!(err.to_string().contains("pip install gcloud-tasks-emulator==0.6.2"));
 /// ```
 pub fn locate_program(
     kind: EmulatorKind,
@@ -827,7 +851,30 @@ pub async fn shared(kind: EmulatorKind) -> &'static Emulator {
         .await;
     match outcome {
         Ok(emulator) => emulator,
-        Err(message) => panic!("cannot start the {kind} emulator for these tests: {message}"),
+        Err(message) => panic!("{}", start_failure(kind, message)),
+    }
+}
+
+/// The panic message of a test that needs an emulator that cannot start: the whole reason in
+/// the first test of the process that meets it, a one-line reminder (still naming what to
+/// install) in every later one, so a missing emulator reads as one failure, not as dozens of
+/// copies of the same log.
+#[doc(hidden)]
+pub fn start_failure(kind: EmulatorKind, message: &str) -> String {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static REPORTED: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
+    let first = !REPORTED[kind.index()].swap(true, Ordering::Relaxed);
+    let missing = message.contains("emulator is not installed");
+    match (first, missing) {
+        (true, _) => format!("cannot start the {kind} emulator for these tests: {message}"),
+        (false, true) => format!(
+            "the {kind} emulator is not installed: {} (the first test that needed it says where it was looked for)",
+            kind.install_hint()
+        ),
+        (false, false) => format!(
+            "cannot start the {kind} emulator for these tests (the first test that needed it has the emulator's log): {}",
+            message.lines().next().unwrap_or_default()
+        ),
     }
 }
 
@@ -911,10 +958,51 @@ mod tests {
         .to_string();
         assert!(
             err.starts_with(
-                "the Cloud Tasks emulator is not installed: pip install gcloud-tasks-emulator"
+                "the Cloud Tasks emulator is not installed: pip install gcloud-tasks-emulator==0.6.2 "
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_install_hint_pins_the_version_ci_installs() {
+        let ci = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/run")).unwrap();
+        assert!(
+            ci.contains(&format!(
+                "GCLOUD_TASKS_EMULATOR_VERSION={CLOUD_TASKS_EMULATOR_VERSION}\n"
+            )),
+            ".ci/run pins another version than {CLOUD_TASKS_EMULATOR_VERSION}"
+        );
+        assert!(
+            EmulatorKind::CloudTasks
+                .install_hint()
+                .ends_with(&format!("=={CLOUD_TASKS_EMULATOR_VERSION}"))
+        );
+    }
+
+    #[test]
+    fn a_start_failure_is_told_whole_once_then_in_one_line() {
+        let kind = EmulatorKind::CloudTasks;
+        let missing = not_installed(kind, "'gcloud-tasks-emulator' is not on PATH").to_string();
+        // Nothing else in this test binary reports a Cloud Tasks start failure.
+        let first = start_failure(kind, &missing);
+        assert!(first.contains("is not on PATH"), "{first}");
+        assert!(
+            first.contains("pip install gcloud-tasks-emulator==0.6.2"),
+            "{first}"
+        );
+        let later = start_failure(kind, &missing);
+        assert_eq!(
+            later,
+            "the Cloud Tasks emulator is not installed: pip install gcloud-tasks-emulator==0.6.2 \
+             (the first test that needed it says where it was looked for)"
+        );
+        let other = start_failure(
+            kind,
+            "it exited (exit status: 1) before answering; its log x:\nboom",
+        );
+        assert!(!other.contains("boom"), "{other}");
+        assert!(other.contains("it exited (exit status: 1)"), "{other}");
     }
 
     #[test]

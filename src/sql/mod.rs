@@ -23,6 +23,7 @@
 mod control;
 pub mod exec;
 mod factory;
+pub mod inspect;
 mod table;
 mod with;
 
@@ -41,6 +42,7 @@ use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use crate::connectors::ConnectorKind;
 use crate::connectors::pubsub::inspect::{PubSubPullFunction, PubSubSubscribeFunction};
 use crate::error::{Error, Result};
+use inspect::{BigtableReadFunction, CloudTasksCreateQueueFunction, CloudTasksListFunction};
 
 pub use control::StatementControl;
 pub use exec::{SinkCountExec, SinkWriterExec};
@@ -73,15 +75,19 @@ pub fn register(ctx: &SessionContext) {
     }
 }
 
-/// Installs the inspection table functions `pubsub_subscribe(topic, subscription)` and
+/// Installs the inspection table functions: `pubsub_subscribe(topic, subscription)` and
 /// `pubsub_pull(subscription [, max_messages])` (see [`crate::connectors::pubsub::inspect`] for
 /// their arguments: full resource names, checked before any call, and a message count from 1
-/// to 10 000, default 100, pulled in pages).
+/// to 10 000, default 100, pulled in pages), `bigtable_read(table [, max_rows])`,
+/// `cloud_tasks_create_queue(queue [, paused])` and `cloud_tasks_list(queue [, max_tasks])`
+/// (see [`inspect`]).
 ///
 /// They are emulator and debugging helpers: they create a subscription and pull (and
-/// acknowledge) what a sink published to it, and they talk only to the emulator named by
-/// `PUBSUB_EMULATOR_HOST`. Neither [`register`] nor [`with_gcp_sinks`] installs them; the
-/// `gcp-sql` tool does, for its quickstart.
+/// acknowledge) what a sink published to it, read a Bigtable table back, create a Cloud Tasks
+/// queue and list its tasks, and they talk only to the emulator named by
+/// `PUBSUB_EMULATOR_HOST`, `BIGTABLE_EMULATOR_HOST` or `CLOUD_TASKS_EMULATOR_HOST`. Neither
+/// [`register`] nor [`with_gcp_sinks`] installs them; the `gcp-sql` tool does, for its
+/// quickstart.
 ///
 /// ```
 /// let ctx = datafusion::prelude::SessionContext::new();
@@ -95,8 +101,7 @@ pub fn register_inspection(ctx: &SessionContext) {
     }
 }
 
-/// The inspection table functions (`pubsub_subscribe`, `pubsub_pull`), see
-/// [`crate::connectors::pubsub::inspect`].
+/// The inspection table functions, see [`register_inspection`].
 fn inspection_functions() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
     vec![
         (
@@ -104,6 +109,12 @@ fn inspection_functions() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
             Arc::new(PubSubSubscribeFunction::default()),
         ),
         ("pubsub_pull", Arc::new(PubSubPullFunction::default())),
+        ("bigtable_read", Arc::new(BigtableReadFunction)),
+        (
+            "cloud_tasks_create_queue",
+            Arc::new(CloudTasksCreateQueueFunction),
+        ),
+        ("cloud_tasks_list", Arc::new(CloudTasksListFunction)),
     ]
 }
 
@@ -332,7 +343,13 @@ mod tests {
         assert!(state.table_factories().contains_key("PUBSUB"));
     }
 
-    const INSPECTION: [&str; 2] = ["pubsub_subscribe", "pubsub_pull"];
+    const INSPECTION: [&str; 5] = [
+        "pubsub_subscribe",
+        "pubsub_pull",
+        "bigtable_read",
+        "cloud_tasks_create_queue",
+        "cloud_tasks_list",
+    ];
 
     #[tokio::test]
     async fn if_not_exists_on_a_declared_table_still_checks_the_options() {

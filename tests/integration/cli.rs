@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::parquet::arrow::ArrowWriter;
+use gcp_sql::emulators::EmulatorKind;
 
 const BIN: &str = env!("CARGO_BIN_EXE_gcp-sql");
 
@@ -367,6 +368,7 @@ fn assert_all_closed(addresses: &[SocketAddr], context: &str) {
 
 #[test]
 fn emulators_start_for_the_run_and_stop_at_exit() {
+    crate::support::require_emulators(&EmulatorKind::ALL);
     let home = tempfile::tempdir().unwrap();
     let mut command = gcp_sql(home.path());
     command.args(["--emulators", "-c", "SELECT 1 AS x"]);
@@ -404,6 +406,7 @@ fn emulators_start_for_the_run_and_stop_at_exit() {
 
 #[test]
 fn missing_emulator_is_reported_with_its_install_step_and_the_others_start() {
+    crate::support::require_emulators(&[EmulatorKind::PubSub, EmulatorKind::Bigtable]);
     let home = tempfile::tempdir().unwrap();
     let mut command = gcp_sql(home.path());
     command
@@ -437,6 +440,7 @@ fn missing_emulator_is_reported_with_its_install_step_and_the_others_start() {
 
 #[test]
 fn ctrl_c_in_the_shell_stops_the_emulators() {
+    crate::support::require_emulators(&EmulatorKind::ALL);
     let home = tempfile::tempdir().unwrap();
     let mut command = gcp_sql(home.path());
     // A shell whose input stays open: it waits for a statement until the Ctrl-C.
@@ -459,6 +463,7 @@ fn ctrl_c_in_the_shell_stops_the_emulators() {
 
 #[test]
 fn killed_tool_takes_its_emulators_with_it() {
+    crate::support::require_emulators(&EmulatorKind::ALL);
     let home = tempfile::tempdir().unwrap();
     let mut command = gcp_sql(home.path());
     command.arg("--emulators").stdin(Stdio::piped());
@@ -477,6 +482,7 @@ fn killed_tool_takes_its_emulators_with_it() {
 
 #[test]
 fn terminated_tool_takes_its_emulators_and_their_logs_with_it() {
+    crate::support::require_emulators(&EmulatorKind::ALL);
     let home = tempfile::tempdir().unwrap();
     let mut command = gcp_sql(home.path());
     command.arg("--emulators").stdin(Stdio::piped());
@@ -509,22 +515,6 @@ fn assert_no_emulator_files_left(pid: u32) {
         let _ = std::fs::remove_dir_all(path);
     }
     assert!(left.is_empty(), "left behind: {left:?}");
-}
-
-#[test]
-fn quickstart_publishes_every_click_to_the_pubsub_emulator() {
-    let home = tempfile::tempdir().unwrap();
-    let mut command = gcp_sql(home.path());
-    command.args(["--emulators", "-f", "sql/quickstart.sql"]);
-    let mut running = Running::spawn(command);
-    running.wait_for_emulator_reports(3);
-    let (status, stderr) = running.wait();
-    assert!(status.success(), "{stderr}");
-    assert!(
-        stderr.contains("Sink: 20 row(s) acknowledged of 20 sent"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("20 row(s) fetched."), "{stderr}");
 }
 
 #[tokio::test]

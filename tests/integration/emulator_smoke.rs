@@ -254,6 +254,7 @@ async fn cloud_tasks_emulator_creates_a_queue_and_dispatches_a_task() {
 
 #[tokio::test]
 async fn dropping_an_emulator_stops_it() {
+    crate::support::require_emulators(&[EmulatorKind::Bigtable]);
     let emulator = Emulator::start(EmulatorKind::Bigtable).await.unwrap();
     let host = emulator.host().to_string();
     let log = emulator.log_path().to_path_buf();
@@ -360,6 +361,7 @@ async fn every_emulator_listens_on_loopback_only() {
 
 #[tokio::test]
 async fn the_cloud_tasks_emulator_leaves_no_start_up_hook_behind() {
+    crate::support::require_emulators(&[EmulatorKind::CloudTasks]);
     let dir = tempfile::tempdir().unwrap();
     let emulator = Emulator::start_with(
         EmulatorKind::CloudTasks,

@@ -14,6 +14,7 @@
 //! | [`bigtable_sink`] | the Bigtable sink against `cbtemulator` and a scripted fake |
 //! | [`cli`] | the `gcp-sql` binary as a process |
 //! | [`cli_shell`] | the `gcp-sql` shell: `SHOW TABLES`, `\d`, result formats, log colours |
+//! | [`quickstart`] | `sql/quickstart.sql` on `--emulators`, and the inspection functions it reads back with |
 //! | [`redaction`] | the `gcp-sql` binary's logs and errors carry no row value (a fake Cloud Tasks) |
 //! | [`errors_help`] | errors that help: a sink whose emulator address refuses, the Pub/Sub inspection functions on a large backlog |
 //! | [`streaming`] | unbounded INSERTs from a FIFO: live delivery, flush points, a graceful stop |
@@ -52,6 +53,9 @@ mod pubsub_mapping;
 mod pubsub_sink;
 // Feeds a FIFO (Unix only).
 mod streaming;
+// Runs the `gcp-sql` binary: the quickstart and the inspection functions.
+#[cfg(feature = "cli")]
+mod quickstart;
 // Runs the `gcp-sql` binary too.
 #[cfg(feature = "cli")]
 mod redaction;

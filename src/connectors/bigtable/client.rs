@@ -715,7 +715,10 @@ impl Transport for BigtableTransport {
             .create_table(request)
             .await
         {
-            Ok(_) => Ok(true),
+            Ok(_) => {
+                tracing::info!(table = %destination, families = ?self.families, "created table {destination} (auto_create_table)");
+                Ok(true)
+            }
             // The table exists (created meanwhile): a NOT_FOUND then means a missing family.
             Err(s) if s.code() == Code::AlreadyExists => {
                 self.ensure_families(&service, destination).await

@@ -299,7 +299,10 @@ impl Transport for PubSubTransport {
                 .await,
         );
         match result {
-            Ok(_) => Ok(true),
+            Ok(_) => {
+                tracing::info!(topic = %destination, "created topic {destination} (auto_create_topic)");
+                Ok(true)
+            }
             Err(status) if status.code() == Code::AlreadyExists => Ok(false),
             Err(status) => Err(Error::rpc("CreateTopic", destination, &status, 1)),
         }

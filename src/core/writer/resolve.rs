@@ -9,7 +9,10 @@
 //!   goes to the failure policy and the consecutive-rejection breaker ([`Shared::isolate`],
 //!   [`Shared::confirmed_rejection`]);
 //! - NOT_FOUND: the recovery path, creating the destination when asked, under the recovery
-//!   backoff and attempt budget ([`Shared::recover_not_found`]);
+//!   backoff and attempt budget ([`Shared::recover_not_found`]). The re-send that follows the
+//!   creation the user asked for is part of that creation, not a retry: it is neither counted
+//!   in `retries` nor logged as one (the transport reports the creation itself, once, when it
+//!   made the destination). A NOT_FOUND after that is a retry like any other;
 //! - retryable: the retry settings' timing and budget ([`Shared::retry_delay`]).
 //!
 //! The records still to send wait out the delay parked ([`Shared::park`]: counted in
@@ -134,14 +137,18 @@ impl<T: Transport> Shared<T> {
                 return state.finish();
             }
             let status = last.unwrap_or_else(|| tonic::Status::unknown("no status"));
-            let delay = if missing {
+            let wait = if missing {
                 self.recover_not_found(destination, client, &status, &mut state)
                     .await
             } else {
                 self.retry_delay(destination, &status, &mut state.retry)
+                    .map(|delay| (delay, Wait::Retry))
             };
-            match delay {
-                Ok(delay) => self.park(destination, &status, again.len(), delay).await,
+            match wait {
+                Ok((delay, wait)) => {
+                    self.park(destination, &status, again.len(), delay, wait)
+                        .await
+                }
                 Err(e) => {
                     retired.append(&mut again);
                     return Err(e);
@@ -322,13 +329,19 @@ impl<T: Transport> Shared<T> {
     /// the transport once to create the destination when the settings say so. Errs when there
     /// is no recovery (NOT_FOUND is then fatal), when its attempts run out, or when the
     /// creation fails. The transient-failure budget starts over once the destination is back.
+    ///
+    /// The re-send right after asking for the creation is [`Wait::AfterCreation`], whether this
+    /// batch made the destination or found it made (by a batch sent at the same time): many
+    /// batches meet the same missing destination at once, and none of them is retrying
+    /// anything the user should be warned about. A later NOT_FOUND of the same batch is a
+    /// [`Wait::Retry`].
     async fn recover_not_found(
         &self,
         destination: &Destination,
         client: &T::Client,
         status: &tonic::Status,
         state: &mut BatchState,
-    ) -> Result<Duration> {
+    ) -> Result<(Duration, Wait)> {
         let Some(recovery) = &self.config.not_found else {
             return Err(self.fatal(destination, status, &state.retry));
         };
@@ -341,19 +354,25 @@ impl<T: Transport> Shared<T> {
                 message: status.message().to_string(),
             });
         }
+        let mut wait = Wait::Retry;
         if recovery.create && !state.created {
             let made = self
                 .transport
                 .create_destination(client, destination)
                 .await?;
             if made {
-                tracing::info!(%destination, "created a missing destination");
+                // The transport logs the creation at info, naming what it made (a topic, a
+                // table, column families); the core knows only that it was asked.
+                tracing::debug!(%destination, "the missing destination was created");
                 self.metrics.resource_created();
+            } else {
+                tracing::debug!(%destination, "the missing destination exists now");
             }
             state.created = true;
+            wait = Wait::AfterCreation;
         }
         state.retry = self.config.retry.start(Instant::now());
-        Ok(recovery.backoff.delay(state.recovery_attempts))
+        Ok((recovery.backoff.delay(state.recovery_attempts), wait))
     }
 
     /// The retryable outcome: the delay before the next attempt under the retry settings, or
@@ -374,20 +393,41 @@ impl<T: Transport> Shared<T> {
     }
 
     /// Waits out a retry or recovery `delay` with `records` parked: counted in
-    /// `parked_for_retry` (and still in flight) until the delay ends or the task is aborted.
+    /// `parked_for_retry` (and still in flight) until the delay ends or the task is aborted. A
+    /// [`Wait::Retry`] counts in `retries` and logs a warning; a [`Wait::AfterCreation`] does
+    /// neither (debug only).
     async fn park(
         &self,
         destination: &Destination,
         status: &tonic::Status,
         records: usize,
         delay: Duration,
+        wait: Wait,
     ) {
-        self.metrics.retried();
-        tracing::warn!(%destination, code = code_name(status.code()), records, ?delay, "retrying a send");
+        match wait {
+            Wait::Retry => {
+                self.metrics.retried();
+                tracing::warn!(%destination, code = code_name(status.code()), records, ?delay, "retrying a send");
+            }
+            Wait::AfterCreation => {
+                tracing::debug!(%destination, records, ?delay, "sending again to the destination created for it");
+            }
+        }
         let parked = Parked::new(&self.metrics, records as u64);
         tokio::time::sleep(delay).await;
         drop(parked);
     }
+}
+
+/// Why records wait before they are sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// A retry: a transient failure, or a destination still missing. Counted in `retries`
+    /// and logged at warn.
+    Retry,
+    /// The re-send after the destination the user asked the sink to create was created (by
+    /// this batch or by another one at the same time): part of the creation, not a retry.
+    AfterCreation,
 }
 
 /// Names the option behind a spent retry budget, when the connector has one.

@@ -1035,3 +1035,55 @@ async fn a_writer_dropped_mid_statement_logs_its_counts_at_warn() {
     assert!(log.contains("acknowledged=10"), "{log}");
     assert!(log.contains("not_delivered=10"), "{log}");
 }
+
+/// Many batches meet one missing destination that the sink is asked to create: it is created
+/// once, and the re-sends that follow the creation are neither retries nor warnings.
+#[cfg(feature = "cli")]
+#[tokio::test(start_paused = true)]
+async fn the_resend_after_an_asked_for_creation_is_not_a_retry() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let mut c = config();
+    c.not_found = Some(recovery(true));
+    let mut h = Harness::new(c);
+    h.fake.set_missing("projects/p/topics/new");
+    // Five batches of ten, all sent before the first answer comes back.
+    h.write_all(1..=50, "projects/p/topics/new")
+        .await
+        .expect("write");
+    h.writer.flush().await.expect("recovered");
+    assert_eq!(h.writer.delivered(), 50);
+    assert_eq!(h.metric(names::RESOURCES_CREATED), 1);
+    assert!(h.metric(names::SEND_ERRORS) >= 10, "a batch met NOT_FOUND");
+    assert_eq!(h.metric(names::RETRIES), 0);
+    let log = String::from_utf8(lock(&captured.0).clone()).expect("utf-8");
+    assert!(!log.contains("retrying a send"), "{log}");
+    assert!(!log.contains("WARN"), "{log}");
+}
+
+/// A destination still missing after its creation is retried like any other failure: counted
+/// and logged.
+#[tokio::test(start_paused = true)]
+async fn a_destination_still_missing_after_its_creation_is_a_retry() {
+    let mut c = config();
+    c.not_found = Some(recovery(true));
+    let mut h = Harness::new(c);
+    h.fake
+        .set_missing("projects/p/topics/new")
+        .set_create_restores(false);
+    h.write(1, "projects/p/topics/new").await.expect("write");
+    match h.writer.flush().await {
+        Err(Error::RecoveryExhausted { attempts, .. }) => assert_eq!(attempts, 3),
+        other => panic!("unexpected {other:?}"),
+    }
+    // Three sends: the first, the one after the creation (not a retry), one retry.
+    assert_eq!(h.fake.batches(), vec![vec![1], vec![1], vec![1]]);
+    assert_eq!(h.fake.created().len(), 1);
+    assert_eq!(h.metric(names::RETRIES), 1);
+}

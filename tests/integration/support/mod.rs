@@ -19,6 +19,7 @@ use gcloud_sdk::google::pubsub::v1::{
 };
 use gcp_sql::connectors::ConnectorKind;
 use gcp_sql::core::metrics::names;
+use gcp_sql::emulators::EmulatorKind;
 use gcp_sql::options::RawOptions;
 use gcp_sql::sql::SinkTable;
 use tonic::transport::Channel;
@@ -36,6 +37,22 @@ pub fn unique(prefix: &str) -> String {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// Fails the calling test, with the one message that names the missing program and the
+/// command that installs it, unless every emulator of `kinds` is installed. For tests that run
+/// the `gcp-sql` tool with `--emulators`: the tool goes on without an emulator it cannot start,
+/// so without this such a test would fail later on an assertion about what the tool did. The
+/// first failing test of the binary gives the whole lookup; the others a one-line reminder.
+pub fn require_emulators(kinds: &[EmulatorKind]) {
+    for &kind in kinds {
+        if let Err(error) = kind.locate() {
+            panic!(
+                "{}",
+                gcp_sql::emulators::start_failure(kind, &error.to_string())
+            );
+        }
+    }
 }
 
 /// Runs SQL statements that are expected to succeed (DDL, mostly).

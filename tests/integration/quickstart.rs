@@ -1,0 +1,458 @@
+//! The quickstart (`sql/quickstart.sql`) run by the `gcp-sql` binary with `--emulators`, and
+//! the inspection functions it reads back with (`bigtable_read`, `cloud_tasks_create_queue`,
+//! `cloud_tasks_list`), driven through the binary: they read the emulator variables, which a
+//! test of this process may not set (see the binary's module docs).
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gcp_sql::emulators::{EmulatorKind, shared};
+use serde_json::Value;
+
+use crate::support::{require_emulators, unique};
+
+const BIN: &str = env!("CARGO_BIN_EXE_gcp-sql");
+
+/// Bound on one run of the tool, emulator start-up included (a JVM start on a loaded machine);
+/// only reached when something is broken.
+const RUN_BOUND: Duration = Duration::from_secs(300);
+
+/// What one run of the tool printed.
+struct Run {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// A command for the tool, run from the repository root with a private `HOME` and no emulator
+/// variable inherited from the caller.
+fn gcp_sql(home: &Path) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("HOME", home)
+        .env_remove("PUBSUB_EMULATOR_HOST")
+        .env_remove("BIGTABLE_EMULATOR_HOST")
+        .env_remove("CLOUD_TASKS_EMULATOR_HOST")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Runs `command` to its end, bounded by [`RUN_BOUND`] (the tool is killed past it).
+fn run(mut command: Command) -> Run {
+    let mut child = command.spawn().expect("the gcp-sql binary runs");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let err = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + RUN_BOUND;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "gcp-sql did not end within {RUN_BOUND:?}:\n{}",
+                err.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Run {
+        success: status.success(),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+/// The result rows of every statement that printed some, in order (`--format json` prints one
+/// JSON array per statement with columns).
+fn results(stdout: &str) -> Vec<Vec<Value>> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with('['))
+        .map(|l| match serde_json::from_str::<Value>(l) {
+            Ok(Value::Array(rows)) => rows,
+            other => panic!("not a JSON array of rows ({other:?}): {l}"),
+        })
+        .collect()
+}
+
+/// The first result whose rows carry every one of `columns` (an empty result has no rows, so
+/// it never matches).
+fn result_with<'a>(results: &'a [Vec<Value>], columns: &[&str]) -> &'a [Value] {
+    results
+        .iter()
+        .find(|rows| {
+            rows.first()
+                .is_some_and(|row| columns.iter().all(|c| row.get(*c).is_some()))
+        })
+        .unwrap_or_else(|| panic!("no result has the columns {columns:?}: {results:?}"))
+}
+
+fn field<'a>(row: &'a Value, name: &str) -> &'a str {
+    row.get(name)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("row {row} has no text '{name}'"))
+}
+
+/// The clicks of `sql/data/clicks.csv` as `(user_id, url)`, sorted.
+fn clicks() -> Vec<(i64, String)> {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/data/clicks.csv"))
+        .unwrap();
+    let mut clicks: Vec<(i64, String)> = text
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let mut parts = line.split(',');
+            let user = parts.next().unwrap().parse().unwrap();
+            (user, parts.next().unwrap().to_string())
+        })
+        .collect();
+    clicks.sort();
+    clicks
+}
+
+#[test]
+fn quickstart_writes_to_every_sink_and_reads_back_what_landed() {
+    require_emulators(&EmulatorKind::ALL);
+    let home = tempfile::tempdir().unwrap();
+    let mut command = gcp_sql(home.path());
+    command.env("RUST_LOG", "gcp_sql=info").args([
+        "--emulators",
+        "--format",
+        "json",
+        "-f",
+        "sql/quickstart.sql",
+    ]);
+    let Run {
+        success,
+        stdout,
+        stderr,
+    } = run(command);
+    assert!(success, "{stderr}");
+    let expected = clicks();
+    assert_eq!(expected.len(), 20);
+    // Four INSERTs (two topics, a table, a queue), each acknowledged whole, none retried.
+    assert_eq!(
+        stderr
+            .matches("Sink: 20 row(s) acknowledged of 20 sent")
+            .count(),
+        4,
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches(" 0 retries").count(), 4, "{stderr}");
+    assert!(stderr.contains("20 row(s) fetched."), "{stderr}");
+    // The table the quickstart asks the sink to create: logged once, counted as a creation.
+    assert_eq!(
+        stderr
+            .matches("created table projects/demo/instances/quickstart/tables/clicks")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("; 1 destination(s) created").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("WARN"), "{stderr}");
+    assert!(!stderr.contains("retrying a send"), "{stderr}");
+
+    let results = results(&stdout);
+    // Pub/Sub: one JSON message per click, then the same with the url as an attribute.
+    let messages = result_with(&results, &["data"]);
+    let mut landed: Vec<(i64, String)> = messages
+        .iter()
+        .map(|m| {
+            let data: Value = serde_json::from_str(field(m, "data")).unwrap();
+            (
+                data["user_id"].as_i64().unwrap(),
+                data["url"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    landed.sort();
+    assert_eq!(landed, expected, "Pub/Sub messages");
+    let keyed = result_with(&results, &["ordering_key", "attributes", "data"]);
+    let mut landed: Vec<(i64, String)> = keyed
+        .iter()
+        .map(|m| {
+            let data: Value = serde_json::from_str(field(m, "data")).unwrap();
+            let attributes: Value = serde_json::from_str(field(m, "attributes")).unwrap();
+            let user = data["user_id"].as_i64().unwrap();
+            assert_eq!(field(m, "ordering_key"), format!("user-{user}"));
+            (user, attributes["url"].as_str().unwrap().to_string())
+        })
+        .collect();
+    landed.sort();
+    assert_eq!(landed, expected, "Pub/Sub messages with ordering keys");
+
+    // Bigtable: one cell version per click, the user as the row key, the url as the value.
+    let cells = result_with(&results, &["row_key", "family", "qualifier", "value"]);
+    let mut landed: Vec<(i64, String)> = cells
+        .iter()
+        .map(|c| {
+            assert_eq!(field(c, "family"), "c", "{c}");
+            assert_eq!(field(c, "qualifier"), "url", "{c}");
+            (
+                field(c, "row_key").parse().unwrap(),
+                field(c, "value").to_string(),
+            )
+        })
+        .collect();
+    landed.sort();
+    assert_eq!(landed, expected, "Bigtable cells");
+
+    // Cloud Tasks: one POST per click, the row as its JSON body, kept in the paused queue.
+    let queue = result_with(&results, &["queue", "created", "state"]);
+    assert_eq!(queue[0]["created"], Value::Bool(true), "{queue:?}");
+    assert_eq!(field(&queue[0], "state"), "PAUSED");
+    let tasks = result_with(&results, &["http_method", "url", "body"]);
+    let mut landed: Vec<(i64, String)> = tasks
+        .iter()
+        .map(|t| {
+            assert_eq!(field(t, "http_method"), "POST", "{t}");
+            assert_eq!(field(t, "url"), "http://localhost:8080/clicks", "{t}");
+            let body: Value = serde_json::from_str(field(t, "body")).unwrap();
+            (
+                body["user_id"].as_i64().unwrap(),
+                body["page"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    landed.sort();
+    assert_eq!(landed, expected, "Cloud Tasks tasks");
+}
+
+/// Runs `sql` with the tool pointed at the shared emulator of `kind`, results as JSON.
+async fn run_on(kind: EmulatorKind, sql: &[&str]) -> Run {
+    let emulator = shared(kind).await;
+    let home = tempfile::tempdir().unwrap();
+    let mut command = gcp_sql(home.path());
+    command.env(emulator.env_var(), emulator.host());
+    command.args(["--format", "json"]);
+    for statement in sql {
+        command.args(["-c", statement]);
+    }
+    tokio::task::spawn_blocking(move || {
+        let run = run(command);
+        drop(home);
+        run
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn bigtable_read_returns_every_cell_and_version_of_the_first_rows() {
+    let table = format!("projects/inspect/instances/read/tables/{}", unique("t"));
+    let create = format!(
+        "CREATE TABLE cells (k VARCHAR, ts TIMESTAMP, name VARCHAR, n BIGINT, raw BYTEA) \
+         WITH (connector = 'bigtable', table = '{table}', row_key = 'k', column_family = 'f', \
+         timestamp_column = 'ts', auto_create_table = true)"
+    );
+    let insert = "INSERT INTO cells VALUES \
+        ('a', TIMESTAMP '2024-01-01T00:00:01', 'first', 1, X'FF00'), \
+        ('a', TIMESTAMP '2024-01-01T00:00:02', 'second', 2, X'FF01'), \
+        ('b', TIMESTAMP '2024-01-01T00:00:03', 'bee', 3, X'FF02'), \
+        ('c', TIMESTAMP '2024-01-01T00:00:04', 'sea', 4, X'FF03')";
+    let read_two = format!(
+        "SELECT row_key, qualifier, value, encode(value_bytes, 'hex') AS hex, \
+         CAST(timestamp AS VARCHAR) AS ts \
+         FROM bigtable_read('{table}', 2) ORDER BY row_key, qualifier, timestamp"
+    );
+    let Run {
+        success,
+        stdout,
+        stderr,
+    } = run_on(EmulatorKind::Bigtable, &[&create, insert, &read_two]).await;
+    assert!(success, "{stderr}");
+    let results = results(&stdout);
+    let cells = result_with(&results, &["row_key", "qualifier", "hex"]);
+    let seen: Vec<(String, String, Option<String>, String, String)> = cells
+        .iter()
+        .map(|c| {
+            (
+                field(c, "row_key").to_string(),
+                field(c, "qualifier").to_string(),
+                c.get("value").and_then(Value::as_str).map(str::to_string),
+                field(c, "hex").to_string(),
+                field(c, "ts").to_string(),
+            )
+        })
+        .collect();
+    let cell = |k: &str, q: &str, v: Option<&str>, hex: &str, ts: &str| {
+        (
+            k.to_string(),
+            q.to_string(),
+            v.map(str::to_string),
+            hex.to_string(),
+            ts.to_string(),
+        )
+    };
+    // Two rows (a and b): every cell, both versions of a's; a BIGINT is 8 bytes big-endian
+    // (valid UTF-8 here, so it has a text too); 0xFF.. is not UTF-8, so it has no text.
+    assert_eq!(
+        seen,
+        vec![
+            cell(
+                "a",
+                "n",
+                Some("\0\0\0\0\0\0\0\u{1}"),
+                "0000000000000001",
+                "2024-01-01T00:00:01Z"
+            ),
+            cell(
+                "a",
+                "n",
+                Some("\0\0\0\0\0\0\0\u{2}"),
+                "0000000000000002",
+                "2024-01-01T00:00:02Z"
+            ),
+            cell(
+                "a",
+                "name",
+                Some("first"),
+                "6669727374",
+                "2024-01-01T00:00:01Z"
+            ),
+            cell(
+                "a",
+                "name",
+                Some("second"),
+                "7365636f6e64",
+                "2024-01-01T00:00:02Z"
+            ),
+            cell("a", "raw", None, "ff00", "2024-01-01T00:00:01Z"),
+            cell("a", "raw", None, "ff01", "2024-01-01T00:00:02Z"),
+            cell(
+                "b",
+                "n",
+                Some("\0\0\0\0\0\0\0\u{3}"),
+                "0000000000000003",
+                "2024-01-01T00:00:03Z"
+            ),
+            cell("b", "name", Some("bee"), "626565", "2024-01-01T00:00:03Z"),
+            cell("b", "raw", None, "ff02", "2024-01-01T00:00:03Z"),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn bigtable_read_of_a_missing_table_names_it() {
+    let table = format!("projects/inspect/instances/read/tables/{}", unique("none"));
+    let read = format!("SELECT * FROM bigtable_read('{table}')");
+    let Run {
+        success, stderr, ..
+    } = run_on(EmulatorKind::Bigtable, &[&read]).await;
+    assert!(!success, "{stderr}");
+    assert!(stderr.contains("ReadRows"), "{stderr}");
+    assert!(stderr.contains(&table), "{stderr}");
+    assert!(stderr.contains("NOT_FOUND"), "{stderr}");
+}
+
+#[tokio::test]
+async fn cloud_tasks_queue_is_created_once_paused_and_lists_the_tasks_written_to_it() {
+    let queue = format!("projects/inspect/locations/here/queues/{}", unique("q"));
+    let create_queue = format!("SELECT * FROM cloud_tasks_create_queue('{queue}')");
+    let sink = format!(
+        "CREATE TABLE jobs (body VARCHAR) WITH (connector = 'cloud_tasks', queue = '{queue}', \
+         url = 'http://localhost:9/run', headers = 'X-Source: test', body_column = 'body')"
+    );
+    let insert = "INSERT INTO jobs SELECT concat('job-', CAST(value AS VARCHAR)) \
+                  FROM generate_series(1, 5)";
+    let list_three =
+        format!("SELECT task, http_method, url, headers, body FROM cloud_tasks_list('{queue}', 3)");
+    let list_all = format!("SELECT body FROM cloud_tasks_list('{queue}') ORDER BY body");
+    let Run {
+        success,
+        stdout,
+        stderr,
+    } = run_on(
+        EmulatorKind::CloudTasks,
+        &[
+            &create_queue,
+            &create_queue,
+            &sink,
+            insert,
+            &list_three,
+            &list_all,
+        ],
+    )
+    .await;
+    assert!(success, "{stderr}");
+    let results = results(&stdout);
+    assert_eq!(results.len(), 5, "{stdout}");
+    // Created by the first call only; paused both times.
+    assert_eq!(results[0][0]["created"], Value::Bool(true), "{stdout}");
+    assert_eq!(results[1][0]["created"], Value::Bool(false), "{stdout}");
+    for created in &results[..2] {
+        assert_eq!(field(&created[0], "queue"), queue);
+        assert_eq!(field(&created[0], "state"), "PAUSED");
+    }
+    // max_tasks caps the listing.
+    let three = &results[3];
+    assert_eq!(three.len(), 3, "{stdout}");
+    for task in three {
+        assert!(
+            field(task, "task").starts_with(&format!("{queue}/tasks/")),
+            "{task}"
+        );
+        assert_eq!(field(task, "http_method"), "POST");
+        assert_eq!(field(task, "url"), "http://localhost:9/run");
+        let headers: Value = serde_json::from_str(field(task, "headers")).unwrap();
+        assert_eq!(headers["X-Source"], "test", "{headers}");
+    }
+    // The paused queue keeps every task listed.
+    let bodies: Vec<&str> = results[4].iter().map(|t| field(t, "body")).collect();
+    assert_eq!(bodies, vec!["job-1", "job-2", "job-3", "job-4", "job-5"]);
+}
+
+#[tokio::test]
+async fn cloud_tasks_create_queue_can_leave_it_running_and_list_refuses_a_missing_queue() {
+    let queue = format!("projects/inspect/locations/here/queues/{}", unique("run"));
+    let missing = format!("projects/inspect/locations/here/queues/{}", unique("none"));
+    let running = format!("SELECT state FROM cloud_tasks_create_queue('{queue}', false)");
+    let Run {
+        success,
+        stdout,
+        stderr,
+    } = run_on(EmulatorKind::CloudTasks, &[&running]).await;
+    assert!(success, "{stderr}");
+    assert_eq!(
+        results(&stdout),
+        vec![vec![serde_json::json!({"state": "RUNNING"})]]
+    );
+
+    let list = format!("SELECT * FROM cloud_tasks_list('{missing}')");
+    let Run {
+        success, stderr, ..
+    } = run_on(EmulatorKind::CloudTasks, &[&list]).await;
+    assert!(!success, "{stderr}");
+    assert!(
+        stderr.contains(&format!("queue '{missing}' does not exist on the emulator")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "SELECT * FROM cloud_tasks_create_queue('{missing}')"
+        )),
+        "{stderr}"
+    );
+}
