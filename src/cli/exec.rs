@@ -14,6 +14,7 @@ use super::OutputFormat;
 use super::commands::{Flow, at_statement_boundary, is_command_line, parse_command, run_command};
 use super::progress::{LiveProgress, SinkCounters};
 use crate::error::{Error, Result};
+use crate::sql::StatementControl;
 
 /// How statements print their results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +27,16 @@ pub struct PrintOptions {
 
 /// Splits `sql` into statements and runs them in order, printing each result; stops at the
 /// first statement that fails and returns its error.
+///
+/// After a stop request of the session's [`StatementControl`] (a Ctrl-C while a sink
+/// statement ran), the statements after the stopped one are not run (and that is said).
 pub async fn run_sql(ctx: &SessionContext, sql: &str, options: PrintOptions) -> Result<()> {
+    let control = ctx.state().config().get_extension::<StatementControl>();
     for statement in crate::sql::split_statements(sql)? {
+        if let Some(reason) = control.as_ref().and_then(|c| c.reason()) {
+            eprintln!("{reason}: the statements after the stopped one are not run.");
+            return Ok(());
+        }
         run_statement(ctx, &statement, options).await?;
     }
     Ok(())

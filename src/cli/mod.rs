@@ -32,8 +32,13 @@
 //! 'data/*.parquet'`), on the local disk or at `gs://`, `s3://` and `http(s)://` URLs (see
 //! [`LazyObjectStoreRegistry`]).
 //!
-//! Exit codes: 0 success, 1 a statement or file failed, 2 bad arguments, 130 interrupted by
-//! Ctrl-C. Emulators started with `--emulators` stop when the tool exits, whatever the reason.
+//! Exit codes: 0 success (also after a graceful stop that delivered every row read), 1 a
+//! statement or file failed (a stop that left rows undelivered included), 2 bad arguments, 130
+//! interrupted or aborted by Ctrl-C, 143 by SIGTERM. While an `INSERT` into a sink runs, the
+//! first Ctrl-C or SIGTERM stops it gracefully (no more input is read; what was read is
+//! delivered within `shutdown_timeout`) and a second one aborts it. Emulators started with
+//! `--emulators` stop when the tool exits, whatever the reason (short of SIGKILL, where the
+//! kernel stops them).
 
 mod commands;
 mod exec;
@@ -54,8 +59,10 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use tokio::sync::watch;
 
+use crate::core::StopKind;
 use crate::emulators::{Emulator, EmulatorKind, start_all};
 use crate::error::Result;
+use crate::sql::StatementControl;
 
 use commands::Flow;
 use exec::run_script;
@@ -66,6 +73,9 @@ pub use stores::{LAZY_SCHEMES, LazyObjectStoreRegistry, build_store};
 
 /// Exit code after a Ctrl-C (128 + SIGINT, as shells report it).
 pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// Exit code after a SIGTERM (128 + SIGTERM).
+pub const EXIT_TERMINATED: u8 = 143;
 
 /// How long the runtime is given at exit to finish its tasks; a shell's reader thread blocked
 /// on the terminal is abandoned after it.
@@ -196,21 +206,49 @@ impl Invocation {
     }
 }
 
-/// Ctrl-C presses, counted for the whole process by one signal thread, so that a press is
-/// never lost between two phases of the run (emulator start-up, statements, the shell).
+/// Which signal asked the tool to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopSignalKind {
+    /// SIGINT (Ctrl-C).
+    Interrupt,
+    /// SIGTERM (a service manager stopping the tool).
+    Terminate,
+}
+
+impl StopSignalKind {
+    /// The exit code of a run this signal ended: 128 + the signal number, as shells report it.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            StopSignalKind::Interrupt => EXIT_INTERRUPTED,
+            StopSignalKind::Terminate => EXIT_TERMINATED,
+        }
+    }
+
+    /// How the tool names it to the user.
+    pub fn name(self) -> &'static str {
+        match self {
+            StopSignalKind::Interrupt => "Ctrl-C",
+            StopSignalKind::Terminate => "SIGTERM",
+        }
+    }
+}
+
+/// SIGINT and SIGTERM, counted for the whole process by one signal thread, so that a signal
+/// is never lost between two phases of the run (emulator start-up, statements, the shell).
 #[derive(Debug, Clone)]
 pub struct Interrupts {
-    presses: watch::Receiver<u64>,
+    presses: watch::Receiver<(u64, Option<StopSignalKind>)>,
 }
 
 impl Interrupts {
-    /// Starts listening for SIGINT (once per process) and returns a listener that sees every
-    /// press from now on. Once installed, Ctrl-C no longer ends the process by itself: the
-    /// tool decides what it cancels.
+    /// Starts listening for SIGINT and SIGTERM (once per process) and returns a listener that
+    /// sees every signal from now on. Once installed, neither ends the process by itself: the
+    /// tool decides what it stops.
     pub fn install() -> Interrupts {
-        static PRESSES: OnceLock<watch::Sender<u64>> = OnceLock::new();
+        type Presses = (u64, Option<StopSignalKind>);
+        static PRESSES: OnceLock<watch::Sender<Presses>> = OnceLock::new();
         let sender = PRESSES.get_or_init(|| {
-            let (sender, _) = watch::channel(0u64);
+            let (sender, _) = watch::channel((0u64, None));
             let counter = sender.clone();
             let (ready, listening) = mpsc::channel::<()>();
             let spawned = std::thread::Builder::new()
@@ -227,15 +265,26 @@ impl Interrupts {
                         let Ok(mut sigint) = signal(SignalKind::interrupt()) else {
                             return;
                         };
+                        let Ok(mut sigterm) = signal(SignalKind::terminate()) else {
+                            return;
+                        };
                         let _ = ready.send(());
-                        while sigint.recv().await.is_some() {
-                            counter.send_modify(|presses| *presses += 1);
+                        loop {
+                            let kind = tokio::select! {
+                                got = sigint.recv() => got.map(|()| StopSignalKind::Interrupt),
+                                got = sigterm.recv() => got.map(|()| StopSignalKind::Terminate),
+                            };
+                            let Some(kind) = kind else { return };
+                            counter.send_modify(|(presses, last)| {
+                                *presses += 1;
+                                *last = Some(kind);
+                            });
                         }
                     });
                 });
             if spawned.is_ok() {
-                // Without the handler Ctrl-C keeps its default effect, which is still safe:
-                // the emulators die with the process.
+                // Without the handlers the signals keep their default effect, which is still
+                // safe: the emulators die with the process.
                 let _ = listening.recv_timeout(SIGNAL_SETUP_TIMEOUT);
             }
             sender
@@ -245,11 +294,16 @@ impl Interrupts {
         }
     }
 
-    /// Waits for the next Ctrl-C; one pressed since the last call returns at once.
-    pub async fn next(&mut self) {
+    /// Waits for the next SIGINT or SIGTERM and says which; one received since the last call
+    /// returns at once.
+    pub async fn next(&mut self) -> StopSignalKind {
         if self.presses.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
+        self.presses
+            .borrow_and_update()
+            .1
+            .unwrap_or(StopSignalKind::Interrupt)
     }
 }
 
@@ -260,11 +314,17 @@ impl Interrupts {
 /// `cloud_tasks_create_queue`, `cloud_tasks_list`), the
 /// [`LazyObjectStoreRegistry`], and direct file queries (`SELECT * FROM 'file.parquet'`).
 pub fn new_session() -> Result<SessionContext> {
+    new_session_with_control(&StatementControl::new())
+}
+
+/// [`new_session`] whose sink statements obey `control` (the tool's stop requests and its
+/// flush-point reporting).
+pub fn new_session_with_control(control: &StatementControl) -> Result<SessionContext> {
     let runtime = RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(LazyObjectStoreRegistry::new()))
         .build_arc()?;
     // As in datafusion-cli: `SHOW TABLES` and `SHOW COLUMNS FROM t` work without a `SET`.
-    let config = SessionConfig::new().with_information_schema(true);
+    let config = control.install(SessionConfig::new().with_information_schema(true));
     let state = crate::sql::new_state_builder()
         .with_config(config)
         .with_runtime_env(runtime)
@@ -408,7 +468,8 @@ fn start_emulators(
 }
 
 async fn run_session(invocation: &Invocation, interrupts: &mut Interrupts) -> ExitCode {
-    let ctx = match new_session() {
+    let control = progress::statement_control(invocation.options.quiet);
+    let ctx = match new_session_with_control(&control) {
         Ok(ctx) => ctx,
         Err(e) => {
             eprintln!("Error: {e}");
@@ -418,11 +479,48 @@ async fn run_session(invocation: &Invocation, interrupts: &mut Interrupts) -> Ex
     if invocation.sources.is_empty() {
         return run_shell(&ctx, invocation.options, interrupts).await;
     }
-    tokio::select! {
-        code = run_sources(&ctx, &invocation.sources, invocation.options) => code,
-        _ = interrupts.next() => {
-            eprintln!("Interrupted.");
-            ExitCode::from(EXIT_INTERRUPTED)
+    let sources = run_sources(&ctx, &invocation.sources, invocation.options);
+    tokio::pin!(sources);
+    // The first signal that arrives while sink writers run stops them gracefully; a second
+    // one aborts. With no sink writer running, a signal ends the run at once.
+    let mut stopping: Option<StopSignalKind> = None;
+    loop {
+        tokio::select! {
+            code = &mut sources => {
+                return match (stopping, control.stopped()) {
+                    (Some(_), Some(StopKind::Drain)) if code == ExitCode::SUCCESS => {
+                        eprintln!("Stopped on request: every row read was delivered.");
+                        ExitCode::SUCCESS
+                    }
+                    (Some(signal), Some(StopKind::Abort)) => {
+                        eprintln!("Aborted.");
+                        ExitCode::from(signal.exit_code())
+                    }
+                    _ => code,
+                };
+            }
+            signal = interrupts.next() => {
+                if stopping.is_some() {
+                    eprintln!(
+                        "{}: aborting; rows still in flight are counted as not delivered (some may have landed).",
+                        signal.name()
+                    );
+                    control.stop(StopKind::Abort, format!("aborted ({} again)", signal.name()));
+                    stopping = Some(signal);
+                } else if control.running_writers() > 0 {
+                    eprintln!(
+                        "{}: stopping; no more input is read, and what was read is being delivered \
+                         (within shutdown_timeout). {} again to abort.",
+                        signal.name(),
+                        signal.name()
+                    );
+                    control.stop(StopKind::Drain, format!("stop requested ({})", signal.name()));
+                    stopping = Some(signal);
+                } else {
+                    eprintln!("Interrupted.");
+                    return ExitCode::from(signal.exit_code());
+                }
+            }
         }
     }
 }

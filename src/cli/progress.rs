@@ -5,7 +5,7 @@
 //! `DataSinkExec` reports its sink's metrics).
 
 use std::io::IsTerminal;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use datafusion::physical_plan::ExecutionPlan;
@@ -14,6 +14,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::core::metrics::names;
+use crate::core::run::FlushPoint;
+use crate::sql::StatementControl;
+use crate::sql::exec::WRITERS_METRIC;
 
 /// How often the live progress line is redrawn.
 const TICK: Duration = Duration::from_millis(200);
@@ -36,6 +39,8 @@ pub struct SinkCounters {
     /// Missing destinations (topics, tables, column families) the sink created because it was
     /// asked to (`auto_create_topic`, `auto_create_table`).
     pub created: usize,
+    /// How many writers the statement ran (0 before any started).
+    pub writers: usize,
 }
 
 impl SinkCounters {
@@ -55,6 +60,7 @@ impl SinkCounters {
                     (names::RECORDS_DROPPED, &mut counters.dropped),
                     (names::RECORDS_SKIPPED, &mut counters.skipped),
                     (names::RESOURCES_CREATED, &mut counters.created),
+                    (WRITERS_METRIC, &mut counters.writers),
                 ] {
                     if let Some(value) = metrics.sum_by_name(name) {
                         *slot += value.as_usize();
@@ -87,6 +93,7 @@ impl SinkCounters {
     ///     dropped: 0,
     ///     skipped: 3,
     ///     created: 0,
+    ///     writers: 1,
     /// };
     /// assert_eq!(
     ///     counters.summary(Duration::from_secs(2)),
@@ -97,6 +104,9 @@ impl SinkCounters {
     ///     created.summary(Duration::from_secs(2)),
     ///     "Sink: 20 row(s) acknowledged of 20 sent in 2.000 s (10 rows/s); 0 skipped, 0 dropped, 0 retries; 1 destination(s) created"
     /// );
+    /// // Several writers: the counts are their sum, and the summary says over how many.
+    /// let four = SinkCounters { writers: 4, ..counters };
+    /// assert!(four.summary(Duration::from_secs(2)).ends_with("1 retries; 4 writers"));
     /// ```
     pub fn summary(&self, elapsed: Duration) -> String {
         let mut line = format!(
@@ -112,11 +122,14 @@ impl SinkCounters {
         if self.created > 0 {
             line.push_str(&format!("; {} destination(s) created", self.created));
         }
+        if self.writers > 1 {
+            line.push_str(&format!("; {} writers", self.writers));
+        }
         line
     }
 
     fn live_line(&self, elapsed: Duration) -> String {
-        format!(
+        let mut line = format!(
             "sent {} · acked {} · in flight {} · retries {} · skipped {} · dropped {} · {} rows/s",
             self.sent,
             self.acked,
@@ -125,7 +138,17 @@ impl SinkCounters {
             self.skipped,
             self.dropped,
             rate(self.acked, elapsed)
-        )
+        );
+        if self.writers > 1 {
+            line.push_str(&format!(" · {} writers", self.writers));
+        }
+        if let Some(ago) = last_flush_point().map(|at| at.elapsed()) {
+            line.push_str(&format!(
+                " · last flush point {:.1} s ago",
+                ago.as_secs_f64()
+            ));
+        }
+        line
     }
 }
 
@@ -136,6 +159,48 @@ fn rate(records: usize, elapsed: Duration) -> u64 {
     } else {
         0
     }
+}
+
+/// When the latest flush point of any writer of this process was made.
+static LAST_FLUSH_POINT: Mutex<Option<Instant>> = Mutex::new(None);
+
+fn last_flush_point() -> Option<Instant> {
+    *LAST_FLUSH_POINT.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The tool's [`StatementControl`]: its observer records each flush point for the live line,
+/// and, when stderr is not a terminal (a service's log) and the run is not quiet, prints one
+/// line per flush point instead of a redrawn bar.
+pub(crate) fn statement_control(quiet: bool) -> StatementControl {
+    let log_lines = !quiet && !std::io::stderr().is_terminal();
+    StatementControl::new().with_observer(move |point: &FlushPoint| {
+        *LAST_FLUSH_POINT.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        if log_lines {
+            eprintln!("{}", flush_point_line(point));
+        }
+    })
+}
+
+/// One flush point as the tool logs it.
+///
+/// ```ignore
+/// flush point 3 of writer 1/2 at 3.0 s: 1200 row(s) read, 1200 acknowledged, 0 skipped, 0 dropped, 0 retries, 0 destination(s) released
+/// ```
+fn flush_point_line(p: &FlushPoint) -> String {
+    let c = &p.counts;
+    format!(
+        "flush point {} of writer {}/{} at {:.1} s: {} row(s) read, {} acknowledged, {} skipped, {} dropped, {} retries, {} destination(s) released",
+        p.sequence,
+        p.writer + 1,
+        p.writers,
+        p.elapsed.as_secs_f64(),
+        p.rows_read,
+        c.acknowledged,
+        c.skipped,
+        c.dropped,
+        c.retries,
+        c.destinations_released
+    )
 }
 
 /// A live progress line on stderr while a statement runs; drawn only once the plan reports sink
@@ -290,7 +355,8 @@ mod tests {
                 retries: 3,
                 dropped: 1,
                 skipped: 4,
-                created: 1
+                created: 1,
+                writers: 0,
             })
         );
     }

@@ -4,6 +4,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::core::StopKind;
+use crate::sql::StatementControl;
+
 use datafusion::prelude::SessionContext;
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
@@ -90,11 +93,11 @@ pub async fn run_shell(
                     return ExitCode::FAILURE;
                 }
             },
-            _ = interrupts.next() => {
+            signal = interrupts.next() => {
                 // The blocked reader cannot be cancelled; the caller shuts the runtime down
                 // without waiting for it.
                 eprintln!("Interrupted.");
-                return ExitCode::from(130);
+                return ExitCode::from(signal.exit_code());
             }
         };
         editor = returned;
@@ -174,17 +177,48 @@ async fn run_one(
     options: PrintOptions,
     interrupts: &mut Interrupts,
 ) -> bool {
-    tokio::select! {
-        outcome = run_sql(ctx, sql, options) => match outcome {
-            Ok(()) => true,
-            Err(e) => {
-                eprintln!("Error: {e}");
-                false
+    let control = ctx.state().config().get_extension::<StatementControl>();
+    let running = run_sql(ctx, sql, options);
+    tokio::pin!(running);
+    let mut stopping = false;
+    let ok = loop {
+        tokio::select! {
+            outcome = &mut running => break match outcome {
+                Ok(()) => true,
+                Err(e) => {
+                    eprintln!("Error: {e}");
+                    false
+                }
+            },
+            signal = interrupts.next() => {
+                // While sink writers run, a first signal stops them gracefully and a second
+                // aborts them; the statement then ends with its counts. Otherwise the
+                // statement is cancelled at once.
+                match &control {
+                    Some(control) if stopping => {
+                        eprintln!("{}: aborting.", signal.name());
+                        control.stop(StopKind::Abort, format!("aborted ({} again)", signal.name()));
+                    }
+                    Some(control) if control.running_writers() > 0 => {
+                        eprintln!(
+                            "{}: stopping; no more input is read, and what was read is being delivered. {} again to abort.",
+                            signal.name(),
+                            signal.name()
+                        );
+                        control.stop(StopKind::Drain, format!("stop requested ({})", signal.name()));
+                        stopping = true;
+                    }
+                    _ => {
+                        eprintln!("Error: cancelled by {}", signal.name());
+                        break false;
+                    }
+                }
             }
-        },
-        _ = interrupts.next() => {
-            eprintln!("Error: cancelled by Ctrl-C");
-            false
         }
+    };
+    if let Some(control) = &control {
+        // The next statement starts without this one's stop request.
+        control.rearm();
     }
+    ok
 }

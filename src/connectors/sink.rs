@@ -179,8 +179,17 @@ impl<C: Connector> SinkConnector for Sink<C> {
         metrics: SinkMetrics,
         ctx: &WriterContext,
     ) -> Result<u64> {
-        // Nothing was read or sent yet, and the error says so like every failed statement.
-        let transport = match C::connect(&self.client_settings()).await {
+        // Nothing was read or sent yet, and the error says so like every failed statement. A
+        // stop request ends a connection attempt that does not finish.
+        let settings = self.client_settings();
+        let connected = tokio::select! {
+            biased;
+            _ = ctx.stop.stopped() => Err(Error::Stopped {
+                reason: ctx.stop.reason().unwrap_or_else(|| "the statement was stopped".into()),
+            }),
+            connected = C::connect(&settings) => connected,
+        };
+        let transport = match connected {
             Ok(transport) => Arc::new(transport),
             Err(error) => {
                 return Err(Error::Incomplete {

@@ -4,6 +4,7 @@
 //! It travels as a DataFusion session-config extension, so that every writer of every `INSERT`
 //! into a sink table run in that session finds it, whatever engine runs the plan.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use datafusion::prelude::SessionConfig;
@@ -43,6 +44,8 @@ pub struct StatementControl {
 struct Inner {
     stop: Mutex<StopSignal>,
     observer: Option<FlushObserver>,
+    /// Sink writers running now.
+    writers: AtomicUsize,
 }
 
 impl std::fmt::Debug for StatementControl {
@@ -68,6 +71,7 @@ impl StatementControl {
             inner: Arc::new(Inner {
                 stop: Mutex::new(stop),
                 observer: Some(Arc::new(observer)),
+                writers: AtomicUsize::new(0),
             }),
         }
     }
@@ -110,8 +114,30 @@ impl StatementControl {
         self.inner.observer.clone()
     }
 
+    /// How many sink writers of this session are running now: a stop request reaches them;
+    /// with none, nothing would hear it.
+    pub fn running_writers(&self) -> usize {
+        self.inner.writers.load(Ordering::Acquire)
+    }
+
+    /// Counts a writer as running until the guard is dropped.
+    pub(crate) fn writer_running(&self) -> WriterRunning {
+        self.inner.writers.fetch_add(1, Ordering::AcqRel);
+        WriterRunning(self.clone())
+    }
+
     /// `config` with this control installed as an extension.
     pub fn install(&self, config: SessionConfig) -> SessionConfig {
         config.with_extension(Arc::new(self.clone()))
+    }
+}
+
+/// A sink writer counted as running by its [`StatementControl`] (see
+/// [`StatementControl::running_writers`]).
+pub(crate) struct WriterRunning(StatementControl);
+
+impl Drop for WriterRunning {
+    fn drop(&mut self) {
+        self.0.inner.writers.fetch_sub(1, Ordering::AcqRel);
     }
 }

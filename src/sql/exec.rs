@@ -527,13 +527,15 @@ impl ExecutionPlan for SinkWriterExec {
             stop: self.statement.stop.clone(),
             observer: control.as_ref().and_then(|c| c.observer()),
         };
-        let user_stop = control.map(|c| c.signal());
+        let user_stop = control.as_ref().map(|c| c.signal());
+        let counted = control.map(|c| c.writer_running());
         let running = self.statement.start();
         let sink = self.sink.clone();
         let out = count_schema();
         let stream = futures::stream::once(async move {
             // The session's stop requests reach this writer for as long as it runs.
             let _forward = user_stop.map(|from| Forward::start(from, ctx.stop.clone()));
+            let _counted = counted;
             let acknowledged = Self::run_writer(sink, input, metrics, running, ctx).await?;
             count_batch(&out, acknowledged)
         });

@@ -489,10 +489,12 @@ fn terminated_tool_takes_its_emulators_and_their_logs_with_it() {
     let mut running = Running::spawn(command);
     let addresses = running.wait_for_emulator_reports(3);
     assert_eq!(addresses.len(), 3, "{}", running.seen.join("\n"));
-    // SIGTERM's default action ends the tool without running its code, like a SIGKILL.
+    // With no statement running, SIGTERM ends the tool at once (exit code 143), and the tool
+    // stops its emulators on the way out.
     running.signal(libc::SIGTERM);
     let (status, stderr) = running.wait();
     assert!(!status.success(), "{stderr}");
+    assert_eq!(status.code(), Some(143), "{stderr}");
     assert_all_closed(&addresses, "the tool was terminated");
     assert_no_emulator_files_left(running.child.id());
 }
@@ -545,4 +547,133 @@ async fn summary_counts_the_rows_the_encoder_skipped_under_the_drop_policy() {
         "{stderr}"
     );
     assert!(stderr.contains("; 10 skipped, 0 dropped, "), "{stderr}");
+}
+
+// --- streaming: a graceful stop, and an abort -------------------------------------------------
+
+/// Waits until a line of stderr contains `needle`; returns it.
+fn wait_for_line(running: &mut Running, needle: &str) -> String {
+    let deadline = Instant::now() + EXIT_BOUND;
+    loop {
+        if let Some(line) = running.seen.iter().find(|l| l.contains(needle)) {
+            return line.clone();
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match running.lines.recv_timeout(left) {
+            Ok(line) => running.seen.push(line),
+            Err(_) => panic!("no line with {needle:?} in:\n{}", running.seen.join("\n")),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_a_streaming_insert_gracefully_and_every_line_read_lands_once() {
+    const LINES: i64 = 20;
+    let admin = crate::support::PubSubAdmin::connect().await;
+    let (topic, subscription) = admin
+        .topic_with_subscription("clistream", "fifo", false)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("lines.csv");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+
+    let home = tempfile::tempdir().unwrap();
+    let mut command = gcp_sql(home.path());
+    command
+        .arg("-c")
+        .arg("SET datafusion.execution.batch_size = 1")
+        .arg("-c")
+        .arg(format!(
+            "CREATE UNBOUNDED EXTERNAL TABLE lines (id BIGINT, name VARCHAR) STORED AS CSV \
+             LOCATION '{}' OPTIONS ('format.has_header' 'false')",
+            fifo.display()
+        ))
+        .arg("-c")
+        .arg(format!(
+            "CREATE TABLE live (id BIGINT, name VARCHAR) WITH (connector = 'pubsub', \
+             emulator_host = '{}', topic = '{topic}', batch_delay_threshold = '10ms', \
+             flush_interval = '200ms')",
+            admin.host
+        ))
+        .arg("-c")
+        .arg("INSERT INTO live SELECT id, name FROM lines");
+    let mut running = Running::spawn(command);
+    let mut writer = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fifo)
+        .expect("the tool opens the fifo");
+    for id in 1..=LINES {
+        writeln!(writer, "{id},name-{id}").unwrap();
+        writer.flush().unwrap();
+    }
+    // Delivered while the input is still open, and reported at flush points (stderr is a
+    // pipe here, as in a service: one line per flush point, no redrawn bar).
+    let live = admin.pull_all(&subscription, LINES as usize).await;
+    assert_eq!(live.len(), LINES as usize);
+    wait_for_line(&mut running, "flush point");
+    running.signal(libc::SIGTERM);
+    let (status, stderr) = running.wait();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("SIGTERM: stopping"), "{stderr}");
+    assert!(
+        stderr.contains("Stopped on request: every row read was delivered."),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "Sink: {LINES} row(s) acknowledged of {LINES} sent"
+        )),
+        "{stderr}"
+    );
+    drop(writer);
+    let mut ids = crate::support::ids(&live, "id");
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=LINES).collect::<Vec<_>>());
+    // Nothing more was published.
+    assert!(admin.pull_all(&subscription, 0).await.is_empty());
+}
+
+#[test]
+fn a_second_ctrl_c_aborts_a_stop_that_cannot_drain_and_names_what_is_unresolved() {
+    // A "service" that accepts connections and never answers: every send stalls.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = silent.local_addr().unwrap();
+    let held = std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in silent.incoming().take(16).flatten() {
+            open.push(stream);
+        }
+        open
+    });
+    let home = tempfile::tempdir().unwrap();
+    let mut command = gcp_sql(home.path());
+    command
+        .arg("-c")
+        .arg(format!(
+            "CREATE TABLE stalled (id BIGINT) WITH (connector = 'pubsub', \
+             emulator_host = '{address}', topic = 'projects/p/topics/stalled')"
+        ))
+        .arg("-c")
+        .arg("INSERT INTO stalled SELECT value FROM generate_series(1, 5000)");
+    let mut running = Running::spawn(command);
+    // Let the writers start and stall.
+    std::thread::sleep(Duration::from_secs(2));
+    running.signal(libc::SIGINT);
+    wait_for_line(&mut running, "Ctrl-C: stopping");
+    running.signal(libc::SIGINT);
+    let (status, stderr) = running.wait();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("Ctrl-C: aborting"), "{stderr}");
+    assert!(stderr.contains("stop requested (Ctrl-C)"), "{stderr}");
+    assert!(
+        stderr.contains("0 row(s) were acknowledged before the failure"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("admitted row(s) were not delivered"),
+        "{stderr}"
+    );
+    drop(held);
 }
