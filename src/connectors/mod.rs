@@ -21,7 +21,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::SendableRecordBatchStream;
 
 use datafusion::arrow::record_batch::RecordBatch;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 
 use crate::core::run::{FlushPoint, FlushSettings, WriterContext};
 use crate::core::{Envelope, FlowWriter, SinkMetrics, StopKind, Transport};
@@ -184,26 +184,39 @@ where
             t.set_missed_tick_behavior(MissedTickBehavior::Delay);
             t
         });
-        let draining = loop {
-            let tick = async {
-                match ticker.as_mut() {
-                    Some(t) => {
-                        t.tick().await;
+        let mut draining = false;
+        loop {
+            let next = if draining {
+                // Stopping: the rows the input already holds (decoded, or waiting in a
+                // repartition's buffers) are still taken, but nothing is waited for.
+                match ready_next(&mut input).await {
+                    Some(next) => next,
+                    None => break,
+                }
+            } else {
+                let tick = async {
+                    match ticker.as_mut() {
+                        Some(t) => {
+                            t.tick().await;
+                        }
+                        None => std::future::pending::<()>().await,
                     }
-                    None => std::future::pending::<()>().await,
+                };
+                tokio::select! {
+                    biased;
+                    _ = stop.stopped() => {
+                        draining = true;
+                        continue;
+                    }
+                    () = tick => {
+                        flush_point(&mut writer, ctx, &mut points, first_row, started).await?;
+                        since_point = 0;
+                        continue;
+                    }
+                    next = input.next() => next,
                 }
             };
-            let next = tokio::select! {
-                biased;
-                _ = stop.stopped() => break true,
-                () = tick => {
-                    flush_point(&mut writer, ctx, &mut points, first_row, started).await?;
-                    since_point = 0;
-                    continue;
-                }
-                next = input.next() => next,
-            };
-            let Some(batch) = next else { break false };
+            let Some(batch) = next else { break };
             let batch = batch?;
             encode(&batch, first_row, &mut encoded)?;
             // Rows that encoded go to the writer in runs; a rejected row is handed to the
@@ -220,14 +233,14 @@ where
             writer.write_many(&mut run).await?;
             first_row += batch.num_rows() as u64;
             since_point += batch.num_rows() as u64;
-            if flush.rows.is_some_and(|rows| since_point >= rows) {
+            if !draining && flush.rows.is_some_and(|rows| since_point >= rows) {
                 flush_point(&mut writer, ctx, &mut points, first_row, started).await?;
                 since_point = 0;
                 if let Some(t) = ticker.as_mut() {
                     t.reset();
                 }
             }
-        };
+        }
         if draining {
             tracing::info!(
                 writer = ctx.writer + 1,
@@ -286,6 +299,20 @@ where
         acknowledged,
         not_delivered,
     })
+}
+
+/// The input's next item if it is ready now (or after letting other tasks run once): `None`
+/// when the input would have to wait.
+async fn ready_next(
+    input: &mut SendableRecordBatchStream,
+) -> Option<Option<datafusion::error::Result<RecordBatch>>> {
+    for _ in 0..2 {
+        if let Some(next) = input.next().now_or_never() {
+            return Some(next);
+        }
+        tokio::task::yield_now().await;
+    }
+    None
 }
 
 /// One flush point: every open batch sent and every admitted row resolved, idle destinations
@@ -438,5 +465,52 @@ mod tests {
             ),
             "{error:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_takes_the_rows_the_input_holds_ready_and_waits_for_no_more() {
+        let fake = Arc::new(FakeTransport::<u32>::new());
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::UInt32, false)]));
+        let batch = |from: u32| {
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![Arc::new(UInt32Array::from_iter_values(from..from + 10))],
+            )
+            .map_err(datafusion::error::DataFusionError::from)
+        };
+        // Three batches the source already holds, then a source that never yields again.
+        let ready = futures::stream::iter([batch(0), batch(10), batch(20)]);
+        let input: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
+            schema.clone(),
+            ready.chain(futures::stream::pending()),
+        ));
+        let ctx = WriterContext::single();
+        // Stopped before the writer read anything.
+        ctx.stop.stop(StopKind::Drain, "stop requested (test)");
+        let set = ExecutionPlanMetricsSet::new();
+        let writer = FlowWriter::new(fake.clone(), config(), SinkMetrics::new(&set));
+        let delivered = write_stream(
+            writer,
+            input,
+            &ctx,
+            FlushSettings::default(),
+            |batch, first_row, out| {
+                for row in 0..batch.num_rows() as u64 {
+                    out.push(Ok(Envelope {
+                        record: u32::try_from(first_row + row).expect("row index"),
+                        bytes: 10,
+                        destination: Arc::from("d"),
+                        sequence_key: None,
+                    }));
+                }
+                Ok(())
+            },
+        )
+        .await
+        .expect("a drain that delivered everything is Ok");
+        assert_eq!(delivered, 30);
+        let mut sent: Vec<u32> = fake.calls().into_iter().flat_map(|c| c.records).collect();
+        sent.sort_unstable();
+        assert_eq!(sent, (0..30).collect::<Vec<_>>());
     }
 }
