@@ -200,3 +200,160 @@ fn rows_at_last_points(points: &[FlushPoint]) -> u64 {
     }
     last.values().sum()
 }
+
+/// An endless source: a batch of 5 rows every 50 ms, `id` from 1; row `id` names topic
+/// `topics[id % topics.len()]` for its first `spread` rows, then `topics[0]` only.
+#[derive(Debug)]
+struct Spread {
+    schema: arrow::datatypes::SchemaRef,
+    topics: Vec<String>,
+    spread: i64,
+}
+
+impl datafusion::physical_plan::streaming::PartitionStream for Spread {
+    fn schema(&self) -> &arrow::datatypes::SchemaRef {
+        &self.schema
+    }
+
+    fn execute(
+        &self,
+        _ctx: Arc<datafusion::execution::TaskContext>,
+    ) -> datafusion::execution::SendableRecordBatchStream {
+        let schema = self.schema.clone();
+        let topics = self.topics.clone();
+        let spread = self.spread;
+        let stream = futures::stream::unfold(1i64, move |next| {
+            let schema = schema.clone();
+            let topics = topics.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let ids: Vec<i64> = (next..next + 5).collect();
+                let dests: Vec<String> = ids
+                    .iter()
+                    .map(|id| {
+                        if *id <= spread {
+                            topics[(*id as usize) % topics.len()].clone()
+                        } else {
+                            topics[0].clone()
+                        }
+                    })
+                    .collect();
+                let batch = arrow::array::RecordBatch::try_new(
+                    schema,
+                    vec![
+                        Arc::new(arrow::array::Int64Array::from(ids)),
+                        Arc::new(arrow::array::StringArray::from(dests)),
+                    ],
+                )
+                .map_err(datafusion::error::DataFusionError::from);
+                Some((batch, next + 5))
+            }
+        });
+        Box::pin(
+            datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                self.schema.clone(),
+                stream,
+            ),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_row_topic_over_many_topics_releases_the_idle_ones_at_flush_points_while_running() {
+    use arrow::datatypes::{DataType, Field, Schema};
+    use gcp_sql::core::metrics::names;
+
+    const TOPICS: usize = 12;
+    let admin = PubSubAdmin::connect().await;
+    let mut topics = Vec::new();
+    for n in 0..TOPICS {
+        let topic = format!(
+            "projects/evict/topics/{}",
+            crate::support::unique(&format!("t{n}"))
+        );
+        admin.create_topic(&topic).await;
+        topics.push(topic);
+    }
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("dest", DataType::Utf8, false),
+    ]));
+    let control = StatementControl::new();
+    let ctx = gcp_sql::sql::new_context_with_control(&control);
+    ctx.register_table(
+        "spread",
+        Arc::new(
+            datafusion::catalog::streaming::StreamingTable::try_new(
+                schema.clone(),
+                vec![Arc::new(Spread {
+                    schema,
+                    topics: topics.clone(),
+                    // Every topic gets rows for about the first second, then only the first.
+                    spread: 100,
+                })],
+            )
+            .expect("a streaming table")
+            .with_infinite_table(true),
+        ),
+    )
+    .expect("register the source");
+    exec(
+        &ctx,
+        &format!(
+            "CREATE TABLE routed (id BIGINT, dest VARCHAR) WITH (connector = 'pubsub', \
+             emulator_host = '{}', topic_column = 'dest', batch_delay_threshold = '10ms', \
+             flush_interval = '200ms', destination_idle_timeout = '500ms', sink_parallelism = '1')",
+            admin.host
+        ),
+    )
+    .await;
+    let plan = gcp_sql::sql::statement_to_dataframe(
+        &ctx,
+        "INSERT INTO routed SELECT id, dest FROM spread",
+    )
+    .await
+    .expect("plan")
+    .create_physical_plan()
+    .await
+    .expect("physical plan");
+    let running = tokio::spawn(datafusion::physical_plan::collect(
+        plan.clone(),
+        ctx.task_ctx(),
+    ));
+    let metric = |name: &str| -> usize {
+        let mut pending = vec![plan.clone()];
+        let mut total = 0;
+        while let Some(node) = pending.pop() {
+            if let Some(v) = node.metrics().and_then(|m| m.sum_by_name(name)) {
+                total += v.as_usize();
+            }
+            pending.extend(node.children().into_iter().cloned());
+        }
+        total
+    };
+    // The topics that went quiet are released at the flush points, the statement still
+    // running; the one that keeps getting rows stays.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while metric(names::DESTINATIONS_RELEASED) < TOPICS - 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "released {} of {} idle topics",
+            metric(names::DESTINATIONS_RELEASED),
+            TOPICS - 1
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!running.is_finished(), "the statement keeps running");
+    assert!(metric(names::FLUSH_POINTS) >= 2);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        metric(names::DESTINATIONS_RELEASED),
+        TOPICS - 1,
+        "the busy topic is never idle"
+    );
+    control.stop(StopKind::Drain, "done");
+    running
+        .await
+        .expect("joined")
+        .expect("a drained stop succeeds");
+}
