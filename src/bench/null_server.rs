@@ -301,6 +301,44 @@ impl prost::Message for CountedRequest {
     }
 }
 
+/// A response written straight from what the server counted, never decoded: the three answers
+/// implement only this, and [`Answer`] makes each a `prost::Message` for tonic's codec.
+trait WriteOnly: std::fmt::Debug + Send + Sync + 'static {
+    /// Writes the serialized message.
+    fn write(&self, buf: &mut impl BufMut);
+    /// Its serialized length.
+    fn len(&self) -> usize;
+}
+
+/// A [`WriteOnly`] response as a `prost::Message`.
+#[derive(Debug)]
+struct Answer<T>(T);
+
+impl<T: WriteOnly> prost::Message for Answer<T> {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        self.0.write(buf);
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        // Only ever encoded.
+        prost::encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn clear(&mut self) {
+        // Only ever encoded: nothing is merged into an answer, so there is nothing to clear.
+    }
+}
+
 /// A `PublishResponse` with ids `first .. first + count`, written as decimal strings.
 #[derive(Debug)]
 struct NullPublishResponse {
@@ -311,8 +349,8 @@ struct NullPublishResponse {
 /// Field number of `PublishResponse.message_ids`.
 const MESSAGE_IDS_FIELD: u32 = 1;
 
-impl prost::Message for NullPublishResponse {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
+impl WriteOnly for NullPublishResponse {
+    fn write(&self, buf: &mut impl BufMut) {
         let mut text = itoa::Buffer::new();
         for id in self.first..self.first + self.count {
             let id = text.format(id);
@@ -322,26 +360,12 @@ impl prost::Message for NullPublishResponse {
         }
     }
 
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), prost::DecodeError> {
-        prost::encoding::skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
+    fn len(&self) -> usize {
         let mut text = itoa::Buffer::new();
         (self.first..self.first + self.count)
             // Key (1 byte), length (1 byte: an id has at most 20 digits), digits.
             .map(|id| 2 + text.format(id).len())
             .sum()
-    }
-
-    fn clear(&mut self) {
-        self.count = 0;
     }
 }
 
@@ -371,8 +395,8 @@ impl NullMutateRowsResponse {
     }
 }
 
-impl prost::Message for NullMutateRowsResponse {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
+impl WriteOnly for NullMutateRowsResponse {
+    fn write(&self, buf: &mut impl BufMut) {
         for index in 0..self.count {
             prost::encoding::encode_key(MUTATE_ENTRIES_FIELD, WireType::LengthDelimited, buf);
             prost::encoding::encode_varint(Self::entry_len(index) as u64, buf);
@@ -385,25 +409,11 @@ impl prost::Message for NullMutateRowsResponse {
         }
     }
 
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), prost::DecodeError> {
-        prost::encoding::skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
+    fn len(&self) -> usize {
         (0..self.count)
             // Key (1 byte), length (1 byte: an entry is at most 13 bytes), the entry.
             .map(|index| 2 + Self::entry_len(index))
             .sum()
-    }
-
-    fn clear(&mut self) {
-        self.count = 0;
     }
 }
 
@@ -425,8 +435,8 @@ impl NullTask {
     }
 }
 
-impl prost::Message for NullTask {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
+impl WriteOnly for NullTask {
+    fn write(&self, buf: &mut impl BufMut) {
         prost::encoding::encode_key(TASK_NAME_FIELD, WireType::LengthDelimited, buf);
         prost::encoding::encode_varint(self.name_len() as u64, buf);
         buf.put_slice(&self.queue);
@@ -434,49 +444,24 @@ impl prost::Message for NullTask {
         buf.put_slice(itoa::Buffer::new().format(self.id).as_bytes());
     }
 
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: WireType,
-        buf: &mut impl Buf,
-        ctx: DecodeContext,
-    ) -> Result<(), prost::DecodeError> {
-        prost::encoding::skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
+    fn len(&self) -> usize {
         let name = self.name_len();
         1 + prost::encoding::encoded_len_varint(name as u64) + name
     }
-
-    fn clear(&mut self) {
-        self.queue.clear();
-    }
 }
 
-/// What one method of a null service answers: the response type and how a counted request turns
-/// into it. The routing, the counting, the latency and the codec are the same for every method
-/// ([`NullGrpc`]).
-trait NullMethod: Send + Sync + 'static {
-    /// The response message.
-    type Response: prost::Message + Send + 'static;
+/// What one method of a null service answers, built from the counted request. The routing, the
+/// counting, the latency and the codec are the same for every method ([`NullGrpc`]).
+trait NullAnswer: WriteOnly + Sized {
     /// Whether the method is server-streaming (`MutateRows`) rather than unary.
     const STREAMING: bool;
-    /// The response to `request`, whose first record got id `first_id`.
-    fn answer(request: CountedRequest, first_id: u64) -> Self::Response;
+    /// The answer to `request`, whose first record got id `first_id`.
+    fn answer(request: CountedRequest, first_id: u64) -> Self;
 }
 
-/// `Publish`: one id per message.
-struct Publish;
-/// `MutateRows`: an OK status for every entry, on the stream.
-struct MutateRows;
-/// `CreateTask`: the task, named after the queue and a counter.
-struct CreateTask;
-
-impl NullMethod for Publish {
-    type Response = NullPublishResponse;
+impl NullAnswer for NullPublishResponse {
     const STREAMING: bool = false;
-    fn answer(request: CountedRequest, first_id: u64) -> NullPublishResponse {
+    fn answer(request: CountedRequest, first_id: u64) -> Self {
         NullPublishResponse {
             first: first_id,
             count: request.records,
@@ -484,20 +469,18 @@ impl NullMethod for Publish {
     }
 }
 
-impl NullMethod for MutateRows {
-    type Response = NullMutateRowsResponse;
+impl NullAnswer for NullMutateRowsResponse {
     const STREAMING: bool = true;
-    fn answer(request: CountedRequest, _first_id: u64) -> NullMutateRowsResponse {
+    fn answer(request: CountedRequest, _first_id: u64) -> Self {
         NullMutateRowsResponse {
             count: request.records,
         }
     }
 }
 
-impl NullMethod for CreateTask {
-    type Response = NullTask;
+impl NullAnswer for NullTask {
     const STREAMING: bool = false;
-    fn answer(request: CountedRequest, first_id: u64) -> NullTask {
+    fn answer(request: CountedRequest, first_id: u64) -> Self {
         NullTask {
             queue: request.destination,
             id: first_id,
@@ -505,7 +488,7 @@ impl NullMethod for CreateTask {
     }
 }
 
-/// Counts a request and answers it after the configured latency, for the method `M`; the same
+/// Counts a request and answers it with `M` after the configured latency; the same
 /// value serves as tonic's unary and server-streaming handler.
 struct NullCall<M> {
     state: Arc<State>,
@@ -521,16 +504,16 @@ impl<M> Clone for NullCall<M> {
     }
 }
 
-impl<M: NullMethod> NullCall<M> {
+impl<M: NullAnswer> NullCall<M> {
     /// Counts `request` and returns the future of its answer.
     fn respond(
         &self,
         request: tonic::Request<CountedRequest>,
-    ) -> BoxFuture<'static, Result<M::Response, tonic::Status>> {
+    ) -> BoxFuture<'static, Result<Answer<M>, tonic::Status>> {
         let counted = request.into_inner();
         let first_id = self.state.count(&counted);
         let latency = self.state.options.latency;
-        let response = M::answer(counted, first_id);
+        let response = Answer(M::answer(counted, first_id));
         Box::pin(async move {
             if !latency.is_zero() {
                 tokio::time::sleep(latency).await;
@@ -540,9 +523,9 @@ impl<M: NullMethod> NullCall<M> {
     }
 }
 
-impl<M: NullMethod> tonic::server::UnaryService<CountedRequest> for NullCall<M> {
-    type Response = M::Response;
-    type Future = BoxFuture<'static, Result<tonic::Response<M::Response>, tonic::Status>>;
+impl<M: NullAnswer> tonic::server::UnaryService<CountedRequest> for NullCall<M> {
+    type Response = Answer<M>;
+    type Future = BoxFuture<'static, Result<tonic::Response<Self::Response>, tonic::Status>>;
 
     fn call(&mut self, request: tonic::Request<CountedRequest>) -> Self::Future {
         let answer = self.respond(request);
@@ -553,9 +536,9 @@ impl<M: NullMethod> tonic::server::UnaryService<CountedRequest> for NullCall<M> 
 /// The answer of a streaming method: one message on the stream, then its end.
 type OneMessage<T> = futures::stream::Iter<std::option::IntoIter<Result<T, tonic::Status>>>;
 
-impl<M: NullMethod> tonic::server::ServerStreamingService<CountedRequest> for NullCall<M> {
-    type Response = M::Response;
-    type ResponseStream = OneMessage<M::Response>;
+impl<M: NullAnswer> tonic::server::ServerStreamingService<CountedRequest> for NullCall<M> {
+    type Response = Answer<M>;
+    type ResponseStream = OneMessage<Answer<M>>;
     type Future = BoxFuture<'static, Result<tonic::Response<Self::ResponseStream>, tonic::Status>>;
 
     fn call(&mut self, request: tonic::Request<CountedRequest>) -> Self::Future {
@@ -587,18 +570,18 @@ impl<M> Clone for NullGrpc<M> {
     }
 }
 
-/// The gRPC service names, one per method marker (tonic routes on `NamedService::NAME`).
-impl NamedService for NullGrpc<Publish> {
+/// The gRPC service names, one per answer type (tonic routes on `NamedService::NAME`).
+impl NamedService for NullGrpc<NullPublishResponse> {
     const NAME: &'static str = "google.pubsub.v1.Publisher";
 }
-impl NamedService for NullGrpc<MutateRows> {
+impl NamedService for NullGrpc<NullMutateRowsResponse> {
     const NAME: &'static str = "google.bigtable.v2.Bigtable";
 }
-impl NamedService for NullGrpc<CreateTask> {
+impl NamedService for NullGrpc<NullTask> {
     const NAME: &'static str = "google.cloud.tasks.v2.CloudTasks";
 }
 
-impl<M: NullMethod> NullGrpc<M> {
+impl<M: NullAnswer> NullGrpc<M> {
     fn new(state: Arc<State>) -> Self {
         let service = state.options.service;
         NullGrpc {
@@ -612,7 +595,7 @@ impl<M: NullMethod> NullGrpc<M> {
     }
 }
 
-impl<M: NullMethod> Service<http::Request<tonic::body::Body>> for NullGrpc<M> {
+impl<M: NullAnswer> Service<http::Request<tonic::body::Body>> for NullGrpc<M> {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
     type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
@@ -633,7 +616,7 @@ impl<M: NullMethod> Service<http::Request<tonic::body::Body>> for NullGrpc<M> {
         let call = self.call.clone();
         let limit = self.max_request_bytes;
         Box::pin(async move {
-            let codec = tonic_prost::ProstCodec::<M::Response, CountedRequest>::default();
+            let codec = tonic_prost::ProstCodec::<Answer<M>, CountedRequest>::default();
             let mut grpc = tonic::server::Grpc::new(codec).max_decoding_message_size(limit);
             Ok(if M::STREAMING {
                 grpc.server_streaming(call, request).await
@@ -670,13 +653,13 @@ impl NullServer {
         });
         let routes = match options.service {
             NullService::PubSub => {
-                tonic::service::Routes::new(NullGrpc::<Publish>::new(state.clone()))
+                tonic::service::Routes::new(NullGrpc::<NullPublishResponse>::new(state.clone()))
             }
             NullService::Bigtable => {
-                tonic::service::Routes::new(NullGrpc::<MutateRows>::new(state.clone()))
+                tonic::service::Routes::new(NullGrpc::<NullMutateRowsResponse>::new(state.clone()))
             }
             NullService::CloudTasks => {
-                tonic::service::Routes::new(NullGrpc::<CreateTask>::new(state.clone()))
+                tonic::service::Routes::new(NullGrpc::<NullTask>::new(state.clone()))
             }
         };
         let incoming =
@@ -891,10 +874,10 @@ mod tests {
 
     #[test]
     fn response_encodes_as_the_generated_type_with_one_id_per_message() {
-        let response = NullPublishResponse {
+        let response = Answer(NullPublishResponse {
             first: 98,
             count: 4,
-        };
+        });
         let bytes = response.encode_to_vec();
         assert_eq!(bytes.len(), response.encoded_len());
         let decoded =
@@ -947,29 +930,43 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn latency_delays_the_acknowledgement() {
+    /// Starts a `service` server answering after 30 s, runs `call` against it, and checks that
+    /// the request is counted at once but answered only after the latency; returns the answer.
+    async fn answered_after_latency<F, T>(service: NullService, call: impl FnOnce(String) -> F) -> T
+    where
+        F: std::future::Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
         let server = NullServer::start(
             "127.0.0.1:0".parse().unwrap(),
             NullServerOptions {
                 latency: Duration::from_secs(30),
-                ..Default::default()
+                service,
             },
         )
         .await
         .unwrap();
-        let mut client = PublisherClient::connect(format!("http://{}", server.addr()))
-            .await
-            .unwrap();
-        let publish = tokio::spawn(async move { client.publish(request(&[b"x"])).await });
+        let answer = tokio::spawn(call(format!("http://{}", server.addr())));
         // The request arrives and is counted, but is not answered before the latency passes.
         while server.totals().requests == 0 {
             tokio::task::yield_now().await;
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         tokio::time::sleep(Duration::from_secs(29)).await;
-        assert!(!publish.is_finished());
-        let response = publish.await.unwrap().unwrap().into_inner();
+        assert!(!answer.is_finished());
+        answer.await.unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn latency_delays_the_acknowledgement() {
+        let response = answered_after_latency(NullService::PubSub, |url| async move {
+            let mut client = PublisherClient::connect(url).await?;
+            client.publish(request(&[b"x"])).await.map_err(Into::into)
+        })
+        .await
+        .map_err(|e: Box<dyn std::error::Error + Send + Sync>| e.to_string())
+        .unwrap()
+        .into_inner();
         assert_eq!(response.message_ids, vec!["1"]);
     }
 
@@ -1025,7 +1022,7 @@ mod tests {
     #[test]
     fn mutate_rows_response_encodes_as_the_generated_type_with_ok_for_every_entry() {
         for count in [0u64, 1, 3, 200] {
-            let response = NullMutateRowsResponse { count };
+            let response = Answer(NullMutateRowsResponse { count });
             let bytes = response.encode_to_vec();
             assert_eq!(bytes.len(), response.encoded_len(), "{count} entries");
             let decoded = MutateRowsResponse::decode(bytes.as_slice()).unwrap();
@@ -1043,10 +1040,10 @@ mod tests {
 
     #[test]
     fn task_response_encodes_as_the_generated_type_named_after_the_queue() {
-        let response = NullTask {
+        let response = Answer(NullTask {
             queue: b"projects/p/locations/l/queues/q".to_vec(),
             id: 1234,
-        };
+        });
         let bytes = response.encode_to_vec();
         assert_eq!(bytes.len(), response.encoded_len());
         let decoded = Task::decode(bytes.as_slice()).unwrap();
@@ -1152,19 +1149,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn latency_delays_the_mutate_rows_stream() {
-        let server = NullServer::start(
-            "127.0.0.1:0".parse().unwrap(),
-            NullServerOptions {
-                latency: Duration::from_secs(30),
-                service: NullService::Bigtable,
-            },
-        )
-        .await
-        .unwrap();
-        let mut client = BigtableClient::connect(format!("http://{}", server.addr()))
-            .await
-            .unwrap();
-        let call = tokio::spawn(async move {
+        let entries = answered_after_latency(NullService::Bigtable, |url| async move {
+            let mut client = BigtableClient::connect(url).await?;
             let mut stream = client
                 .mutate_rows(mutate_rows_request(2))
                 .await?
@@ -1173,15 +1159,12 @@ mod tests {
             while let Some(response) = stream.message().await? {
                 entries += response.entries.len();
             }
-            Ok::<usize, tonic::Status>(entries)
-        });
-        while server.totals().requests == 0 {
-            tokio::task::yield_now().await;
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        tokio::time::sleep(Duration::from_secs(29)).await;
-        assert!(!call.is_finished());
-        assert_eq!(call.await.unwrap().unwrap(), 2);
+            Ok::<usize, Box<dyn std::error::Error + Send + Sync>>(entries)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .unwrap();
+        assert_eq!(entries, 2);
     }
 
     #[test]
