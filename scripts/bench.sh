@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Runs the Pub/Sub sink benchmarks of docs/benchmarks.md and keeps their output.
+# Runs the sink benchmarks of docs/benchmarks.md and keeps their output.
 #
-#   scripts/bench.sh            # W1 and W1-K against the null server, with the ceiling, and
-#                               # W1's CPU split into stages
+#   scripts/bench.sh            # W1, W1-K, W2 (Bigtable) and W3 (Cloud Tasks) against their null
+#                               # servers, with their ceilings, and W1's CPU split into stages
 #   scripts/bench.sh all        # also the emulator runs and the two memory runs (long)
 #   scripts/bench.sh mem        # the memory bound: 200 B, 2 KB and 1 MB messages at 16 and
 #                               # 64 MiB of max_in_flight_bytes (docs/benchmarks.md#the-memory-bound)
@@ -20,11 +20,11 @@ mkdir -p "$out_dir"
 log="$out_dir/$(date -u +%Y%m%dT%H%M%SZ).log"
 
 if [[ "${BENCH_PROFILE:-release}" == "dev" ]]; then
-  cargo build --example bench_pubsub
-  bin="target/debug/examples/bench_pubsub"
+  cargo build --example bench
+  bin="target/debug/examples/bench"
 else
-  cargo build --release --example bench_pubsub
-  bin="target/release/examples/bench_pubsub"
+  cargo build --release --example bench
+  bin="target/release/examples/bench"
 fi
 
 # The memory bound: messages above the default 1,000-byte request threshold go one per call.
@@ -48,6 +48,8 @@ mem_matrix() {
   "$bin" --workload w1 --target null-and-ceiling
   "$bin" --workload w1 --target stages
   "$bin" --workload w1k --target null
+  "$bin" --workload w2 --target null-and-ceiling
+  "$bin" --workload w3 --target null-and-ceiling
   if [[ "$mode" == "all" ]]; then
     "$bin" --workload w1 --target emulator
     "$bin" --workload w1k --target emulator

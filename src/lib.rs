@@ -5,7 +5,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `cli` | yes | [`cli`], the `gcp-sql` tool (clap, rustyline, indicatif, tracing-subscriber, `gs://` `s3://` `http(s)://` object stores, DataFusion's default features and Avro); implies `testing` |
-//! | `testing` | with `cli` | [`testing`] (fake gRPC servers, a fake transport), the emulator launcher in [`emulators`], and [`bench`] (a null Pub/Sub server) |
+//! | `testing` | with `cli` | [`testing`] (fake gRPC servers, a fake transport), the emulator launcher in [`emulators`], and [`bench`](mod@bench) (null Pub/Sub, Bigtable and Cloud Tasks servers) |
 //!
 //! A DataFusion application that only needs the sinks depends on the crate with
 //! `default-features = false` and calls [`sql::register`]:

@@ -119,10 +119,11 @@ fn pubsub_defaults_follow_the_documented_defaults_and_the_java_sdk() {
         o.destination_idle_timeout(),
         ps::DEFAULT_DESTINATION_IDLE_TIMEOUT
     );
-    // The Java Pub/Sub client's publisher defaults.
+    // The batch thresholds of Google's Rust publisher (google-cloud-pubsub BatchingOptions).
     assert_eq!(o.batch_element_count_threshold(), 100);
-    assert_eq!(o.batch_request_byte_threshold(), 1000);
-    assert_eq!(o.batch_delay_threshold(), MS);
+    assert_eq!(o.batch_request_byte_threshold(), 1_000_000);
+    assert_eq!(o.batch_delay_threshold(), Duration::from_millis(10));
+    // The Java Pub/Sub client's publisher defaults.
     assert_eq!(o.retry_total_timeout(), Duration::from_secs(600));
     assert_eq!(o.retry_initial_delay(), Duration::from_millis(100));
     assert_eq!(o.retry_delay_multiplier(), 4.0);

@@ -1,13 +1,14 @@
-//! Benchmark support: a "null" Pub/Sub server and process resource readings.
+//! Benchmark support: "null" servers for the three services and process resource readings.
 //!
-//! - [`null_server`]: a `google.pubsub.v1.Publisher/Publish` endpoint that acknowledges every
-//!   request at once (or after a fixed latency) and only counts what it receives. It shows the
-//!   client-side ceiling of a pipeline: how fast this process can turn rows into acknowledged
-//!   publishes when the service costs nothing. `gcp-sql serve-null` runs it as its own process.
+//! - [`null_server`]: a `Publish`, `MutateRows` or `CreateTask` endpoint
+//!   ([`null_server::NullService`]) that acknowledges every request at once (or after a fixed
+//!   latency) and only counts what it receives. It shows the client-side ceiling of a pipeline:
+//!   how fast this process can turn rows into acknowledged writes when the service costs
+//!   nothing. `gcp-sql serve-null --service S` runs it as its own process.
 //! - [`ResourceUsage`]: CPU time and peak memory of this process, read from `getrusage` and
 //!   `/proc/self/status`.
 //!
-//! `docs/benchmarks.md` shows how the workloads in `examples/bench_pubsub.rs` use both.
+//! `docs/benchmarks.md` shows how the workloads in `examples/bench.rs` use both.
 
 pub mod null_server;
 

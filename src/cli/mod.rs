@@ -8,7 +8,7 @@
 //!       --emulators        start the local emulators and point the sinks at them
 //!   -q, --quiet            print only results and errors
 //!       --format FORMAT    table (default), csv, json or ndjson
-//! gcp-sql serve-null [--port P] [--latency D]   a null Pub/Sub server (see [`serve_null`])
+//! gcp-sql serve-null [--service S] [--port P] [--latency D]   a null Pub/Sub, Bigtable or Cloud Tasks server (see [`serve_null`])
 //! ```
 //!
 //! Besides SQL, the shell and `-f` / `-c` sources read backslash commands, one per line where a
@@ -138,8 +138,9 @@ pub struct Args {
 /// The subcommands of `gcp-sql`.
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum Command {
-    /// Serve a null Pub/Sub Publish endpoint on a loopback port that acknowledges everything
-    /// and counts what it receives (the client-side ceiling for benchmarks)
+    /// Serve a null Pub/Sub, Bigtable or Cloud Tasks endpoint on a loopback port that
+    /// acknowledges everything and counts what it receives (the client-side ceiling for
+    /// benchmarks)
     ServeNull(serve_null::ServeNullArgs),
 }
 

@@ -1,32 +1,45 @@
-//! `gcp-sql serve-null`: the null Pub/Sub server as its own process.
+//! `gcp-sql serve-null`: a null server for one sink's service as its own process.
 //!
 //! ```text
-//! gcp-sql serve-null [--port P] [--latency D] [--report-interval D]
+//! gcp-sql serve-null [--service pubsub|bigtable|cloud-tasks] [--port P] [--latency D] [--report-interval D]
 //! ```
 //!
-//! It listens on `127.0.0.1:P` (loopback only), acknowledges every `Publish` at once or after
-//! `--latency`, and prints what it receives; see [`crate::bench::null_server`]. Point a table at
-//! it with `emulator_host = '127.0.0.1:P'` to see how fast this machine can produce acknowledged
-//! publishes when the service costs nothing: the client-side ceiling. Ctrl-C (or SIGTERM) stops
-//! it after a final `total:` line.
+//! It listens on `127.0.0.1:P` (loopback only), acknowledges every `Publish` (`pubsub`, the
+//! default), `MutateRows` (`bigtable`) or `CreateTask` (`cloud-tasks`) at once or after
+//! `--latency`, and prints what it receives; see [`crate::bench::null_server`]. Point a table of
+//! that connector at it with `emulator_host = '127.0.0.1:P'` to see how fast this machine can
+//! produce acknowledged writes when the service costs nothing: the client-side ceiling. Ctrl-C
+//! (or SIGTERM) stops it after a final `total:` line.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::bench::null_server::{NullServerOptions, serve_until_signal};
+use crate::bench::null_server::{NullServerOptions, NullService, serve_until_signal};
 
 /// Arguments of `gcp-sql serve-null`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct ServeNullArgs {
+    /// The service to stand in for: pubsub (Publish), bigtable (MutateRows) or cloud-tasks
+    /// (CreateTask)
+    #[arg(long, value_parser = parse_service, default_value = "pubsub")]
+    pub service: NullService,
     /// Loopback port to listen on; 0 picks a free port (printed at start)
     #[arg(long, default_value_t = 0)]
     pub port: u16,
-    /// How long each Publish waits before it is acknowledged, e.g. 50ms (0s: at once)
+    /// How long each request waits before it is answered, e.g. 50ms (0s: at once)
     #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
     pub latency: Duration,
     /// How often to print the rates of the last interval (0s: only the final totals)
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     pub report_interval: Duration,
+}
+
+/// Reads `--service`: one of [`NullService::name`]'s words.
+fn parse_service(word: &str) -> Result<NullService, String> {
+    NullService::from_name(word).ok_or_else(|| {
+        let names: Vec<&str> = NullService::ALL.iter().map(|s| s.name()).collect();
+        format!("expected one of {}", names.join(", "))
+    })
 }
 
 /// Runs the server until SIGINT/SIGTERM; exit code 0, or 1 when it cannot start (port taken).
@@ -43,6 +56,7 @@ pub fn run(args: &ServeNullArgs) -> ExitCode {
     };
     let options = NullServerOptions {
         latency: args.latency,
+        service: args.service,
     };
     let report = Some(args.report_interval).filter(|d| !d.is_zero());
     match runtime.block_on(serve_until_signal(args.port, options, report)) {
@@ -71,6 +85,7 @@ mod tests {
         assert_eq!(
             args.command,
             Some(Command::ServeNull(ServeNullArgs {
+                service: NullService::PubSub,
                 port: 9000,
                 latency: Duration::from_millis(50),
                 report_interval: Duration::from_secs(1),
@@ -83,7 +98,31 @@ mod tests {
         let Some(Command::ServeNull(args)) = parse(&["serve-null"]).unwrap().command else {
             panic!("serve-null not parsed");
         };
-        assert_eq!((args.port, args.latency), (0, Duration::ZERO));
+        assert_eq!(
+            (args.port, args.latency, args.service),
+            (0, Duration::ZERO, NullService::PubSub)
+        );
+    }
+
+    #[test]
+    fn serve_null_takes_each_service_by_name() {
+        for service in NullService::ALL {
+            let Some(Command::ServeNull(args)) =
+                parse(&["serve-null", "--service", service.name()])
+                    .unwrap()
+                    .command
+            else {
+                panic!("serve-null not parsed");
+            };
+            assert_eq!(args.service, service);
+        }
+    }
+
+    #[test]
+    fn serve_null_rejects_an_unknown_service_naming_the_choices() {
+        let err = parse(&["serve-null", "--service", "spanner"]).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("pubsub, bigtable, cloud-tasks"), "{text}");
     }
 
     #[test]

@@ -72,12 +72,15 @@ pub const DEFAULT_DESTINATION_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 
 /// Default of `max_consecutive_rejections`.
 pub const DEFAULT_MAX_CONSECUTIVE_REJECTIONS: i32 = common::DEFAULT_MAX_CONSECUTIVE_REJECTIONS;
 
-/// Java publisher default batch size in messages (the Java Pub/Sub client's publisher defaults).
-pub const SDK_BATCH_ELEMENT_COUNT_THRESHOLD: i64 = 100;
-/// Java publisher default batch size in bytes (the Java Pub/Sub client's publisher defaults).
-pub const SDK_BATCH_REQUEST_BYTE_THRESHOLD: i64 = 1000;
-/// Java publisher default batch delay (the Java Pub/Sub client's publisher defaults).
-pub const SDK_BATCH_DELAY_THRESHOLD: Duration = Duration::from_millis(1);
+/// Default batch size in messages: that of Google's Rust publisher (`google-cloud-pubsub`,
+/// `BatchingOptions::default`), which the Java client's publisher shares (ADR 0024).
+pub const DEFAULT_BATCH_ELEMENT_COUNT_THRESHOLD: i64 = 100;
+/// Default batch size in bytes: 1,000,000, that of Google's Rust publisher (`google-cloud-pubsub`,
+/// `BatchingOptions::default`) and the Python client's, not the Java client's 1,000 (ADR 0024).
+pub const DEFAULT_BATCH_REQUEST_BYTE_THRESHOLD: i64 = 1_000_000;
+/// Default batch delay: 10 ms, that of Google's Rust publisher (`google-cloud-pubsub`,
+/// `BatchingOptions::default`) and the Python client's, not the Java client's 1 ms (ADR 0024).
+pub const DEFAULT_BATCH_DELAY_THRESHOLD: Duration = Duration::from_millis(10);
 /// Java publisher default total retry timeout (the Java Pub/Sub client's publisher defaults).
 pub const SDK_RETRY_TOTAL_TIMEOUT: Duration = Duration::from_secs(600);
 /// Java publisher default initial retry delay (the Java Pub/Sub client's publisher defaults).
@@ -217,29 +220,29 @@ writer_options! {
         /// Messages per publish request before it is sent.
         batch_element_count_threshold: i64 => BATCH_ELEMENT_COUNT_THRESHOLD {
             kind: OptionKind::Int,
-            default: DefaultValue::JavaSdk(&DefaultValue::Int(SDK_BATCH_ELEMENT_COUNT_THRESHOLD)),
+            default: DefaultValue::Int(DEFAULT_BATCH_ELEMENT_COUNT_THRESHOLD),
             bound: Bound::Positive,
             cross_rule: "",
             example: "500",
-            description: "Messages gathered into one publish request before it is sent. A request never exceeds the service's own limits (1,000 messages, 10 MB).",
+            description: "Messages gathered into one publish request before it is sent. The default is that of Google's Rust publisher (`google-cloud-pubsub`). A request never exceeds the service's own limits (1,000 messages, 10 MB).",
         };
         /// Bytes per publish request before it is sent.
         batch_request_byte_threshold: i64 => BATCH_REQUEST_BYTE_THRESHOLD {
             kind: OptionKind::Int,
-            default: DefaultValue::JavaSdk(&DefaultValue::Int(SDK_BATCH_REQUEST_BYTE_THRESHOLD)),
+            default: DefaultValue::Int(DEFAULT_BATCH_REQUEST_BYTE_THRESHOLD),
             bound: Bound::Positive,
             cross_rule: "",
             example: "1048576",
-            description: "Bytes gathered into one publish request before it is sent.",
+            description: "Bytes gathered into one publish request before it is sent. The default is that of Google's Rust publisher (`google-cloud-pubsub`), not the Java client's 1,000, which closes a request after about five 200-byte messages. A request never exceeds the service's limit of 10 MB.",
         };
         /// How long a batch waits to fill.
         batch_delay_threshold: Duration => BATCH_DELAY_THRESHOLD {
             kind: OptionKind::Duration,
-            default: DefaultValue::JavaSdk(&DefaultValue::Duration(SDK_BATCH_DELAY_THRESHOLD)),
+            default: DefaultValue::Duration(DEFAULT_BATCH_DELAY_THRESHOLD),
             bound: Bound::PositiveDuration,
             cross_rule: "",
             example: "10ms",
-            description: "How long the first message of a batch waits for the batch to fill before the request is sent anyway.",
+            description: "How long the first message of a batch waits for the batch to fill before the request is sent anyway. The default is that of Google's Rust publisher (`google-cloud-pubsub`), not the Java client's 1ms.",
         };
         /// Total budget of one publish and its retries (zero: bounded by attempts only).
         retry_total_timeout: Duration => RETRY_TOTAL_TIMEOUT {
