@@ -435,16 +435,10 @@ impl ExecutionPlan for SinkWriterExec {
 
     fn replace_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
         _options: ReplaceChildrenOptions,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return Err(DataFusionError::Internal(format!(
-                "SinkWriterExec has one input, got {}",
-                children.len()
-            )));
-        }
-        let input = children.remove(0);
+        let input = only_child("SinkWriterExec", children)?;
         Ok(Arc::new(Self::with_ordering(
             self.table.clone(),
             self.sink.clone(),
@@ -550,6 +544,20 @@ impl ExecutionPlan for SinkWriterExec {
     }
 }
 
+/// The one input of a node with one, or an internal error naming `node`.
+fn only_child(
+    node: &str,
+    mut children: Vec<Arc<dyn ExecutionPlan>>,
+) -> DFResult<Arc<dyn ExecutionPlan>> {
+    match (children.pop(), children.is_empty()) {
+        (Some(input), true) => Ok(input),
+        (popped, _) => Err(DataFusionError::Internal(format!(
+            "{node} has one input, got {}",
+            children.len() + usize::from(popped.is_some())
+        ))),
+    }
+}
+
 /// Adds up the per-writer counts of a [`SinkWriterExec`] into the statement's one `count` row.
 #[derive(Debug)]
 pub struct SinkCountExec {
@@ -602,16 +610,11 @@ impl ExecutionPlan for SinkCountExec {
 
     fn replace_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
         _options: ReplaceChildrenOptions,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return Err(DataFusionError::Internal(format!(
-                "SinkCountExec has one input, got {}",
-                children.len()
-            )));
-        }
-        Ok(Arc::new(Self::new(children.remove(0))))
+        let input = only_child("SinkCountExec", children)?;
+        Ok(Arc::new(Self::new(input)))
     }
 
     fn with_new_children(
