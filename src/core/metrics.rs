@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use datafusion::common::format::MetricType;
 use datafusion::physical_plan::metrics::{
     Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder, MetricValue, Time,
 };
@@ -56,8 +57,9 @@ pub mod names {
     pub const RECORDS_DEDUPLICATED: &str = "records_deduplicated";
     /// Send RPC attempts.
     pub const SEND_RPCS: &str = "send_rpcs";
-    /// Sum of the send RPC latencies.
-    pub const SEND_TIME: &str = "send_time";
+    /// The send RPC latencies added up. RPCs run concurrently, so this exceeds the
+    /// statement's elapsed time on a busy writer (its name says it is a sum).
+    pub const SEND_TIME: &str = "rpc_latency_sum";
     /// Per-destination records sent, labelled `destination=<name>` (only when asked for).
     pub const RECORDS_SENT_BY_DESTINATION: &str = "records_sent_by_destination";
     /// Per-destination send errors, labelled `destination=<name>` (only when asked for).
@@ -86,7 +88,7 @@ pub struct SinkMetrics {
     partition: Option<usize>,
     records_sent: Count,
     records_acked: Count,
-    bytes_sent: Count,
+    bytes_sent: Gauge,
     send_errors: Count,
     retries: Count,
     records_rejected: Count,
@@ -186,10 +188,45 @@ impl SinkMetrics {
                 None => b,
             }
         };
-        let counter = |name: &'static str| builder().global_counter(name);
-        let gauge = |name: &'static str| builder().global_gauge(name);
+        // The metrics `SET datafusion.explain.analyze_level = 'summary'` keeps: what was
+        // delivered, what went wrong, and how many writers; the rest are `dev` (the default
+        // level shows both).
+        let summary = |name: &str| {
+            matches!(
+                name,
+                names::RECORDS_SENT
+                    | names::RECORDS_ACKED
+                    | names::BYTES_SENT
+                    | names::SEND_ERRORS
+                    | names::RETRIES
+                    | names::RECORDS_DROPPED
+                    | names::RECORDS_SKIPPED
+                    | names::SEND_RPCS
+                    | names::SEND_TIME
+            )
+        };
+        let typed = move |name: &'static str| {
+            let b = builder();
+            if summary(name) {
+                b.with_type(MetricType::Summary)
+            } else {
+                b
+            }
+        };
+        let counter = |name: &'static str| typed(name).global_counter(name);
+        let gauge = |name: &'static str| typed(name).global_gauge(name);
+        // Byte metrics shown as sizes (`4.3 MB`) rather than counts (`4.49 M`): DataFusion's
+        // named gauge in bytes, summed over partitions and read by name like the others.
+        let bytes = |name: &'static str| {
+            let gauge = Gauge::new();
+            typed(name).build(MetricValue::PeakMemoryUsage {
+                name: name.into(),
+                gauge: gauge.clone(),
+            });
+            gauge
+        };
         let send_time = Time::new();
-        builder().build(MetricValue::Time {
+        typed(names::SEND_TIME).build(MetricValue::Time {
             name: names::SEND_TIME.into(),
             time: send_time.clone(),
         });
@@ -198,16 +235,16 @@ impl SinkMetrics {
             partition,
             records_sent: counter(names::RECORDS_SENT),
             records_acked: counter(names::RECORDS_ACKED),
-            bytes_sent: counter(names::BYTES_SENT),
+            bytes_sent: bytes(names::BYTES_SENT),
             send_errors: counter(names::SEND_ERRORS),
             retries: counter(names::RETRIES),
             records_rejected: counter(names::RECORDS_REJECTED),
             records_dropped: counter(names::RECORDS_DROPPED),
             records_skipped: counter(names::RECORDS_SKIPPED),
             in_flight_records: gauge(names::IN_FLIGHT_RECORDS),
-            in_flight_bytes: gauge(names::IN_FLIGHT_BYTES),
+            in_flight_bytes: bytes(names::IN_FLIGHT_BYTES),
             in_flight_records_high_water: gauge(names::IN_FLIGHT_RECORDS_HIGH_WATER),
-            in_flight_bytes_high_water: gauge(names::IN_FLIGHT_BYTES_HIGH_WATER),
+            in_flight_bytes_high_water: bytes(names::IN_FLIGHT_BYTES_HIGH_WATER),
             parked_for_retry: gauge(names::PARKED_FOR_RETRY),
             resources_created: counter(names::RESOURCES_CREATED),
             destinations_released: counter(names::DESTINATIONS_RELEASED),

@@ -820,6 +820,17 @@ mod tests {
                 .map(|v| v.as_usize()),
             Some(4000)
         );
+        // As EXPLAIN ANALYZE shows them: summed over the writers, bytes as sizes, the
+        // summed RPC latency named as a sum.
+        let shown = datafusion::physical_plan::display::DisplayableExecutionPlan::with_metrics(
+            writers.as_ref(),
+        )
+        .one_line()
+        .to_string();
+        assert!(shown.contains("records_acked=4.00 K"), "{shown}");
+        assert!(shown.contains("bytes_sent=39.1 KB"), "{shown}");
+        assert!(shown.contains("rpc_latency_sum="), "{shown}");
+        assert!(shown.contains("writers=4"), "{shown}");
     }
 
     #[tokio::test]
