@@ -384,6 +384,23 @@ mod tests {
         }
     }
 
+    /// Encodes each row as its index in the writer's input, to destination `d`.
+    fn encode_indices(
+        batch: &RecordBatch,
+        first_row: u64,
+        out: &mut Vec<Result<Envelope<u32>>>,
+    ) -> Result<()> {
+        for row in 0..batch.num_rows() as u64 {
+            out.push(Ok(Envelope {
+                record: u32::try_from(first_row + row).expect("row index"),
+                bytes: 10,
+                destination: Arc::from("d"),
+                sequence_key: None,
+            }));
+        }
+        Ok(())
+    }
+
     /// One batch of `rows` rows, each encoded as its own index.
     async fn run_statement(fake: Arc<FakeTransport<u32>>, rows: u32) -> Result<u64> {
         let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::UInt32, false)]));
@@ -403,17 +420,7 @@ mod tests {
             input,
             &WriterContext::single(),
             FlushSettings::default(),
-            |batch, first_row, out| {
-                for row in 0..batch.num_rows() as u64 {
-                    out.push(Ok(Envelope {
-                        record: u32::try_from(first_row + row).expect("row index"),
-                        bytes: 10,
-                        destination: Arc::from("d"),
-                        sequence_key: None,
-                    }));
-                }
-                Ok(())
-            },
+            encode_indices,
         )
         .await
     }
@@ -494,17 +501,7 @@ mod tests {
             input,
             &ctx,
             FlushSettings::default(),
-            |batch, first_row, out| {
-                for row in 0..batch.num_rows() as u64 {
-                    out.push(Ok(Envelope {
-                        record: u32::try_from(first_row + row).expect("row index"),
-                        bytes: 10,
-                        destination: Arc::from("d"),
-                        sequence_key: None,
-                    }));
-                }
-                Ok(())
-            },
+            encode_indices,
         )
         .await
         .expect("a drain that delivered everything is Ok");

@@ -806,16 +806,7 @@ async fn the_last_row_of_a_key_in_order_by_wins_at_eight_partitions() {
            value / {KEYS} AS version \
          FROM generate_series(0, {KEYS} * {VERSIONS} - 1) ORDER BY version"
     );
-    let explained = ctx
-        .sql(&format!("EXPLAIN {sql}"))
-        .await
-        .expect("explain")
-        .collect()
-        .await
-        .expect("explain rows");
-    let plan = datafusion::arrow::util::pretty::pretty_format_batches(&explained)
-        .expect("format")
-        .to_string();
+    let plan = crate::support::explain(&ctx, &sql).await;
     assert!(
         plan.contains(
             "SinkWriterExec: connector=bigtable table=lastwins writers=8 routing=hash(id)"

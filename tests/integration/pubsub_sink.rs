@@ -986,7 +986,7 @@ async fn eight_writers_keep_each_ordering_keys_order_from_order_by() {
            concat('key-', CAST(value % {KEYS} AS VARCHAR)) AS ordering_key \
          FROM generate_series(1, {ROWS}) ORDER BY id DESC"
     );
-    let plan = explain(&ctx, &sql).await;
+    let plan = crate::support::explain(&ctx, &sql).await;
     assert!(
         plan.contains("SinkWriterExec: connector=pubsub table=partitioned writers=8 routing=hash(ordering_key)"),
         "{plan}"
@@ -1061,18 +1061,4 @@ async fn a_failed_writer_reports_the_rows_every_writer_delivered() {
     let messages = admin.pull_all(&subscription, acknowledged).await;
     assert_eq!(messages.len(), acknowledged, "{error}");
     assert_eq!(done.metric(names::RECORDS_ACKED), acknowledged, "{error}");
-}
-
-/// The text of `EXPLAIN` of `sql`.
-async fn explain(ctx: &datafusion::prelude::SessionContext, sql: &str) -> String {
-    let batches = ctx
-        .sql(&format!("EXPLAIN {sql}"))
-        .await
-        .expect("explain")
-        .collect()
-        .await
-        .expect("explain rows");
-    datafusion::arrow::util::pretty::pretty_format_batches(&batches)
-        .expect("format")
-        .to_string()
 }

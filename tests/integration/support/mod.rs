@@ -125,6 +125,20 @@ impl Insert {
     }
 }
 
+/// The text of `EXPLAIN` of `sql`.
+pub async fn explain(ctx: &SessionContext, sql: &str) -> String {
+    let batches = ctx
+        .sql(&format!("EXPLAIN {sql}"))
+        .await
+        .expect("explain")
+        .collect()
+        .await
+        .expect("explain rows");
+    arrow::util::pretty::pretty_format_batches(&batches)
+        .expect("format")
+        .to_string()
+}
+
 /// Plans and runs one `INSERT` (either SQL surface), keeping the physical plan so that the
 /// sink's metrics can be read afterwards, whether the statement succeeded or failed.
 pub async fn insert(ctx: &SessionContext, sql: &str) -> Insert {
