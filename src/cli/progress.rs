@@ -1,8 +1,8 @@
 //! Live progress of a running statement and the summary printed after an `INSERT` into a sink.
 //!
 //! Both read the sink counters by their registered names ([`crate::core::metrics::names`]) from
-//! the metrics of every node of the physical plan, so they work for every connector alike (a
-//! `DataSinkExec` reports its sink's metrics).
+//! the metrics of every node of the physical plan, so they work for every connector alike (the
+//! `SinkWriterExec` reports its writers' metrics, added up over them).
 
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
