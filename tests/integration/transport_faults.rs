@@ -181,11 +181,14 @@ fn assert_every_id_at_least_once(ids: &[i64], rows: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pubsub_insert_survives_resets_every_400ms() {
     const ROWS: usize = 40_000;
+    // Small requests on one writer, so that the INSERT spans several resets however fast the
+    // machine is (at 100 messages a request and two writers it could end before the first).
     let (admin, subscription, proxy, ctx) = pubsub_setup(
         "resets",
         &[
-            ("batch_element_count_threshold", "100"),
+            ("batch_element_count_threshold", "25"),
             ("max_in_flight_messages", "200"),
+            ("sink_parallelism", "1"),
         ],
     )
     .await;
