@@ -4,17 +4,17 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use crate::support::{output as run, text, tool as gcp_sql};
 
 use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::parquet::arrow::ArrowWriter;
 use gcp_sql::emulators::EmulatorKind;
-
-const BIN: &str = env!("CARGO_BIN_EXE_gcp-sql");
 
 /// Bound on waiting for the tool to report its emulators (a JVM start on a loaded machine);
 /// only reached when something is broken.
@@ -22,28 +22,6 @@ const EMULATOR_START_BOUND: Duration = Duration::from_secs(180);
 
 /// Bound on waiting for the tool to exit after it was told to.
 const EXIT_BOUND: Duration = Duration::from_secs(30);
-
-/// A command for the tool, run from the repository root with a private `HOME` (the shell's
-/// history goes there) and no emulator variables inherited from the caller.
-fn gcp_sql(home: &Path) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("HOME", home)
-        .env_remove("PUBSUB_EMULATOR_HOST")
-        .env_remove("BIGTABLE_EMULATOR_HOST")
-        .env_remove("CLOUD_TASKS_EMULATOR_HOST")
-        .stdin(Stdio::null());
-    command
-}
-
-fn run(command: &mut Command) -> Output {
-    command.output().expect("the gcp-sql binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 fn test_data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -8,8 +8,10 @@
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::sync::Arc;
+
+use crate::support::{output as run, text, tool as gcp_sql};
 
 use datafusion::arrow::array::{Array, Int64Array, StringArray};
 use datafusion::arrow::csv::ReaderBuilder;
@@ -17,8 +19,6 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use gcp_sql::connectors::ConnectorKind;
 use gcp_sql::connectors::catalog::options_for;
 use gcp_sql::emulators::{EmulatorKind, shared};
-
-const BIN: &str = env!("CARGO_BIN_EXE_gcp-sql");
 
 const PUBSUB: &str = "CREATE TABLE clicks (user_id BIGINT NOT NULL, url VARCHAR) WITH (connector = 'pubsub', \
      topic = 'projects/demo/topics/clicks', batch_element_count_threshold = 500)";
@@ -31,29 +31,6 @@ const CLOUD_TASKS: &str = "CREATE TABLE jobs (body VARCHAR) WITH (connector = 'c
 const BIGTABLE: &str = "CREATE EXTERNAL TABLE events (user_id BIGINT, url VARCHAR) STORED AS BIGTABLE \
      LOCATION 'projects/demo/instances/main/tables/events' \
      OPTIONS ('row_key' 'user_id', 'column_family' 'c', 'max_in_flight_entries' '2000')";
-
-/// A command for the tool with a private `HOME` and no emulator variables of the caller.
-fn gcp_sql(home: &Path) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("HOME", home)
-        .env_remove("PUBSUB_EMULATOR_HOST")
-        .env_remove("BIGTABLE_EMULATOR_HOST")
-        .env_remove("CLOUD_TASKS_EMULATOR_HOST")
-        .env_remove("NO_COLOR")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null());
-    command
-}
-
-fn run(command: &mut Command) -> Output {
-    command.output().expect("the gcp-sql binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// Runs `-q --format csv` with one `-c` per item and returns stdout, asserting success.
 fn csv_run(items: &[&str]) -> String {

@@ -13,8 +13,6 @@ use serde_json::Value;
 
 use crate::support::{require_emulators, unique};
 
-const BIN: &str = env!("CARGO_BIN_EXE_gcp-sql");
-
 /// Bound on one run of the tool, emulator start-up included (a JVM start on a loaded machine);
 /// only reached when something is broken.
 const RUN_BOUND: Duration = Duration::from_secs(300);
@@ -26,20 +24,10 @@ struct Run {
     stderr: String,
 }
 
-/// A command for the tool, run from the repository root with a private `HOME` and no emulator
-/// variable inherited from the caller.
+/// The tool's command (see [`crate::support::tool`]) with its output captured.
 fn gcp_sql(home: &Path) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("HOME", home)
-        .env_remove("PUBSUB_EMULATOR_HOST")
-        .env_remove("BIGTABLE_EMULATOR_HOST")
-        .env_remove("CLOUD_TASKS_EMULATOR_HOST")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut command = crate::support::tool(home);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
     command
 }
 

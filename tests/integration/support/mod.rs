@@ -380,3 +380,37 @@ pub fn multiplicities<T: std::hash::Hash + Eq + Clone>(values: &[T]) -> HashMap<
     }
     out
 }
+
+/// The `gcp-sql` binary this test build made.
+#[cfg(feature = "cli")]
+pub const TOOL: &str = env!("CARGO_BIN_EXE_gcp-sql");
+
+/// A command for the tool, run from the repository root with a private `HOME` (the shell's
+/// history goes there), no emulator variable, `NO_COLOR` or `RUST_LOG` inherited from the
+/// caller, and no input.
+#[cfg(feature = "cli")]
+pub fn tool(home: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(TOOL);
+    command
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("HOME", home)
+        .env_remove("PUBSUB_EMULATOR_HOST")
+        .env_remove("BIGTABLE_EMULATOR_HOST")
+        .env_remove("CLOUD_TASKS_EMULATOR_HOST")
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null());
+    command
+}
+
+/// Runs `command` to its end.
+#[cfg(feature = "cli")]
+pub fn output(command: &mut std::process::Command) -> std::process::Output {
+    command.output().expect("the gcp-sql binary runs")
+}
+
+/// Output bytes as text.
+#[cfg(feature = "cli")]
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
