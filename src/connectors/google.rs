@@ -847,6 +847,77 @@ mod tests {
         );
     }
 
+    /// Runs `openssl` with `args`, failing the test with its stderr when it does not succeed.
+    fn openssl(args: &[&str]) -> Vec<u8> {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("the openssl command (it makes a throwaway RSA key for this test)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// Without aws-lc-rs in the build, a service-account key is signed by the ring provider
+    /// `install_crypto_provider` installs: the credentials make a self-signed JWT whose
+    /// RS256 signature verifies against the key's public half.
+    #[tokio::test]
+    async fn a_service_account_key_signs_its_token_with_the_installed_provider() {
+        use base64::Engine as _;
+        use base64::prelude::BASE64_URL_SAFE_NO_PAD;
+        use gcloud_sdk::google_cloud_auth::credentials::CacheableResource;
+
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("key.pem");
+        let key_path = key.to_str().unwrap();
+        openssl(&[
+            "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", key_path,
+        ]);
+        let public = openssl(&["rsa", "-in", key_path, "-RSAPublicKey_out", "-outform", "DER"]);
+        let file = dir.path().join("service-account.json");
+        let json = serde_json::json!({
+            "type": "service_account",
+            "project_id": "test-project",
+            "private_key_id": "test-key-id",
+            "private_key": std::fs::read_to_string(&key).unwrap(),
+            "client_email": "sink@test-project.iam.gserviceaccount.com",
+            "client_id": "1",
+            "token_uri": "https://oauth2.googleapis.com/token",
+        });
+        std::fs::write(&file, json.to_string()).unwrap();
+
+        crate::connectors::install_crypto_provider();
+        let credentials = credentials_from_file(&file).unwrap();
+        let headers = match credentials.headers(http::Extensions::new()).await.unwrap() {
+            CacheableResource::New { data, .. } => data,
+            CacheableResource::NotModified => panic!("fresh credentials had no headers"),
+        };
+        let bearer = headers
+            .get(http::header::AUTHORIZATION)
+            .expect("an Authorization header")
+            .to_str()
+            .unwrap();
+        let jwt = bearer.strip_prefix("Bearer ").expect("a bearer token");
+        let (signed, signature) = jwt.rsplit_once('.').expect("a signed JWT");
+        let claims = signed.split('.').nth(1).unwrap();
+        let claims: serde_json::Value =
+            serde_json::from_slice(&BASE64_URL_SAFE_NO_PAD.decode(claims).unwrap()).unwrap();
+        assert_eq!(claims["scope"], CLOUD_PLATFORM_SCOPE, "{claims}");
+        assert_eq!(claims["iss"], "sink@test-project.iam.gserviceaccount.com");
+        ring::signature::UnparsedPublicKey::new(
+            &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+            public,
+        )
+        .verify(
+            signed.as_bytes(),
+            &BASE64_URL_SAFE_NO_PAD.decode(signature).unwrap(),
+        )
+        .expect("the token's signature verifies against the service account's public key");
+    }
+
     #[test]
     fn refuses_a_credentials_file_without_a_type() {
         let dir = tempfile::tempdir().unwrap();
