@@ -22,6 +22,7 @@ mod breaker;
 pub mod metrics;
 mod pool;
 mod progress;
+pub mod rate;
 pub mod retry;
 pub mod run;
 mod stop;
@@ -190,6 +191,9 @@ pub struct FlowConfig {
     /// Concurrent send RPCs the writer may have outstanding (across destinations); the byte cap
     /// lowers it further (see [`FlowConfig::concurrent_send_cap`]).
     pub max_concurrent_sends: usize,
+    /// Records the writer admits per second at most ([`rate::RateLimiter`]); `None`: no rate
+    /// limit. Retries do not count.
+    pub max_records_per_second: Option<f64>,
 }
 
 /// The share of `max_in_flight_bytes` that one outstanding send RPC stands for: the writer keeps

@@ -39,6 +39,7 @@
 //! | status | class |
 //! |---|---|
 //! | `DEADLINE_EXCEEDED`, `UNAVAILABLE`, `ABORTED` (call or entry) | [`Class::Retryable`] (the Java client retries the first two per entry, the Go client adds `ABORTED`) |
+//! | `RESOURCE_EXHAUSTED` (call or entry) | [`Class::Retryable`]: a throttled cluster or a full mutation queue slows the statement down under the retry budget rather than failing it (ADR 0028; the official clients do not retry it, see `docs/service_facts.md`) |
 //! | `NOT_FOUND` (call: the table is missing; entry: a column family is missing) | [`Class::NotFound`]: auto-creation when `auto_create_table`, else fatal |
 //! | `INVALID_ARGUMENT` | [`Class::Rejected`] (isolation pass, then the failure policy) |
 //! | `INTERNAL` on an entry whose message names an unknown column family | [`Class::NotFound`] (how the emulator reports a missing family) |
@@ -481,7 +482,10 @@ pub fn classify_mutate_rows_status(status: &tonic::Status) -> Class {
     let entry = is_entry_status(status);
     match status.code() {
         Code::Ok => Class::Ok,
-        Code::DeadlineExceeded | Code::Unavailable | Code::Aborted => Class::Retryable,
+        // RESOURCE_EXHAUSTED is overload, not a bad request: retried with backoff (ADR 0028).
+        Code::DeadlineExceeded | Code::Unavailable | Code::Aborted | Code::ResourceExhausted => {
+            Class::Retryable
+        }
         Code::NotFound => Class::NotFound,
         Code::InvalidArgument => Class::Rejected,
         Code::Internal if entry && names_unknown_family(status.message()) => Class::NotFound,
@@ -776,9 +780,15 @@ mod tests {
             classify_mutate_rows_status(&call(Code::PermissionDenied)),
             Class::Fatal
         );
+        // Throttling is not failure (issue 14, ADR 0028): it was fatal before, and failed a
+        // statement a throttled cluster would have taken slower.
         assert_eq!(
             classify_mutate_rows_status(&call(Code::ResourceExhausted)),
-            Class::Fatal
+            Class::Retryable
+        );
+        assert_eq!(
+            classify_mutate_rows_status(&entry(Code::ResourceExhausted, "queue full")),
+            Class::Retryable
         );
     }
 

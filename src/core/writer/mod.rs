@@ -41,6 +41,7 @@ use super::breaker::Breaker;
 use super::metrics::SinkMetrics;
 use super::pool::{self, Pool};
 use super::progress::Progress;
+use super::rate::RateLimiter;
 use super::{Destination, Envelope, FailurePolicy, FlowConfig, Transport};
 use crate::error::{Error, Result};
 
@@ -71,6 +72,8 @@ struct Shared<T: Transport> {
     progress: Arc<Progress>,
     gate: Arc<Gate>,
     breaker: Breaker,
+    /// The admission rate limit (`FlowConfig::max_records_per_second`).
+    rate: Option<RateLimiter>,
     sends: Semaphore,
     pool: Mutex<Pool<T::Client, T::Record>>,
     failure: Mutex<Failure>,
@@ -142,6 +145,7 @@ impl<T: Transport> FlowWriter<T> {
         );
         let shared = Shared {
             breaker: Breaker::new(config.max_consecutive_rejections, config.breaker_option),
+            rate: config.max_records_per_second.map(RateLimiter::new),
             sends: Semaphore::new(config.concurrent_send_cap().min(Semaphore::MAX_PERMITS)),
             transport,
             metrics,
@@ -181,12 +185,22 @@ impl<T: Transport> FlowWriter<T> {
         while let Some(first) = rest.as_slice().first() {
             shared.check()?;
             let destination = first.destination.clone();
-            let run = rest
+            let same = rest
                 .as_slice()
                 .iter()
                 .take_while(|e| same_destination(&e.destination, &destination))
-                .map(|e| e.bytes);
+                .count();
+            // Under a rate limit the run is cut to the tokens there are (waiting for one).
+            let allowed = match &shared.rate {
+                Some(rate) => rate.take(same, || shared.check()).await?,
+                None => same,
+            };
+            let run = rest.as_slice()[..allowed].iter().map(|e| e.bytes);
             let permits = shared.gate.try_admit_many(run);
+            if let Some(rate) = &shared.rate {
+                // Tokens of records the gate did not admit now (one waits below if none was).
+                rate.give_back(allowed - permits.len().max(1));
+            }
             let items: Vec<Item<T::Record>> = if permits.is_empty() {
                 // The gate is full: this record waits (sending what is open first).
                 let Some(envelope) = rest.next() else { break };

@@ -257,6 +257,7 @@ mod tests {
             not_found: None,
             failure_policy: FailurePolicy::Fail,
             max_concurrent_sends,
+            max_records_per_second: None,
         }
     }
 

@@ -50,6 +50,7 @@ pub(crate) fn config() -> FlowConfig {
         not_found: None,
         failure_policy: FailurePolicy::Fail,
         max_concurrent_sends: 10,
+        max_records_per_second: None,
     }
 }
 
@@ -1086,4 +1087,84 @@ async fn a_destination_still_missing_after_its_creation_is_a_retry() {
     assert_eq!(h.fake.batches(), vec![vec![1], vec![1], vec![1]]);
     assert_eq!(h.fake.created().len(), 1);
     assert_eq!(h.metric(names::RETRIES), 1);
+}
+
+/// Writes `records` records in runs of `run` through `write_many`, each record its own RPC
+/// answered at once, and returns when each RPC started.
+async fn send_starts_under_rate(config: FlowConfig, records: u32, run: u32) -> Vec<Instant> {
+    let mut h = Harness::new(config);
+    let starts: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let seen = starts.clone();
+    h.fake.respond_with(move |_| {
+        seen.lock().expect("starts").push(Instant::now());
+        FakeReply::Ok
+    });
+    let mut n = 0;
+    while n < records {
+        let mut envelopes: Vec<_> = (n..(n + run).min(records))
+            .map(|i| envelope(i, "d", None))
+            .collect();
+        n += envelopes.len() as u32;
+        h.writer.write_many(&mut envelopes).await.expect("write");
+    }
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.writer.delivered(), u64::from(records));
+    h.writer.close().await.expect("close");
+    let starts = starts.lock().expect("starts").clone();
+    assert_eq!(starts.len(), records as usize, "one RPC per record");
+    starts
+}
+
+fn one_record_batches(rate: Option<f64>) -> FlowConfig {
+    FlowConfig {
+        max_in_flight_records: 1_000,
+        max_records_per_second: rate,
+        batch: BatchThresholds {
+            max_records: 1,
+            max_bytes: u64::MAX,
+            max_delay: Duration::ZERO,
+        },
+        ..config()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_limit_holds_the_measured_send_rate() {
+    for (rate, records) in [(200.0, 1_001), (7.5, 76), (2_000.0, 4_001)] {
+        let starts = send_starts_under_rate(one_record_batches(Some(rate)), records, 256).await;
+        let span = starts
+            .last()
+            .unwrap()
+            .duration_since(starts[0])
+            .as_secs_f64();
+        // The first record goes at once, each later one a token later.
+        let measured = f64::from(records - 1) / span;
+        assert!(
+            (measured - rate).abs() <= rate * 0.10,
+            "rate {rate}/s measured {measured:.2}/s over {span:.3} s"
+        );
+        // And no one-second window holds more than the rate plus the burst window's tokens.
+        let burst = (rate * crate::core::rate::BURST_WINDOW.as_secs_f64()).max(1.0);
+        let most = starts
+            .iter()
+            .map(|s| {
+                starts
+                    .iter()
+                    .filter(|t| *t >= s && t.duration_since(*s) < Duration::from_secs(1))
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        assert!(
+            most as f64 <= rate + burst,
+            "rate {rate}/s: {most} sends in one second"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_rate_limit_nothing_waits() {
+    let start = Instant::now();
+    let starts = send_starts_under_rate(one_record_batches(None), 500, 100).await;
+    assert_eq!(starts.last().unwrap().duration_since(start), Duration::ZERO);
 }
