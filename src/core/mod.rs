@@ -36,6 +36,7 @@ use async_trait::async_trait;
 use crate::error::Result;
 
 pub use metrics::{SinkMetrics, WriterCounts};
+pub use rate::LoadHint;
 pub use retry::{Backoff, RetrySettings};
 pub use stop::{StopKind, StopSignal};
 pub use writer::FlowWriter;
@@ -260,4 +261,11 @@ pub trait Transport: Send + Sync + 'static {
 
     /// Releases a client. The core bounds the wait by the shutdown budget.
     async fn close(&self, client: Self::Client);
+
+    /// The latest request of the service to change the load (Bigtable's `RateLimitInfo`), if
+    /// one arrived since the last call; the core asks after every send and slows its admission
+    /// rate down accordingly (see [`rate`]). By default the service never asks.
+    fn take_load_hint(&self) -> Option<LoadHint> {
+        None
+    }
 }

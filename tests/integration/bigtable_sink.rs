@@ -772,6 +772,44 @@ async fn resource_exhausted_beyond_the_retry_budget_fails_naming_the_status_and_
 }
 
 #[tokio::test]
+async fn rate_limit_info_in_a_response_slows_the_writer_down() {
+    let fake = FakeBigtable::start(|_| Code::Ok).await;
+    // The first answer asks for (practically) no load for a minute: the writer drops to the
+    // core's floor of one entry per second for the rest of the statement.
+    let mut first = all_entries(1, Code::Ok);
+    first.rate_limit_info = Some(gcloud_sdk::google::bigtable::v2::RateLimitInfo {
+        period: Some(prost_types::Duration {
+            seconds: 60,
+            nanos: 0,
+        }),
+        factor: 1e-9,
+    });
+    fake.script.push(Reply::Ok(vec![first]));
+    let start = std::time::Instant::now();
+    // One entry in flight and per request, so every later entry is admitted after the hint.
+    let done = insert_on_fake(
+        &fake,
+        6,
+        &[
+            ("max_in_flight_entries", "1"),
+            ("batch_element_count_threshold", "1"),
+        ],
+        None,
+    )
+    .await;
+    let elapsed = start.elapsed();
+    assert_eq!(done.result, Ok(6), "{:?}", done.result);
+    assert_eq!(fake.requests().len(), 6);
+    // A lower bound only: k2 was waiting for the in-flight slot when the hint came, k3 goes
+    // with the token the bucket holds, k4..k6 one second apart (without the hint, the six
+    // entries take milliseconds).
+    assert!(
+        elapsed >= Duration::from_millis(2_500),
+        "6 entries in {elapsed:?}: the RateLimitInfo was not applied"
+    );
+}
+
+#[tokio::test]
 async fn a_refused_entry_is_isolated_and_dropped_under_the_drop_policy() {
     let fake = FakeBigtable::start(|key| {
         if key == b"k5" {

@@ -34,6 +34,10 @@
 //! cleanly, so it is retried rather than taken as delivered. A per-entry failure carries the row
 //! number and row key in its message, and is marked as an entry status for classification.
 //!
+//! A response may carry a `RateLimitInfo` (the service asks the client to multiply its load by
+//! `factor`, and not to change it again before `period`); the last one of a call is kept for
+//! the core ([`Transport::take_load_hint`]), which slows the writer's admission rate down.
+//!
 //! # Classification
 //!
 //! | status | class |
@@ -78,7 +82,7 @@ use crate::connectors::google::{
     self, Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, Reachability, emulator_setting,
     nothing_listens, routing_value, with_deadline,
 };
-use crate::core::{Class, Destination, SendOutcome, Transport};
+use crate::core::{Class, Destination, LoadHint, SendOutcome, Transport};
 use crate::error::{Error, Result};
 
 /// The Bigtable data endpoint used when no `endpoint` is set.
@@ -255,6 +259,8 @@ pub struct BigtableTransport {
     admin: tokio::sync::OnceCell<GrpcChannel>,
     /// Whether anything answered at the data address yet.
     reach: Reachability,
+    /// The latest `RateLimitInfo` a `MutateRows` response carried, for the core to take.
+    load_hint: Mutex<Option<LoadHint>>,
 }
 
 impl std::fmt::Debug for BigtableTransport {
@@ -338,6 +344,7 @@ impl BigtableTransport {
             families: settings.families.clone(),
             instances: InstancePool::new(settings.max_active_instances),
             admin: tokio::sync::OnceCell::new(),
+            load_hint: Mutex::new(None),
         }
     }
 
@@ -411,11 +418,13 @@ impl BigtableTransport {
     }
 }
 
-/// One `MutateRows` call: the statuses of the entries, by index (`None`: not reported).
+/// One `MutateRows` call: the statuses of the entries, by index (`None`: not reported), and
+/// the last `RateLimitInfo` of the stream in `hint`.
 async fn mutate_rows_on(
     service: GrpcChannel,
     request: tonic::Request<PreEncoded>,
     statuses: &mut [Option<std::result::Result<(), tonic::Status>>],
+    hint: &mut Option<LoadHint>,
     describe: impl Fn(usize, tonic::Status) -> tonic::Status,
 ) -> std::result::Result<(), tonic::Status> {
     let mut grpc = google::ready(service).await?;
@@ -429,6 +438,9 @@ async fn mutate_rows_on(
         .await?
         .into_inner();
     while let Some(response) = stream.message().await? {
+        if let Some(info) = response.rate_limit_info {
+            *hint = Some(load_hint(&info));
+        }
         for entry in response.entries {
             let Some(slot) = usize::try_from(entry.index)
                 .ok()
@@ -453,6 +465,23 @@ async fn mutate_rows_on(
         }
     }
     Ok(())
+}
+
+/// A `RateLimitInfo` as the core's [`LoadHint`]: its factor, and its period (a missing or
+/// negative one as zero, which the core raises to its shortest period).
+pub fn load_hint(info: &gcloud_sdk::google::bigtable::v2::RateLimitInfo) -> LoadHint {
+    let period = info
+        .period
+        .and_then(|p| {
+            let secs = u64::try_from(p.seconds).ok()?;
+            let nanos = u32::try_from(p.nanos).ok()?;
+            Some(Duration::new(secs, 0).saturating_add(Duration::from_nanos(u64::from(nanos))))
+        })
+        .unwrap_or(Duration::ZERO);
+    LoadHint {
+        factor: info.factor,
+        period,
+    }
 }
 
 /// Whether a status is one entry's (as opposed to the whole call's).
@@ -643,8 +672,19 @@ impl Transport for BigtableTransport {
         };
         let mut statuses: Vec<Option<std::result::Result<(), tonic::Status>>> =
             vec![None; batch.len()];
-        let result = mutate_rows_on(slot.service.clone(), request, &mut statuses, describe).await;
+        let mut hint = None;
+        let result = mutate_rows_on(
+            slot.service.clone(),
+            request,
+            &mut statuses,
+            &mut hint,
+            describe,
+        )
+        .await;
         drop(slot);
+        if hint.is_some() {
+            *lock(&self.load_hint) = hint;
+        }
         let reported = statuses.iter().filter(|s| s.is_some()).count();
         let result = if reported > 0 {
             self.reach.answered();
@@ -734,6 +774,10 @@ impl Transport for BigtableTransport {
     async fn close(&self, client: BigtableTableClient) {
         self.instances.table_closed(&client.instance);
     }
+
+    fn take_load_hint(&self) -> Option<LoadHint> {
+        lock(&self.load_hint).take()
+    }
 }
 
 #[cfg(test)]
@@ -790,6 +834,25 @@ mod tests {
             classify_mutate_rows_status(&entry(Code::ResourceExhausted, "queue full")),
             Class::Retryable
         );
+    }
+
+    #[test]
+    fn rate_limit_info_becomes_a_load_hint() {
+        use gcloud_sdk::google::bigtable::v2::RateLimitInfo;
+        let info = |period: Option<(i64, i32)>, factor| RateLimitInfo {
+            period: period.map(|(seconds, nanos)| prost_types::Duration { seconds, nanos }),
+            factor,
+        };
+        assert_eq!(
+            load_hint(&info(Some((2, 500_000_000)), 0.7)),
+            LoadHint {
+                factor: 0.7,
+                period: Duration::from_millis(2_500)
+            }
+        );
+        // A missing or negative period is none; the core raises it to its shortest.
+        assert_eq!(load_hint(&info(None, 1.2)).period, Duration::ZERO);
+        assert_eq!(load_hint(&info(Some((-1, 0)), 0.5)).period, Duration::ZERO);
     }
 
     #[tokio::test]

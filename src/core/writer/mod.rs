@@ -41,7 +41,7 @@ use super::breaker::Breaker;
 use super::metrics::SinkMetrics;
 use super::pool::{self, Pool};
 use super::progress::Progress;
-use super::rate::RateLimiter;
+use super::rate::Throttle;
 use super::{Destination, Envelope, FailurePolicy, FlowConfig, Transport};
 use crate::error::{Error, Result};
 
@@ -72,8 +72,8 @@ struct Shared<T: Transport> {
     progress: Arc<Progress>,
     gate: Arc<Gate>,
     breaker: Breaker,
-    /// The admission rate limit (`FlowConfig::max_records_per_second`).
-    rate: Option<RateLimiter>,
+    /// The admission rate: `FlowConfig::max_records_per_second` and the service's load hints.
+    throttle: Throttle,
     sends: Semaphore,
     pool: Mutex<Pool<T::Client, T::Record>>,
     failure: Mutex<Failure>,
@@ -145,7 +145,7 @@ impl<T: Transport> FlowWriter<T> {
         );
         let shared = Shared {
             breaker: Breaker::new(config.max_consecutive_rejections, config.breaker_option),
-            rate: config.max_records_per_second.map(RateLimiter::new),
+            throttle: Throttle::new(config.max_records_per_second),
             sends: Semaphore::new(config.concurrent_send_cap().min(Semaphore::MAX_PERMITS)),
             transport,
             metrics,
@@ -191,16 +191,12 @@ impl<T: Transport> FlowWriter<T> {
                 .take_while(|e| same_destination(&e.destination, &destination))
                 .count();
             // Under a rate limit the run is cut to the tokens there are (waiting for one).
-            let allowed = match &shared.rate {
-                Some(rate) => rate.take(same, || shared.check()).await?,
-                None => same,
-            };
+            let allowed = shared.throttle.take(same, || shared.check()).await?;
             let run = rest.as_slice()[..allowed].iter().map(|e| e.bytes);
             let permits = shared.gate.try_admit_many(run);
-            if let Some(rate) = &shared.rate {
-                // Tokens of records the gate did not admit now (one waits below if none was).
-                rate.give_back(allowed - permits.len().max(1));
-            }
+            // The tokens of records the gate did not admit now go back (when none was, one
+            // record waits for the gate below, with its token).
+            shared.throttle.unused(allowed - permits.len().max(1));
             let items: Vec<Item<T::Record>> = if permits.is_empty() {
                 // The gate is full: this record waits (sending what is open first).
                 let Some(envelope) = rest.next() else { break };
@@ -221,6 +217,7 @@ impl<T: Transport> FlowWriter<T> {
             shared
                 .admitted
                 .fetch_add(items.len() as u64, Ordering::Relaxed);
+            shared.throttle.count(items.len());
             shared
                 .ensure_open(&destination)
                 .await
