@@ -283,19 +283,16 @@ impl Throttle {
         }
     }
 
-    /// Waits until a record may be admitted, and returns how many of `wanted` may be now (at
-    /// least one, when `wanted` is not zero). `check` runs after every wait.
-    pub async fn take<E>(
-        &self,
-        wanted: usize,
-        check: impl Fn() -> Result<(), E>,
-    ) -> Result<usize, E> {
+    /// Waits until a record may be admitted, and returns how many may be now: `None` when no
+    /// limit is in force, else the tokens taken (at least one; give back the unused ones with
+    /// [`Throttle::unused`]). `check` runs after every wait; its error ends the wait.
+    pub async fn take<E>(&self, check: impl Fn() -> Result<(), E>) -> Result<Option<usize>, E> {
         loop {
             if !self.limited_now() {
-                return Ok(wanted);
+                return Ok(None);
             }
-            match self.limiter.try_take(wanted) {
-                Ok(n) => return Ok(n),
+            match self.limiter.try_take(usize::MAX) {
+                Ok(n) => return Ok(Some(n)),
                 Err(wait) => {
                     tokio::time::sleep(wait).await;
                     check()?;

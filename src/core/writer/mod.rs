@@ -185,18 +185,20 @@ impl<T: Transport> FlowWriter<T> {
         while let Some(first) = rest.as_slice().first() {
             shared.check()?;
             let destination = first.destination.clone();
-            let same = rest
+            // Under a rate limit the run is cut to the tokens there are (waiting for one).
+            let tokens = shared.throttle.take(|| shared.check()).await?;
+            let run = rest
                 .as_slice()
                 .iter()
                 .take_while(|e| same_destination(&e.destination, &destination))
-                .count();
-            // Under a rate limit the run is cut to the tokens there are (waiting for one).
-            let allowed = shared.throttle.take(same, || shared.check()).await?;
-            let run = rest.as_slice()[..allowed].iter().map(|e| e.bytes);
+                .take(tokens.unwrap_or(usize::MAX))
+                .map(|e| e.bytes);
             let permits = shared.gate.try_admit_many(run);
-            // The tokens of records the gate did not admit now go back (when none was, one
-            // record waits for the gate below, with its token).
-            shared.throttle.unused(allowed - permits.len().max(1));
+            if let Some(tokens) = tokens {
+                // The tokens of records the gate did not admit now go back (when none was,
+                // one record waits for the gate below, with its token).
+                shared.throttle.unused(tokens - permits.len().max(1));
+            }
             let items: Vec<Item<T::Record>> = if permits.is_empty() {
                 // The gate is full: this record waits (sending what is open first).
                 let Some(envelope) = rest.next() else { break };
