@@ -73,22 +73,26 @@ SELECT row_key, family, qualifier, value, timestamp
 FROM bigtable_read('projects/demo/instances/quickstart/tables/clicks', 100)
 ORDER BY row_key, timestamp;
 
--- 9. The same clicks as Cloud Tasks tasks: one HTTP POST per click, the row as its JSON body.
---    The Cloud Tasks sink never creates a queue, and the emulator starts with none: create one
---    (emulator only). It is paused, so the emulator keeps every task listed instead of calling
---    its URL at once.
+-- 9. The same clicks as Cloud Tasks tasks: one HTTP POST per click, the row as its JSON body,
+--    with per-row headers from a MAP(VARCHAR, VARCHAR) column (filled with map([keys], [values]);
+--    make_map(k, v, ...) and MAP {k: v} work too). The Cloud Tasks sink never creates a queue,
+--    and the emulator starts with none: create one (emulator only). It is paused, so the
+--    emulator keeps every task listed instead of calling its URL at once.
 SELECT * FROM cloud_tasks_create_queue('projects/demo/locations/local/queues/clicks');
 
-CREATE TABLE click_tasks (user_id BIGINT, page VARCHAR, ts TIMESTAMP)
+CREATE TABLE click_tasks (user_id BIGINT, page VARCHAR, ts TIMESTAMP, request_headers MAP(VARCHAR, VARCHAR))
 WITH (
   connector = 'cloud_tasks',
   queue = 'projects/demo/locations/local/queues/clicks',
-  url = 'http://localhost:8080/clicks'
+  url = 'http://localhost:8080/clicks',
+  headers_column = 'request_headers',
+  max_tasks_per_second = 500
 );
 
-INSERT INTO click_tasks SELECT user_id, url, ts FROM clicks_csv;
+INSERT INTO click_tasks
+SELECT user_id, url, ts, map(['X-User'], [CAST(user_id AS VARCHAR)]) FROM clicks_csv;
 
--- 10. What landed: one task per click, listed from the paused queue.
-SELECT http_method, url, body
+-- 10. What landed: one task per click, listed from the paused queue, with its X-User header.
+SELECT http_method, url, headers, body
 FROM cloud_tasks_list('projects/demo/locations/local/queues/clicks', 100)
 ORDER BY body;

@@ -22,6 +22,7 @@ mod breaker;
 pub mod metrics;
 mod pool;
 mod progress;
+pub mod rate;
 pub mod retry;
 pub mod run;
 mod stop;
@@ -35,6 +36,7 @@ use async_trait::async_trait;
 use crate::error::Result;
 
 pub use metrics::{SinkMetrics, WriterCounts};
+pub use rate::LoadHint;
 pub use retry::{Backoff, RetrySettings};
 pub use stop::{StopKind, StopSignal};
 pub use writer::FlowWriter;
@@ -190,6 +192,9 @@ pub struct FlowConfig {
     /// Concurrent send RPCs the writer may have outstanding (across destinations); the byte cap
     /// lowers it further (see [`FlowConfig::concurrent_send_cap`]).
     pub max_concurrent_sends: usize,
+    /// Records the writer admits per second at most ([`rate::RateLimiter`]); `None`: no rate
+    /// limit. Retries do not count.
+    pub max_records_per_second: Option<f64>,
 }
 
 /// The share of `max_in_flight_bytes` that one outstanding send RPC stands for: the writer keeps
@@ -256,4 +261,11 @@ pub trait Transport: Send + Sync + 'static {
 
     /// Releases a client. The core bounds the wait by the shutdown budget.
     async fn close(&self, client: Self::Client);
+
+    /// The latest request of the service to change the load (Bigtable's `RateLimitInfo`), if
+    /// one arrived since the last call; the core asks after every send and slows its admission
+    /// rate down accordingly (see [`rate`]). By default the service never asks.
+    fn take_load_hint(&self) -> Option<LoadHint> {
+        None
+    }
 }

@@ -99,6 +99,8 @@ pub enum Bound {
     },
     /// A finite number of at least 1.0.
     AtLeastOne,
+    /// A finite number greater than zero.
+    PositiveNumber,
     /// A duration of exactly zero or at least 1 ms. A positive sub-millisecond value is refused
     /// because the SDK reads these settings in whole milliseconds and would turn it into zero.
     ZeroOrAtLeastMillis,
@@ -129,6 +131,7 @@ impl Bound {
             Bound::PositiveOrUnbounded => "positive, or -1 for unbounded".into(),
             Bound::IntRange { min, max } => format!("between {} and {} inclusive", group_digits(min), group_digits(max)),
             Bound::AtLeastOne => "a finite number of at least 1.0".into(),
+            Bound::PositiveNumber => "a finite number greater than 0".into(),
             Bound::ZeroOrAtLeastMillis => {
                 "exactly 0s or at least 1ms (a positive sub-millisecond value would be truncated to zero)".into()
             }
@@ -330,6 +333,7 @@ impl OptionSpec {
     pub fn check_float(&self, v: f64) -> Result<()> {
         let ok = match self.bound {
             Bound::AtLeastOne => v.is_finite() && v >= 1.0,
+            Bound::PositiveNumber => v.is_finite() && v > 0.0,
             _ => v.is_finite(),
         };
         if ok {

@@ -24,6 +24,7 @@ mod control;
 pub mod exec;
 mod factory;
 pub mod inspect;
+pub mod map_columns;
 mod table;
 mod with;
 
@@ -206,14 +207,19 @@ pub async fn statement_to_dataframe(ctx: &SessionContext, statement: &str) -> Re
             ));
         }
     };
-    let stmt = with::rewrite_with_form(stmt)?;
-    if let DFStatement::CreateExternalTable(create) = &stmt {
+    let mut stmt = with::rewrite_with_form(stmt)?;
+    // A sink's MAP(VARCHAR, VARCHAR) columns, which DataFusion's planner refuses (ADR 0029).
+    let mut maps = (Vec::new(), String::new());
+    if let DFStatement::CreateExternalTable(create) = &mut stmt {
         let factory_skipped =
             create.if_not_exists && ctx.table_exist(create.name.to_string().as_str())?;
         factory::check_raw_option_names(&create.file_type, &create.options, factory_skipped)?;
+        let definition = create.to_string();
+        maps = (map_columns::take_map_columns(create)?, definition);
     }
     let state = ctx.state();
     let plan = state.statement_to_plan(stmt).await?;
+    let plan = map_columns::restore_map_columns(plan, &maps.0, maps.1)?;
     ctx.execute_logical_plan(plan)
         .await
         .map_err(factory::statement_error)

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::core::retry::is_transient_code;
-use crate::core::{Class, Destination, SendOutcome, Transport};
+use crate::core::{Class, Destination, LoadHint, SendOutcome, Transport};
 use crate::error::{Error, Result};
 
 /// What one scripted send answers.
@@ -25,6 +25,9 @@ pub enum FakeReply {
     Delay(Duration, Box<FakeReply>),
     /// Never answers.
     Stall,
+    /// Answers as the inner reply does, and asks the core to change its load
+    /// ([`Transport::take_load_hint`]) once that answer is given.
+    WithHint(LoadHint, Box<FakeReply>),
 }
 
 impl FakeReply {
@@ -65,6 +68,7 @@ struct State<R> {
     create_restores: bool,
     close_delay: Duration,
     open_error: Option<String>,
+    hint: Option<LoadHint>,
 }
 
 /// A scripted [`Transport`]: answers sends from a queue of [`FakeReply`] (then from a
@@ -111,6 +115,7 @@ impl<R: Clone + Debug + Send + Sync + 'static> FakeTransport<R> {
                 create_restores: true,
                 close_delay: Duration::ZERO,
                 open_error: None,
+                hint: None,
             }),
         }
     }
@@ -188,10 +193,14 @@ impl<R: Clone + Debug + Send + Sync + 'static> FakeTransport<R> {
     }
 }
 
-async fn play(reply: FakeReply, n: usize) -> SendOutcome {
+async fn play(reply: FakeReply, n: usize, hint: &mut Option<LoadHint>) -> SendOutcome {
     let mut reply = reply;
     loop {
         match reply {
+            FakeReply::WithHint(h, next) => {
+                *hint = Some(h);
+                reply = *next;
+            }
             FakeReply::Ok => return SendOutcome::Whole(Ok(())),
             FakeReply::Status(s) => return SendOutcome::Whole(Err(s)),
             FakeReply::PerRecord(mut v) => {
@@ -256,7 +265,16 @@ impl<R: Clone + Debug + Send + Sync + 'static> Transport for FakeTransport<R> {
                 FakeReply::Ok
             }
         };
-        play(reply, batch.len()).await
+        let mut hint = None;
+        let outcome = play(reply, batch.len(), &mut hint).await;
+        if hint.is_some() {
+            self.state().hint = hint;
+        }
+        outcome
+    }
+
+    fn take_load_hint(&self) -> Option<LoadHint> {
+        self.state().hint.take()
     }
 
     fn classify(&self, status: &tonic::Status, _solo: bool) -> Class {

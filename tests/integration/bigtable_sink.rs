@@ -28,6 +28,7 @@ use gcloud_sdk::google::bigtable::v2::{
 };
 use gcp_sql::connectors::SinkConnector;
 use gcp_sql::connectors::bigtable::writer::BigtableSink;
+use gcp_sql::core::RetrySettings;
 use gcp_sql::core::metrics::names;
 use gcp_sql::options::RawOptions;
 use gcp_sql::sql::SinkTable;
@@ -622,6 +623,18 @@ async fn insert_on_fake(
     options: &[(&str, &str)],
     progress: Option<Duration>,
 ) -> Insert {
+    insert_on_fake_with(fake, rows, options, progress, None).await
+}
+
+/// [`insert_on_fake`] with the `MutateRows` retry timing replaced (`retry`), for a budget a
+/// test can spend.
+async fn insert_on_fake_with(
+    fake: &FakeBigtable,
+    rows: u32,
+    options: &[(&str, &str)],
+    progress: Option<Duration>,
+    retry: Option<RetrySettings>,
+) -> Insert {
     let schema: SchemaRef = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Utf8, false),
         Field::new("v", DataType::Int64, true),
@@ -639,6 +652,9 @@ async fn insert_on_fake(
     if let Some(p) = progress {
         // A stalled send is waited for up to the shutdown budget after the statement fails.
         s = s.with_progress_timeout(p).with_shutdown_timeout(p);
+    }
+    if let Some(retry) = retry {
+        s = s.with_retry(retry);
     }
     let ctx = gcp_sql::sql::new_context();
     register(&ctx, "t", s);
@@ -692,6 +708,105 @@ async fn only_the_entries_that_failed_transiently_are_sent_again() {
     assert_eq!(done.errors_with_code("UNAVAILABLE"), 2);
     assert_eq!(done.errors_with_code("DEADLINE_EXCEEDED"), 1);
     assert_eq!(done.metric(names::RETRIES), 1);
+}
+
+/// A `MutateRowsResponse` giving every entry of `request` the same `code`.
+fn all_entries(request_entries: usize, code: Code) -> MutateRowsResponse {
+    MutateRowsResponse {
+        entries: (0..request_entries)
+            .map(|i| mutate_rows_response::Entry {
+                index: i as i64,
+                status: Some(gcloud_sdk::google::rpc::Status {
+                    code: code as i32,
+                    message: format!("scripted {code:?}"),
+                    details: vec![],
+                }),
+            })
+            .collect(),
+        rate_limit_info: None,
+    }
+}
+
+#[tokio::test]
+async fn a_resource_exhausted_burst_within_the_retry_budget_is_retried_and_lands() {
+    let fake = FakeBigtable::start(|_| Code::Ok).await;
+    // A throttled cluster: the whole call refused twice, then every entry refused once, then
+    // (the fallback) every entry applied.
+    fake.script
+        .push(Reply::code(Code::ResourceExhausted))
+        .push(Reply::code(Code::ResourceExhausted))
+        .push(Reply::Ok(vec![all_entries(6, Code::ResourceExhausted)]));
+    let done = insert_on_fake(&fake, 6, &[], None).await;
+    assert_eq!(done.result, Ok(6), "{:?}", done.result);
+    let every = vec!["k1", "k2", "k3", "k4", "k5", "k6"];
+    assert_eq!(fake.requests(), vec![every.clone(); 4]);
+    // What the fake applied: every row once, in the last request.
+    assert_eq!(done.metric(names::RECORDS_ACKED), 6);
+    assert_eq!(done.metric(names::RECORDS_SENT), 6);
+    assert_eq!(done.errors_with_code("RESOURCE_EXHAUSTED"), 18);
+    assert_eq!(done.metric(names::RETRIES), 3);
+}
+
+#[tokio::test]
+async fn resource_exhausted_beyond_the_retry_budget_fails_naming_the_status_and_budget() {
+    let fake = FakeBigtable::start(|_| Code::ResourceExhausted).await;
+    let retry = RetrySettings {
+        total_timeout: Duration::ZERO,
+        max_attempts: 4,
+        initial_retry_delay: Duration::from_millis(5),
+        retry_delay_multiplier: 2.0,
+        max_retry_delay: Duration::from_millis(20),
+        initial_rpc_timeout: Duration::from_secs(30),
+        rpc_timeout_multiplier: 1.0,
+        max_rpc_timeout: Duration::from_secs(30),
+        jitter: false,
+    };
+    let done = insert_on_fake_with(&fake, 3, &[], None, Some(retry)).await;
+    let error = done.error();
+    assert!(error.contains("RESOURCE_EXHAUSTED"), "{error}");
+    assert!(error.contains("after 4 attempt(s)"), "{error}");
+    assert!(error.contains("MutateRows retry budget"), "{error}");
+    assert!(error.contains(FAKE_TABLE), "{error}");
+    assert_eq!(fake.requests().len(), 4, "the budget's attempts, no more");
+    assert_eq!(done.metric(names::RECORDS_ACKED), 0);
+}
+
+#[tokio::test]
+async fn rate_limit_info_in_a_response_slows_the_writer_down() {
+    let fake = FakeBigtable::start(|_| Code::Ok).await;
+    // The first answer asks for (practically) no load for a minute: the writer drops to the
+    // core's floor of one entry per second for the rest of the statement.
+    let mut first = all_entries(1, Code::Ok);
+    first.rate_limit_info = Some(gcloud_sdk::google::bigtable::v2::RateLimitInfo {
+        period: Some(prost_types::Duration {
+            seconds: 60,
+            nanos: 0,
+        }),
+        factor: 1e-9,
+    });
+    fake.script.push(Reply::Ok(vec![first]));
+    let start = std::time::Instant::now();
+    // One entry in flight and per request, so every later entry is admitted after the hint.
+    let done = insert_on_fake(
+        &fake,
+        6,
+        &[
+            ("max_in_flight_entries", "1"),
+            ("batch_element_count_threshold", "1"),
+        ],
+        None,
+    )
+    .await;
+    let elapsed = start.elapsed();
+    assert_eq!(done.result, Ok(6), "{:?}", done.result);
+    assert_eq!(fake.requests().len(), 6);
+    // A lower bound only: k2 was waiting for the in-flight slot when the hint came, k3 goes
+    // with the token the bucket holds, k4..k6 one second apart (without the hint, the six
+    // entries take milliseconds).
+    assert!(
+        elapsed >= Duration::from_millis(2_500),
+        "6 entries in {elapsed:?}: the RateLimitInfo was not applied"
+    );
 }
 
 #[tokio::test]

@@ -598,6 +598,125 @@ async fn headers_column_entries_are_added_per_row() {
     }
 }
 
+#[tokio::test]
+async fn a_map_column_declared_in_either_sql_form_fills_the_headers() {
+    let admin = TasksAdmin::connect().await;
+    let with_queue = admin.paused_queue("ct-mapsql", "with").await;
+    let ext_queue = admin.paused_queue("ct-mapsql", "ext").await;
+    let ctx = gcp_sql::sql::new_context();
+    exec(
+        &ctx,
+        &create_table(
+            "with_form",
+            "id BIGINT, h MAP(VARCHAR, VARCHAR)",
+            &admin.host,
+            &[
+                ("queue", &with_queue),
+                ("url", "http://127.0.0.1:9/h"),
+                ("headers_column", "h"),
+            ],
+        ),
+    )
+    .await;
+    exec(
+        &ctx,
+        &format!(
+            "CREATE EXTERNAL TABLE external_form (id BIGINT, h MAP(VARCHAR, VARCHAR)) \
+             STORED AS CLOUD_TASKS LOCATION '{ext_queue}' \
+             OPTIONS ('emulator_host' '{}', 'url' 'http://127.0.0.1:9/h', \
+                      'headers' 'X-Fixed: 1', 'headers_column' 'h')",
+            admin.host
+        ),
+    )
+    .await;
+    let done = insert(
+        &ctx,
+        "INSERT INTO with_form SELECT value, map(['X-Row', 'X-Form'], [CAST(value AS VARCHAR), 'with']) \
+         FROM generate_series(1, 5)",
+    )
+    .await;
+    assert_eq!(done.count(), 5);
+    let done = insert(
+        &ctx,
+        "INSERT INTO external_form SELECT value, \
+         CASE WHEN value = 8 THEN NULL ELSE make_map('X-Row', CAST(value AS VARCHAR), 'X-Form', 'external') END \
+         FROM generate_series(6, 9)",
+    )
+    .await;
+    assert_eq!(done.count(), 4);
+    let mut seen = Vec::new();
+    for (queue, form) in [(&with_queue, "with"), (&ext_queue, "external")] {
+        for t in admin.list_tasks(queue).await {
+            let r = http_request(&t);
+            let id = id_of(&r.body);
+            seen.push(id);
+            // The map column leaves the body.
+            assert!(json_of(&r.body).get("h").is_none(), "{:?}", r.body);
+            if id == 8 {
+                // A null map adds no header.
+                assert!(!r.headers.contains_key("X-Row"), "{:?}", r.headers);
+            } else {
+                assert_eq!(
+                    r.headers.get("X-Row"),
+                    Some(&id.to_string()),
+                    "{:?}",
+                    r.headers
+                );
+                assert_eq!(r.headers.get("X-Form").map(String::as_str), Some(form));
+            }
+            if form == "external" {
+                assert_eq!(r.headers.get("X-Fixed").map(String::as_str), Some("1"));
+            }
+        }
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (1..=9).collect::<Vec<i64>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_tasks_per_second_keeps_the_creation_rate_under_its_cap() {
+    const TASKS: i64 = 41;
+    const RATE: f64 = 20.0;
+    let admin = TasksAdmin::connect().await;
+    let queue = admin.paused_queue("ct-rate", "rate").await;
+    let ctx = gcp_sql::sql::new_context();
+    exec(
+        &ctx,
+        &create_table(
+            "paced",
+            "id BIGINT",
+            &admin.host,
+            &[
+                ("queue", &queue),
+                ("url", "http://127.0.0.1:9/r"),
+                ("max_tasks_per_second", "20"),
+                ("sink_parallelism", "1"),
+            ],
+        ),
+    )
+    .await;
+    let start = std::time::Instant::now();
+    let done = insert(
+        &ctx,
+        &format!("INSERT INTO paced SELECT value FROM generate_series(1, {TASKS})"),
+    )
+    .await;
+    let elapsed = start.elapsed().as_secs_f64();
+    assert_eq!(done.count(), TASKS as u64);
+    assert_eq!(admin.list_tasks(&queue).await.len(), TASKS as usize);
+    // A lower bound only (a loaded machine may be slower, never faster): the first task goes
+    // at once, the 40 others one token (1/20 s) apart, less the burst the bucket holds (2).
+    let floor = (TASKS - 1 - 2) as f64 / RATE;
+    assert!(
+        elapsed >= floor,
+        "{TASKS} tasks in {elapsed:.2} s: faster than {RATE}/s"
+    );
+    eprintln!(
+        "{TASKS} tasks at max_tasks_per_second = {RATE}: {elapsed:.2} s, {:.1}/s",
+        (TASKS - 1) as f64 / elapsed
+    );
+}
+
 // --- 2. failures the emulator produces ----------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,8 @@
 //! End-to-end tests of the Pub/Sub sink against the real Pub/Sub emulator.
 //!
 //! Every test declares a sink table in SQL (`CREATE TABLE ... WITH (connector = 'pubsub', ...)`,
-//! or through the Rust API where SQL cannot declare a column type, such as `MAP`), writes to it
+//! `MAP(VARCHAR, VARCHAR)` columns included, or through the Rust API where a test wants the
+//! query's own schema), writes to it
 //! with `INSERT INTO ... SELECT`, and reads the messages back through a subscription created
 //! beforehand with the generated `gcloud-sdk` clients, comparing them message by message.
 //!
@@ -733,8 +734,8 @@ async fn attributes_come_from_a_map_column_and_from_attribute_columns() {
                                   ['generator', CAST(value AS VARCHAR), \
                                    CASE WHEN value % 2 = 0 THEN NULL ELSE 'odd' END]) END AS attributes \
                   FROM generate_series(1, 30)";
-    // SQL cannot declare a MAP column: the table takes the query's own schema through the
-    // Rust API; the INSERT is SQL as everywhere else.
+    // The table takes the query's own schema through the Rust API (a map column declared in
+    // SQL is the next test); the INSERT is SQL as everywhere else.
     let schema = ctx
         .sql(source)
         .await
@@ -776,6 +777,99 @@ async fn attributes_come_from_a_map_column_and_from_attribute_columns() {
         expected.insert("level".into(), (id * 10).to_string());
         assert_eq!(message.attributes, expected, "row {id}");
     }
+}
+
+#[tokio::test]
+async fn a_map_column_declared_in_either_sql_form_fills_the_attributes() {
+    let admin = PubSubAdmin::connect().await;
+    let ctx = gcp_sql::sql::new_context();
+    let (with_topic, with_subscription) =
+        admin.topic_with_subscription("mapsql", "with", false).await;
+    let (ext_topic, ext_subscription) = admin.topic_with_subscription("mapsql", "ext", false).await;
+    exec(
+        &ctx,
+        &create_table(
+            "with_form",
+            "id BIGINT, attrs MAP(VARCHAR, VARCHAR)",
+            &admin.host,
+            &[("topic", &with_topic), ("attributes_column", "attrs")],
+        ),
+    )
+    .await;
+    exec(
+        &ctx,
+        &format!(
+            "CREATE EXTERNAL TABLE external_form (id BIGINT, attrs MAP(VARCHAR, VARCHAR)) \
+             STORED AS PUBSUB LOCATION '{ext_topic}' \
+             OPTIONS ('emulator_host' '{}', 'attributes_column' 'attrs')",
+            admin.host
+        ),
+    )
+    .await;
+    // The three map constructors DataFusion evaluates, and a null map (no attributes).
+    let fill = [
+        (
+            "with_form",
+            "map(['origin', 'seq'], ['map', CAST(value AS VARCHAR)])",
+            "map",
+        ),
+        (
+            "external_form",
+            "make_map('origin', 'make_map', 'seq', CAST(value AS VARCHAR))",
+            "make_map",
+        ),
+        (
+            "with_form",
+            "MAP {'origin': 'literal', 'seq': CAST(value AS VARCHAR)}",
+            "literal",
+        ),
+    ];
+    for (i, (table, map, _)) in fill.iter().enumerate() {
+        let first = i as i64 * 10 + 1;
+        let done = insert(
+            &ctx,
+            &format!(
+                "INSERT INTO {table} SELECT value, CASE WHEN value % 4 = 0 THEN NULL ELSE {map} END \
+                 FROM generate_series({first}, {})",
+                first + 7
+            ),
+        )
+        .await;
+        assert_eq!(done.count(), 8, "{table} {map}");
+    }
+    let mut messages = admin.pull_all(&with_subscription, 16).await;
+    messages.extend(admin.pull_all(&ext_subscription, 8).await);
+    assert_eq!(messages.len(), 24);
+    for (message, payload) in messages.iter().zip(json_payloads(&messages)) {
+        let id = payload["id"].as_i64().expect("id");
+        // The map column leaves the payload.
+        assert_eq!(payload, json!({"id": id}));
+        let origin = fill[(id / 10) as usize].2;
+        let expected: HashMap<String, String> = if id % 4 == 0 {
+            HashMap::new()
+        } else {
+            [("origin", origin.to_string()), ("seq", id.to_string())]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect()
+        };
+        assert_eq!(message.attributes, expected, "row {id}");
+    }
+}
+
+#[tokio::test]
+async fn a_map_column_of_other_than_strings_is_refused_naming_it() {
+    let ctx = gcp_sql::sql::new_context();
+    let error = gcp_sql::sql::run(
+        &ctx,
+        "CREATE TABLE bad (id BIGINT, attrs MAP(VARCHAR, INT)) WITH (connector = 'pubsub', \
+         topic = 'projects/p/topics/clicks', attributes_column = 'attrs', emulator_host = 'localhost:1')",
+    )
+    .await
+    .expect_err("a map of integers");
+    let error = error.to_string();
+    assert!(error.contains("column 'attrs'"), "{error}");
+    assert!(error.contains("MAP(VARCHAR, VARCHAR)"), "{error}");
 }
 
 #[tokio::test]

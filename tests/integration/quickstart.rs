@@ -207,21 +207,23 @@ fn quickstart_writes_to_every_sink_and_reads_back_what_landed() {
     landed.sort();
     assert_eq!(landed, expected, "Bigtable cells");
 
-    // Cloud Tasks: one POST per click, the row as its JSON body, kept in the paused queue.
+    // Cloud Tasks: one POST per click, the row as its JSON body (the map column is not in it),
+    // its X-User header from the map column, kept in the paused queue.
     let queue = result_with(&results, &["queue", "created", "state"]);
     assert_eq!(queue[0]["created"], Value::Bool(true), "{queue:?}");
     assert_eq!(field(&queue[0], "state"), "PAUSED");
-    let tasks = result_with(&results, &["http_method", "url", "body"]);
+    let tasks = result_with(&results, &["http_method", "url", "headers", "body"]);
     let mut landed: Vec<(i64, String)> = tasks
         .iter()
         .map(|t| {
             assert_eq!(field(t, "http_method"), "POST", "{t}");
             assert_eq!(field(t, "url"), "http://localhost:8080/clicks", "{t}");
             let body: Value = serde_json::from_str(field(t, "body")).unwrap();
-            (
-                body["user_id"].as_i64().unwrap(),
-                body["page"].as_str().unwrap().to_string(),
-            )
+            assert!(body.get("request_headers").is_none(), "{t}");
+            let user = body["user_id"].as_i64().unwrap();
+            let headers: Value = serde_json::from_str(field(t, "headers")).unwrap();
+            assert_eq!(headers["X-User"], user.to_string(), "{t}");
+            (user, body["page"].as_str().unwrap().to_string())
         })
         .collect();
     landed.sort();

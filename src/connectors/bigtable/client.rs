@@ -34,11 +34,16 @@
 //! cleanly, so it is retried rather than taken as delivered. A per-entry failure carries the row
 //! number and row key in its message, and is marked as an entry status for classification.
 //!
+//! A response may carry a `RateLimitInfo` (the service asks the client to multiply its load by
+//! `factor`, and not to change it again before `period`); the last one of a call is kept for
+//! the core ([`Transport::take_load_hint`]), which slows the writer's admission rate down.
+//!
 //! # Classification
 //!
 //! | status | class |
 //! |---|---|
 //! | `DEADLINE_EXCEEDED`, `UNAVAILABLE`, `ABORTED` (call or entry) | [`Class::Retryable`] (the Java client retries the first two per entry, the Go client adds `ABORTED`) |
+//! | `RESOURCE_EXHAUSTED` (call or entry) | [`Class::Retryable`]: a throttled cluster or a full mutation queue slows the statement down under the retry budget rather than failing it (ADR 0028; the official clients do not retry it, see `docs/service_facts.md`) |
 //! | `NOT_FOUND` (call: the table is missing; entry: a column family is missing) | [`Class::NotFound`]: auto-creation when `auto_create_table`, else fatal |
 //! | `INVALID_ARGUMENT` | [`Class::Rejected`] (isolation pass, then the failure policy) |
 //! | `INTERNAL` on an entry whose message names an unknown column family | [`Class::NotFound`] (how the emulator reports a missing family) |
@@ -77,7 +82,7 @@ use crate::connectors::google::{
     self, Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, Reachability, emulator_setting,
     nothing_listens, routing_value, with_deadline,
 };
-use crate::core::{Class, Destination, SendOutcome, Transport};
+use crate::core::{Class, Destination, LoadHint, SendOutcome, Transport};
 use crate::error::{Error, Result};
 
 /// The Bigtable data endpoint used when no `endpoint` is set.
@@ -254,6 +259,8 @@ pub struct BigtableTransport {
     admin: tokio::sync::OnceCell<GrpcChannel>,
     /// Whether anything answered at the data address yet.
     reach: Reachability,
+    /// The latest `RateLimitInfo` a `MutateRows` response carried, for the core to take.
+    load_hint: Mutex<Option<LoadHint>>,
 }
 
 impl std::fmt::Debug for BigtableTransport {
@@ -337,6 +344,7 @@ impl BigtableTransport {
             families: settings.families.clone(),
             instances: InstancePool::new(settings.max_active_instances),
             admin: tokio::sync::OnceCell::new(),
+            load_hint: Mutex::new(None),
         }
     }
 
@@ -410,11 +418,13 @@ impl BigtableTransport {
     }
 }
 
-/// One `MutateRows` call: the statuses of the entries, by index (`None`: not reported).
+/// One `MutateRows` call: the statuses of the entries, by index (`None`: not reported), and
+/// the last `RateLimitInfo` of the stream in `hint`.
 async fn mutate_rows_on(
     service: GrpcChannel,
     request: tonic::Request<PreEncoded>,
     statuses: &mut [Option<std::result::Result<(), tonic::Status>>],
+    hint: &mut Option<LoadHint>,
     describe: impl Fn(usize, tonic::Status) -> tonic::Status,
 ) -> std::result::Result<(), tonic::Status> {
     let mut grpc = google::ready(service).await?;
@@ -428,6 +438,9 @@ async fn mutate_rows_on(
         .await?
         .into_inner();
     while let Some(response) = stream.message().await? {
+        if let Some(info) = response.rate_limit_info {
+            *hint = Some(load_hint(&info));
+        }
         for entry in response.entries {
             let Some(slot) = usize::try_from(entry.index)
                 .ok()
@@ -452,6 +465,23 @@ async fn mutate_rows_on(
         }
     }
     Ok(())
+}
+
+/// A `RateLimitInfo` as the core's [`LoadHint`]: its factor, and its period (a missing or
+/// negative one as zero, which the core raises to its shortest period).
+pub fn load_hint(info: &gcloud_sdk::google::bigtable::v2::RateLimitInfo) -> LoadHint {
+    let period = info
+        .period
+        .and_then(|p| {
+            let secs = u64::try_from(p.seconds).ok()?;
+            let nanos = u32::try_from(p.nanos).ok()?;
+            Some(Duration::new(secs, 0).saturating_add(Duration::from_nanos(u64::from(nanos))))
+        })
+        .unwrap_or(Duration::ZERO);
+    LoadHint {
+        factor: info.factor,
+        period,
+    }
 }
 
 /// Whether a status is one entry's (as opposed to the whole call's).
@@ -481,7 +511,10 @@ pub fn classify_mutate_rows_status(status: &tonic::Status) -> Class {
     let entry = is_entry_status(status);
     match status.code() {
         Code::Ok => Class::Ok,
-        Code::DeadlineExceeded | Code::Unavailable | Code::Aborted => Class::Retryable,
+        // RESOURCE_EXHAUSTED is overload, not a bad request: retried with backoff (ADR 0028).
+        Code::DeadlineExceeded | Code::Unavailable | Code::Aborted | Code::ResourceExhausted => {
+            Class::Retryable
+        }
         Code::NotFound => Class::NotFound,
         Code::InvalidArgument => Class::Rejected,
         Code::Internal if entry && names_unknown_family(status.message()) => Class::NotFound,
@@ -639,8 +672,19 @@ impl Transport for BigtableTransport {
         };
         let mut statuses: Vec<Option<std::result::Result<(), tonic::Status>>> =
             vec![None; batch.len()];
-        let result = mutate_rows_on(slot.service.clone(), request, &mut statuses, describe).await;
+        let mut hint = None;
+        let result = mutate_rows_on(
+            slot.service.clone(),
+            request,
+            &mut statuses,
+            &mut hint,
+            describe,
+        )
+        .await;
         drop(slot);
+        if hint.is_some() {
+            *lock(&self.load_hint) = hint;
+        }
         let reported = statuses.iter().filter(|s| s.is_some()).count();
         let result = if reported > 0 {
             self.reach.answered();
@@ -730,6 +774,10 @@ impl Transport for BigtableTransport {
     async fn close(&self, client: BigtableTableClient) {
         self.instances.table_closed(&client.instance);
     }
+
+    fn take_load_hint(&self) -> Option<LoadHint> {
+        lock(&self.load_hint).take()
+    }
 }
 
 #[cfg(test)]
@@ -776,10 +824,35 @@ mod tests {
             classify_mutate_rows_status(&call(Code::PermissionDenied)),
             Class::Fatal
         );
+        // Throttling is not failure (issue 14, ADR 0028): it was fatal before, and failed a
+        // statement a throttled cluster would have taken slower.
         assert_eq!(
             classify_mutate_rows_status(&call(Code::ResourceExhausted)),
-            Class::Fatal
+            Class::Retryable
         );
+        assert_eq!(
+            classify_mutate_rows_status(&entry(Code::ResourceExhausted, "queue full")),
+            Class::Retryable
+        );
+    }
+
+    #[test]
+    fn rate_limit_info_becomes_a_load_hint() {
+        use gcloud_sdk::google::bigtable::v2::RateLimitInfo;
+        let info = |period: Option<(i64, i32)>, factor| RateLimitInfo {
+            period: period.map(|(seconds, nanos)| prost_types::Duration { seconds, nanos }),
+            factor,
+        };
+        assert_eq!(
+            load_hint(&info(Some((2, 500_000_000)), 0.7)),
+            LoadHint {
+                factor: 0.7,
+                period: Duration::from_millis(2_500)
+            }
+        );
+        // A missing or negative period is none; the core raises it to its shortest.
+        assert_eq!(load_hint(&info(None, 1.2)).period, Duration::ZERO);
+        assert_eq!(load_hint(&info(Some((-1, 0)), 0.5)).period, Duration::ZERO);
     }
 
     #[tokio::test]

@@ -12,7 +12,7 @@
 //! | setting | value | from |
 //! |---|---|---|
 //! | batch delay | [`BATCH_DELAY_THRESHOLD`] (1 s) | the Java client's batcher default |
-//! | `MutateRows` retry | [`mutate_rows_retry`]: 10 ms first delay, ×2, at most 60 s, 60 s attempt deadline, 10 min in total, jittered | the Bigtable client defaults for idempotent calls |
+//! | `MutateRows` retry | [`mutate_rows_retry`]: 10 ms first delay, ×2, at most 60 s, 60 s attempt deadline, 10 min in total, jittered; a spent budget is named [`RETRY_BUDGET_NAME`] in the error | the Bigtable client defaults for idempotent calls |
 //! | progress budget | [`PROGRESS_TIMEOUT`] (10 min) | Pub/Sub's `publish_progress_timeout` default; [`BigtableSink::with_progress_timeout`] changes it |
 //! | shutdown budget | [`SHUTDOWN_TIMEOUT`] (30 s) | Pub/Sub's `shutdown_timeout` default; [`BigtableSink::with_shutdown_timeout`] changes it |
 //! | open tables | [`MAX_OPEN_TABLES`] | ADR 0020: the core's pool is per table; the instance cap lives in the transport |
@@ -48,6 +48,11 @@ pub const PROGRESS_BUDGET_NAME: &str =
 /// The name reported when a release overruns its budget (it is not a table option).
 pub const SHUTDOWN_BUDGET_NAME: &str =
     "bigtable shutdown budget (BigtableSink::with_shutdown_timeout)";
+
+/// The name reported when the `MutateRows` retry budget runs out (it is not a table option):
+/// [`mutate_rows_retry`]'s 10 minutes, or what [`BigtableSink::with_retry`] set.
+pub const RETRY_BUDGET_NAME: &str =
+    "bigtable MutateRows retry budget (10 min; BigtableSink::with_retry)";
 
 /// Most entry bytes one batch may carry: one byte under the 100 MiB the client's flow control
 /// admits (the `batch_request_byte_threshold` ceiling), less what the request adds around them
@@ -224,7 +229,7 @@ fn flow_config(options: &BigtableSinkOptions, mapping: &BigtableMapping) -> Flow
             max_delay: BATCH_DELAY_THRESHOLD,
         },
         retry: mutate_rows_retry(),
-        retry_option: None,
+        retry_option: Some(RETRY_BUDGET_NAME),
         not_found: options.auto_create_table.then(|| {
             RecoverySettings::new(
                 w.recovery_initial_backoff(),
@@ -238,6 +243,7 @@ fn flow_config(options: &BigtableSinkOptions, mapping: &BigtableMapping) -> Flow
         failure_policy: options.failure_policy,
         // Every send carries at least one entry, so the entry cap already bounds this.
         max_concurrent_sends: max_records,
+        max_records_per_second: None,
     }
 }
 

@@ -351,6 +351,15 @@ writer_options! {
             example: "4",
             description: "gRPC channels the client spreads creations over. One HTTP/2 channel carries about 100 concurrent calls, so a writer that needs more concurrent creations than that needs about one channel per 100. Mind the queue's ramp-up guidance (500 tasks/s per queue, then at most +50% every 5 minutes) before raising it.",
         };
+        /// Task creations per second the writer starts at most; `None`: no rate limit.
+        max_tasks_per_second: Option<f64> => MAX_TASKS_PER_SECOND {
+            kind: OptionKind::Float,
+            default: DefaultValue::Unset("no rate limit"),
+            bound: Bound::PositiveNumber,
+            cross_rule: "",
+            example: "100",
+            description: "Task creations the writer starts per second at most (a number above 0, `'0.5'` or `'500'`); retries of a creation do not count. The rate is per writer: an INSERT with N writers (`sink_parallelism`) creates up to N times this. Use it to follow the queue's ramp-up guidance: at most 500 creations per second on a new or quiet queue, then at most +50% every 5 minutes.",
+        };
         /// First backoff of the transient-failure retry.
         recovery_initial_backoff: Duration => RECOVERY_INITIAL_BACKOFF {
             kind: OptionKind::Duration,

@@ -10,6 +10,7 @@
 //! | `channel_pool_size` | gRPC channels to Google, used in turn ([`client`](super::client)); refused with an emulator |
 //! | `recovery_initial_backoff`, `recovery_max_backoff`, `recovery_max_attempts` | the core's [`RetrySettings`] for `UNAVAILABLE`, `DEADLINE_EXCEEDED` and `RESOURCE_EXHAUSTED`: bounded by attempts only (total timeout zero, which gax reads as "attempts only"), attempts counting the first creation, the backoff doubling from the initial one up to the cap, slept as it is (no jitter) |
 //! | `not_found_recovery_*` | the core's [`RecoverySettings`] for a missing queue, with `create = false`: the task is re-sent after a doubling backoff until the attempts (the first included) run out, then the statement fails naming `not_found_recovery_max_attempts` |
+//! | `max_tasks_per_second` | the core's admission rate limit ([`RateLimiter`](crate::core::rate::RateLimiter)): one token per task, before it is admitted; a retry takes none |
 //! | `per_destination_metrics` | per-queue `records_sent_by_destination` / `send_errors_by_destination` |
 //!
 //! Not options in the writer option contract, so fixed (see the constants in [`options`](super::options)): the progress
@@ -214,6 +215,7 @@ pub fn flow_config(options: &CloudTasksSinkOptions) -> FlowConfig {
         failure_policy: options.failure_policy,
         // Every send carries one task, so the task cap is the concurrency cap.
         max_concurrent_sends: max_tasks,
+        max_records_per_second: w.max_tasks_per_second(),
     }
 }
 
@@ -256,6 +258,10 @@ mod tests {
         assert_eq!(flow.max_consecutive_rejections, None);
         assert!(!flow.per_destination_metrics);
         assert_eq!(flow.failure_policy, FailurePolicy::Fail);
+        assert_eq!(
+            flow.max_records_per_second, None,
+            "no rate limit by default"
+        );
     }
 
     #[test]
@@ -270,8 +276,10 @@ mod tests {
             ("not_found_recovery_max_attempts", "6"),
             ("per_destination_metrics", "true"),
             ("failure_policy", "drop"),
+            ("max_tasks_per_second", "12.5"),
         ]));
         assert_eq!(flow.max_in_flight_records, 7);
+        assert_eq!(flow.max_records_per_second, Some(12.5));
         assert_eq!(flow.retry.max_attempts, 2);
         assert_eq!(flow.retry.initial_retry_delay, Duration::from_millis(3));
         assert_eq!(flow.retry.max_retry_delay, Duration::from_millis(40));

@@ -216,6 +216,7 @@ fn flow_config(options: &PubSubSinkOptions) -> FlowConfig {
         failure_policy: options.failure_policy,
         // Every send carries at least one record, so the record cap already bounds this.
         max_concurrent_sends: max_records,
+        max_records_per_second: None,
     }
 }
 

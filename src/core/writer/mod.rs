@@ -41,6 +41,7 @@ use super::breaker::Breaker;
 use super::metrics::SinkMetrics;
 use super::pool::{self, Pool};
 use super::progress::Progress;
+use super::rate::Throttle;
 use super::{Destination, Envelope, FailurePolicy, FlowConfig, Transport};
 use crate::error::{Error, Result};
 
@@ -71,6 +72,8 @@ struct Shared<T: Transport> {
     progress: Arc<Progress>,
     gate: Arc<Gate>,
     breaker: Breaker,
+    /// The admission rate: `FlowConfig::max_records_per_second` and the service's load hints.
+    throttle: Throttle,
     sends: Semaphore,
     pool: Mutex<Pool<T::Client, T::Record>>,
     failure: Mutex<Failure>,
@@ -142,6 +145,7 @@ impl<T: Transport> FlowWriter<T> {
         );
         let shared = Shared {
             breaker: Breaker::new(config.max_consecutive_rejections, config.breaker_option),
+            throttle: Throttle::new(config.max_records_per_second),
             sends: Semaphore::new(config.concurrent_send_cap().min(Semaphore::MAX_PERMITS)),
             transport,
             metrics,
@@ -181,12 +185,20 @@ impl<T: Transport> FlowWriter<T> {
         while let Some(first) = rest.as_slice().first() {
             shared.check()?;
             let destination = first.destination.clone();
+            // Under a rate limit the run is cut to the tokens there are (waiting for one).
+            let tokens = shared.throttle.take(|| shared.check()).await?;
             let run = rest
                 .as_slice()
                 .iter()
                 .take_while(|e| same_destination(&e.destination, &destination))
+                .take(tokens.unwrap_or(usize::MAX))
                 .map(|e| e.bytes);
             let permits = shared.gate.try_admit_many(run);
+            if let Some(tokens) = tokens {
+                // The tokens of records the gate did not admit now go back (when none was,
+                // one record waits for the gate below, with its token).
+                shared.throttle.unused(tokens - permits.len().max(1));
+            }
             let items: Vec<Item<T::Record>> = if permits.is_empty() {
                 // The gate is full: this record waits (sending what is open first).
                 let Some(envelope) = rest.next() else { break };
@@ -207,6 +219,7 @@ impl<T: Transport> FlowWriter<T> {
             shared
                 .admitted
                 .fetch_add(items.len() as u64, Ordering::Relaxed);
+            shared.throttle.count(items.len());
             shared
                 .ensure_open(&destination)
                 .await

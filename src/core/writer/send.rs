@@ -185,6 +185,9 @@ impl<T: Transport> Shared<T> {
             None => send.await,
         };
         self.metrics.rpc(start.elapsed());
+        if let Some(hint) = self.transport.take_load_hint() {
+            self.throttle.hint(hint);
+        }
         let outcome = match outcome {
             SendOutcome::PerRecord(mut v) if v.len() != n => {
                 let msg = format!(
@@ -257,6 +260,7 @@ mod tests {
             not_found: None,
             failure_policy: FailurePolicy::Fail,
             max_concurrent_sends,
+            max_records_per_second: None,
         }
     }
 

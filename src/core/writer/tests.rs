@@ -50,6 +50,7 @@ pub(crate) fn config() -> FlowConfig {
         not_found: None,
         failure_policy: FailurePolicy::Fail,
         max_concurrent_sends: 10,
+        max_records_per_second: None,
     }
 }
 
@@ -1086,4 +1087,203 @@ async fn a_destination_still_missing_after_its_creation_is_a_retry() {
     assert_eq!(h.fake.batches(), vec![vec![1], vec![1], vec![1]]);
     assert_eq!(h.fake.created().len(), 1);
     assert_eq!(h.metric(names::RETRIES), 1);
+}
+
+/// Writes `records` records in runs of `run` through `write_many`, each record its own RPC
+/// answered at once, and returns when each RPC started.
+async fn send_starts_under_rate(config: FlowConfig, records: u32, run: u32) -> Vec<Instant> {
+    let mut h = Harness::new(config);
+    let starts: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let seen = starts.clone();
+    h.fake.respond_with(move |_| {
+        seen.lock().expect("starts").push(Instant::now());
+        FakeReply::Ok
+    });
+    let mut n = 0;
+    while n < records {
+        let mut envelopes: Vec<_> = (n..(n + run).min(records))
+            .map(|i| envelope(i, "d", None))
+            .collect();
+        n += envelopes.len() as u32;
+        h.writer.write_many(&mut envelopes).await.expect("write");
+    }
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.writer.delivered(), u64::from(records));
+    h.writer.close().await.expect("close");
+    let starts = starts.lock().expect("starts").clone();
+    assert_eq!(starts.len(), records as usize, "one RPC per record");
+    starts
+}
+
+fn one_record_batches(rate: Option<f64>) -> FlowConfig {
+    FlowConfig {
+        max_in_flight_records: 1_000,
+        max_records_per_second: rate,
+        batch: BatchThresholds {
+            max_records: 1,
+            max_bytes: u64::MAX,
+            max_delay: Duration::ZERO,
+        },
+        ..config()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_limit_holds_the_measured_send_rate() {
+    for (rate, records) in [(200.0, 1_001), (7.5, 76), (2_000.0, 4_001)] {
+        let starts = send_starts_under_rate(one_record_batches(Some(rate)), records, 256).await;
+        let span = starts
+            .last()
+            .unwrap()
+            .duration_since(starts[0])
+            .as_secs_f64();
+        // The first record goes at once, each later one a token later.
+        let measured = f64::from(records - 1) / span;
+        assert!(
+            (measured - rate).abs() <= rate * 0.10,
+            "rate {rate}/s measured {measured:.2}/s over {span:.3} s"
+        );
+        // And no one-second window holds more than the rate plus the burst window's tokens.
+        let burst = (rate * crate::core::rate::BURST_WINDOW.as_secs_f64()).max(1.0);
+        let most = starts
+            .iter()
+            .map(|s| {
+                starts
+                    .iter()
+                    .filter(|t| *t >= s && t.duration_since(*s) < Duration::from_secs(1))
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        assert!(
+            most as f64 <= rate + burst,
+            "rate {rate}/s: {most} sends in one second"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_rate_limit_nothing_waits() {
+    let start = Instant::now();
+    let starts = send_starts_under_rate(one_record_batches(None), 500, 100).await;
+    assert_eq!(starts.last().unwrap().duration_since(start), Duration::ZERO);
+}
+
+/// The rate of the sends that started in `[from, to)` seconds after `origin`: sends minus one
+/// over the time between the first and the last of them.
+fn rate_between(starts: &[Instant], origin: Instant, from: f64, to: f64) -> f64 {
+    let inside: Vec<f64> = starts
+        .iter()
+        .map(|s| s.duration_since(origin).as_secs_f64())
+        .filter(|t| *t >= from && *t < to)
+        .collect();
+    assert!(
+        inside.len() > 2,
+        "too few sends in [{from}, {to}): {inside:?} of {:?}",
+        starts
+            .iter()
+            .map(|s| s.duration_since(origin).as_secs_f64())
+            .collect::<Vec<_>>()
+    );
+    (inside.len() - 1) as f64 / (inside.last().unwrap() - inside[0])
+}
+
+/// One record in flight at a time, each send answered after 10 ms (so 100 records/s without a
+/// limit), `hint(n)` deciding whether record `n`'s answer carries a load hint.
+async fn starts_under_hints(
+    records: u32,
+    configured: Option<f64>,
+    hint: impl Fn(u32) -> Option<crate::core::LoadHint> + Send + Sync + 'static,
+) -> (Instant, Vec<Instant>) {
+    let origin = Instant::now();
+    let config = FlowConfig {
+        max_in_flight_records: 1,
+        max_concurrent_sends: 1,
+        ..one_record_batches(configured)
+    };
+    let mut h = Harness::new(config);
+    let starts: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let seen = starts.clone();
+    h.fake.respond_with(move |call| {
+        seen.lock().expect("starts").push(Instant::now());
+        let answer = FakeReply::Delay(Duration::from_millis(10), Box::new(FakeReply::Ok));
+        match hint(call.records[0]) {
+            Some(hint) => FakeReply::WithHint(hint, Box::new(answer)),
+            None => answer,
+        }
+    });
+    let mut envelopes: Vec<_> = (0..records).map(|i| envelope(i, "d", None)).collect();
+    h.writer.write_many(&mut envelopes).await.expect("write");
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.writer.delivered(), u64::from(records));
+    h.writer.close().await.expect("close");
+    let starts = starts.lock().expect("starts").clone();
+    (origin, starts)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_load_hint_slows_admission_for_its_period_then_lapses() {
+    let half = crate::core::LoadHint {
+        factor: 0.5,
+        period: Duration::from_secs(1),
+    };
+    // Record 200 starts at 2.0 s; its answer (at 2.01 s) asks for half the load for a second.
+    let (origin, starts) = starts_under_hints(600, None, move |n| (n == 200).then_some(half)).await;
+    let before = rate_between(&starts, origin, 0.5, 1.9);
+    let slowed = rate_between(&starts, origin, 2.1, 2.9);
+    let after = rate_between(&starts, origin, 3.2, 4.0);
+    assert!(
+        (before - 100.0).abs() <= 10.0,
+        "before the hint: {before:.1}/s"
+    );
+    assert!(
+        (slowed - 50.0).abs() <= 5.0,
+        "under the hint: {slowed:.1}/s"
+    );
+    assert!(
+        (after - 100.0).abs() <= 10.0,
+        "after it lapsed: {after:.1}/s"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn repeated_load_hints_compound_once_per_period_and_respect_the_configured_rate() {
+    let half = crate::core::LoadHint {
+        factor: 0.5,
+        period: Duration::from_secs(1),
+    };
+    // Every answer asks for half the load: 100/s becomes 50/s at once, 25/s a period later;
+    // the hints within a period only keep the limit in force.
+    let (origin, starts) = starts_under_hints(100, None, move |_| Some(half)).await;
+    let first = rate_between(&starts, origin, 0.1, 0.95);
+    let second = rate_between(&starts, origin, 1.1, 1.95);
+    assert!((first - 50.0).abs() <= 5.0, "first period: {first:.1}/s");
+    assert!((second - 25.0).abs() <= 2.5, "second period: {second:.1}/s");
+
+    // A hint above 1 does not lift a configured rate, nor does one arriving unlimited.
+    let more = crate::core::LoadHint {
+        factor: 3.0,
+        period: Duration::from_millis(100),
+    };
+    let (origin, starts) = starts_under_hints(100, Some(40.0), move |_| Some(more)).await;
+    let capped = rate_between(&starts, origin, 0.2, 2.0);
+    assert!(
+        (capped - 40.0).abs() <= 4.0,
+        "configured cap: {capped:.1}/s"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_load_hint_never_stops_a_writer() {
+    let stop = crate::core::LoadHint {
+        factor: 1e-9,
+        period: Duration::from_secs(60),
+    };
+    let (origin, starts) = starts_under_hints(30, None, move |n| (n == 5).then_some(stop)).await;
+    // Slowed to the floor of one record per second, not to nothing.
+    let slowed = rate_between(&starts, origin, 1.0, 30.0);
+    assert!(
+        (slowed - crate::core::rate::MIN_SERVER_RATE).abs() <= 0.1,
+        "{slowed:.2}/s"
+    );
 }
