@@ -502,10 +502,14 @@ async fn serializer_rejections_never_count_toward_the_breaker() {
     let mut h = Harness::new(c);
     for row in 0..10 {
         h.writer
-            .reject_encoded(Error::Encode {
-                row,
-                reason: "too big".into(),
-            })
+            .reject_encoded(
+                Error::Encode {
+                    row,
+                    reason: "too big".into(),
+                },
+                DeadPayload::default,
+            )
+            .await
             .expect("skipped");
     }
     h.write(1, "d").await.expect("write");
@@ -519,10 +523,14 @@ async fn serializer_rejection_under_fail_policy_is_returned() {
     let mut h = Harness::new(config());
     let err = h
         .writer
-        .reject_encoded(Error::Encode {
-            row: 4,
-            reason: "attribute key over 256 bytes".into(),
-        })
+        .reject_encoded(
+            Error::Encode {
+                row: 4,
+                reason: "attribute key over 256 bytes".into(),
+            },
+            DeadPayload::default,
+        )
+        .await
         .unwrap_err();
     assert!(matches!(err, Error::Encode { row: 4, .. }));
     assert_eq!(h.metric(names::RECORDS_SKIPPED), 0);
@@ -849,10 +857,14 @@ async fn an_open_batch_is_not_sent_when_its_delay_timer_fires_after_a_failure() 
     // The row after them is one the encoder rejected: under `fail` the writer fails.
     let err = h
         .writer
-        .reject_encoded(Error::Encode {
-            row: 3,
-            reason: "too big".into(),
-        })
+        .reject_encoded(
+            Error::Encode {
+                row: 3,
+                reason: "too big".into(),
+            },
+            DeadPayload::default,
+        )
+        .await
         .unwrap_err();
     assert!(matches!(err, Error::Encode { row: 3, .. }));
     // The timer fires (the clock runs past the delay): the batch stays unsent.
