@@ -197,5 +197,5 @@ pub static MAX_CONSECUTIVE_REJECTIONS: OptionSpec = OptionSpec {
     bound: Bound::PositiveOrUnbounded,
     cross_rule: "",
     example: "-1",
-    description: "With `failure_policy = 'drop'`, this many confirmed rejections in a row, with no record delivered between them, fail the statement: the pipeline is broken rather than seeing the odd bad record. Any delivery resets the count; rows the encoder refuses do not count. `-1` never fails.",
+    description: "With `failure_policy = 'drop'` or `'dead_letter'`, this many confirmed rejections in a row, with no record delivered between them, fail the statement: the pipeline is broken rather than seeing the odd bad record. Any delivery resets the count; rows the encoder refuses do not count. `-1` never fails.",
 };

@@ -570,6 +570,58 @@ async fn summary_counts_the_rows_written_to_the_dead_letter_folder() {
     assert_eq!(ids, (1..=100).filter(|v| v % 10 == 3).collect::<Vec<i64>>());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bigtable_sink_publishes_its_dead_letters_to_the_topic_of_pubsub_emulator_host() {
+    // The child process has PUBSUB_EMULATOR_HOST set (this process never changes its own
+    // environment): the Bigtable sink's dead-letter topic goes through it.
+    let admin = crate::support::PubSubAdmin::connect().await;
+    let (dead_topic, dead_subscription) = admin
+        .topic_with_subscription("cli-dlq", "bigtable", false)
+        .await;
+    let bigtable = gcp_sql::emulators::shared(gcp_sql::emulators::EmulatorKind::Bigtable).await;
+    let home = tempfile::tempdir().unwrap();
+    let table = format!(
+        "projects/cli-dlq/instances/main/tables/t{}",
+        std::process::id()
+    );
+    let create = format!(
+        "CREATE TABLE users (id VARCHAR, v BIGINT) WITH (connector = 'bigtable', \
+         emulator_host = '{}', table = '{table}', row_key = 'id', auto_create_table = true, \
+         failure_policy = 'dead_letter', dead_letter_topic = '{dead_topic}')",
+        bigtable.host()
+    );
+    // Every fifth row has a null row key: refused by the encoder.
+    let insert = "INSERT INTO users SELECT CASE WHEN value % 5 = 0 THEN NULL \
+           ELSE concat('k', value) END, value FROM generate_series(1, 20)";
+    let mut command = gcp_sql(home.path());
+    command
+        .env("PUBSUB_EMULATOR_HOST", &admin.host)
+        .args(["-c", &create, "-c", insert]);
+    let output = tokio::task::spawn_blocking(move || run(&mut command))
+        .await
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("Sink: 16 row(s) acknowledged"), "{stderr}");
+    assert!(stderr.contains("; 4 dead-lettered"), "{stderr}");
+    let dead = admin.pull_all(&dead_subscription, 4).await;
+    let mut values: Vec<i64> = dead
+        .iter()
+        .map(|m| {
+            assert_eq!(
+                m.attributes.get("connector").map(String::as_str),
+                Some("bigtable")
+            );
+            assert_eq!(m.attributes.get("table").map(String::as_str), Some("users"));
+            let row: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
+            assert!(row["id"].is_null(), "{row}");
+            row["v"].as_i64().unwrap()
+        })
+        .collect();
+    values.sort_unstable();
+    assert_eq!(values, vec![5, 10, 15, 20]);
+}
+
 // --- streaming: a graceful stop, and an abort -------------------------------------------------
 
 /// Waits until a line of stderr contains `needle`; returns it.
