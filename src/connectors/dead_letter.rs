@@ -15,7 +15,9 @@
 //!   bounded) and completed when the statement ends. Until then the object does not exist
 //!   under its name: a process that dies mid-statement leaves an incomplete upload (a local
 //!   file store: a `<name>#<n>` staging file next to it; `gs://`, `s3://`: an upload the
-//!   bucket's lifecycle rules clean up), not a half-written object.
+//!   bucket's lifecycle rules clean up), not a half-written object. A statement cancelled by
+//!   dropping its future still completes the object, from a task its dropped writer spawns
+//!   (within one shutdown budget).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -367,6 +367,7 @@ async fn flush_point<T: Transport>(
         acknowledged = c.acknowledged,
         skipped = c.skipped,
         dropped = c.dropped,
+        dead_lettered = c.dead_lettered,
         retries = c.retries,
         destinations_released = c.destinations_released,
         "flush point: every row read so far is resolved"

@@ -214,7 +214,13 @@ impl<C: Connector> SinkConnector for Sink<C> {
                 let context = DeadLetterContext {
                     connector: C::KIND,
                     table: ctx.table.as_deref().unwrap_or_default().to_string(),
-                    statement: ctx.statement.to_string(),
+                    // A context built without a statement id (a Rust program calling
+                    // `write_all` itself) still names its objects uniquely.
+                    statement: if ctx.statement.is_empty() {
+                        crate::core::run::new_statement_id()
+                    } else {
+                        ctx.statement.to_string()
+                    },
                     writer: ctx.writer,
                     runtime: ctx.runtime.clone(),
                 };

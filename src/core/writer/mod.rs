@@ -96,6 +96,8 @@ struct Shared<T: Transport> {
     /// Set when finishing the dead-letter sink failed: the rows it held were not stored, and
     /// count as not delivered.
     dead_letters_lost: AtomicBool,
+    /// Set once the dead-letter sink was asked to finish (a dropped writer asks otherwise).
+    dead_letters_finished: AtomicBool,
 }
 
 /// Whether two destinations are the same (the pointer test first: records of one batch usually
@@ -181,6 +183,7 @@ impl<T: Transport> FlowWriter<T> {
             dead_lettered: AtomicU64::new(0),
             encoding_dead_lettered: AtomicU64::new(0),
             dead_letters_lost: AtomicBool::new(false),
+            dead_letters_finished: AtomicBool::new(false),
             config,
         };
         FlowWriter {
@@ -296,6 +299,9 @@ impl<T: Transport> FlowWriter<T> {
         let Some(dead_letters) = &self.shared.dead_letters else {
             return Ok(());
         };
+        self.shared
+            .dead_letters_finished
+            .store(true, Ordering::Release);
         let budget = self.shared.config.shutdown_timeout;
         let finished = match tokio::time::timeout(budget, dead_letters.sink.finish()).await {
             Ok(finished) => finished,
@@ -456,6 +462,29 @@ impl<T: Transport> Drop for FlowWriter<T> {
                     tracing::warn!(%error, "releasing clients of a dropped writer");
                 }
             });
+            // The rows already dead-lettered are kept: an object written as it goes is
+            // completed (within one shutdown budget) rather than abandoned with the writer.
+            if let Some(dead_letters) = &self.shared.dead_letters
+                && !self
+                    .shared
+                    .dead_letters_finished
+                    .swap(true, Ordering::AcqRel)
+            {
+                let sink = dead_letters.sink.clone();
+                let budget = self.shared.config.shutdown_timeout;
+                handle.spawn(async move {
+                    match tokio::time::timeout(budget, sink.finish()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) => {
+                            tracing::warn!(%error, "completing the dead letters of a dropped writer");
+                        }
+                        Err(_) => tracing::warn!(
+                            target = sink.describe(),
+                            "completing the dead letters of a dropped writer overran the shutdown budget"
+                        ),
+                    }
+                });
+            }
         }
     }
 }

@@ -1332,3 +1332,23 @@ async fn the_dead_letter_policy_without_a_sink_fails_at_the_first_dead_row() {
         .unwrap_err();
     assert!(error.to_string().contains("dead_letter_topic"), "{error}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_writer_still_finishes_its_dead_letters() {
+    let sink = Arc::new(MemoryDeadLetters::default());
+    let mut h = dead_letter_harness(dead_letter_config(), sink.clone());
+    h.writer
+        .reject_encoded(
+            Error::Encode {
+                row: 0,
+                reason: "bad".into(),
+            },
+            DeadPayload::default,
+        )
+        .await
+        .expect("dead-lettered");
+    drop(h.writer);
+    tokio::task::yield_now().await;
+    assert_eq!(sink.finished.load(Ordering::Relaxed), 1);
+    assert_eq!(lock(&sink.rows).len(), 1);
+}
