@@ -159,7 +159,9 @@ pub enum Error {
     /// in neither count.
     ///
     /// `dead_lettered` rows went to the dead-letter destination under the `dead_letter`
-    /// policy (and are stored there); they are in neither of the other counts.
+    /// policy (and are stored there); they are in neither of the other counts. Under that
+    /// policy a row whose dead-letter write failed is in `not_delivered`, even one the encoder
+    /// rejected (never admitted).
     #[error(
         "{source} ({acknowledged} row(s) were acknowledged before the failure; {}{not_delivered} admitted row(s) were not delivered{})",
         dead_letter_text(*.dead_lettered),

@@ -93,6 +93,9 @@ struct Shared<T: Transport> {
     dead_lettered: AtomicU64,
     /// Rows the encoder rejected that went to the dead-letter sink.
     encoding_dead_lettered: AtomicU64,
+    /// Rows the encoder rejected whose dead-letter write failed (never admitted, but neither
+    /// delivered nor dead-lettered: counted as not delivered).
+    encoding_undelivered: AtomicU64,
     /// Set when finishing the dead-letter sink failed: the rows it held were not stored, and
     /// count as not delivered.
     dead_letters_lost: AtomicBool,
@@ -182,6 +185,7 @@ impl<T: Transport> FlowWriter<T> {
             dead_letters,
             dead_lettered: AtomicU64::new(0),
             encoding_dead_lettered: AtomicU64::new(0),
+            encoding_undelivered: AtomicU64::new(0),
             dead_letters_lost: AtomicBool::new(false),
             dead_letters_finished: AtomicBool::new(false),
             config,
@@ -252,7 +256,8 @@ impl<T: Transport> FlowWriter<T> {
     /// returns `Err(error)` (and the writer is failed); under [`FailurePolicy::Drop`] counts it
     /// in `records_skipped` and returns `Ok`; under [`FailurePolicy::DeadLetter`] writes it to
     /// the dead-letter sink (the row as `row()` renders it, called only then), counts it in
-    /// `records_dead_lettered` and returns `Ok`, or fails the writer when that write fails.
+    /// `records_dead_lettered` and returns `Ok`, or fails the writer when that write fails (the
+    /// row then counts as not delivered).
     /// Never counts toward the rejection breaker.
     pub async fn reject_encoded(
         &mut self,
@@ -276,10 +281,12 @@ impl<T: Transport> FlowWriter<T> {
                     attempts: 0,
                     data: row(),
                 };
-                self.shared
-                    .dead_letter(dead)
-                    .await
-                    .map_err(|e| self.shared.failed(e))?;
+                if let Err(e) = self.shared.dead_letter(dead).await {
+                    self.shared
+                        .encoding_undelivered
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Err(self.shared.failed(e));
+                }
                 tracing::warn!(%error, "dead-lettered a row the encoder rejected");
                 self.shared.metrics.encoding_dead_lettered();
                 self.shared
@@ -400,10 +407,9 @@ impl<T: Transport> FlowWriter<T> {
     }
 
     /// Records admitted so far that are neither acknowledged, nor dropped under the `drop`
-    /// policy, nor dead-lettered, nor refused by the service under the `fail` policy (plus,
-    /// when finishing the dead-letter sink failed, the rows the encoder rejected that it
-    /// held): the records still to send
-    /// or in an RPC, and those a failure left behind (never sent, sent without an answer, or
+    /// policy, nor dead-lettered, nor refused by the service under the `fail` policy (plus the
+    /// rows the encoder rejected that could not be dead-lettered, or whose dead-letter sink
+    /// failed to finish): the records still to send or in an RPC, and those a failure left behind (never sent, sent without an answer, or
     /// answered with a fatal status). After a failure and [`FlowWriter::settle`], the rows of
     /// the statement that did not land and would on a re-run ([`Error::Incomplete`]).
     pub fn not_delivered(&self) -> u64 {
@@ -412,7 +418,8 @@ impl<T: Transport> FlowWriter<T> {
         let admitted = load(&s.admitted)
             .saturating_sub(load(&s.delivered))
             .saturating_sub(load(&s.dropped))
-            .saturating_sub(load(&s.refused));
+            .saturating_sub(load(&s.refused))
+            + load(&s.encoding_undelivered);
         if s.dead_letters_lost.load(Ordering::Acquire) {
             admitted + load(&s.encoding_dead_lettered)
         } else {

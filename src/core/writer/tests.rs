@@ -1331,6 +1331,9 @@ async fn the_dead_letter_policy_without_a_sink_fails_at_the_first_dead_row() {
         .await
         .unwrap_err();
     assert!(error.to_string().contains("dead_letter_topic"), "{error}");
+    // Neither delivered nor dead-lettered: reported.
+    assert_eq!(h.writer.not_delivered(), 1);
+    assert_eq!(h.writer.dead_lettered(), 0);
 }
 
 #[tokio::test(start_paused = true)]
