@@ -519,9 +519,14 @@ impl DeadLetterSink for TopicSink {
     }
 
     async fn write(&self, row: DeadRow) -> Result<()> {
+        // Every value within the attribute limit (a table name may be long; the message is cut
+        // in `reasons` already).
         let attributes: HashMap<String, String> = reasons(&self.context, &row)
             .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
+            .map(|(k, v)| {
+                let v = truncate_at_char(&v, MAX_ATTRIBUTE_VALUE_BYTES).to_string();
+                (k.to_string(), v)
+            })
             .collect();
         let data = match (row.data.payload, row.data.row) {
             (Some(payload), _) => payload,
@@ -690,6 +695,54 @@ mod tests {
         let odd = format!("a{text}");
         assert_eq!(truncate_at_char(&odd, 1024).len(), 1023);
         assert_eq!(truncate_at_char("short", 1024), "short");
+    }
+
+    fn bigtable_target(
+        pairs: &[(&str, &str)],
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<DeadLetterTarget>> {
+        let mut all = vec![
+            ("table", "projects/p/instances/i/tables/t"),
+            ("row_key", "id"),
+            ("failure_policy", "dead_letter"),
+        ];
+        all.extend_from_slice(pairs);
+        let raw = crate::options::RawOptions::from_pairs(
+            all.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )?;
+        crate::connectors::bigtable::options::BigtableSinkOptions::from_raw_with_env(
+            None, &raw, env,
+        )
+        .map(|o| o.dead_letter)
+    }
+
+    #[test]
+    fn another_sinks_dead_letter_topic_goes_through_pubsub_emulator_host() {
+        let topic = [("dead_letter_topic", "projects/p/topics/dead")];
+        let local = |var: &str| (var == "PUBSUB_EMULATOR_HOST").then(|| "localhost:8085".into());
+        match bigtable_target(&topic, &local).unwrap() {
+            Some(DeadLetterTarget::Topic { topic, connection }) => {
+                assert_eq!(topic, "projects/p/topics/dead");
+                assert_eq!(connection.emulator_host.as_deref(), Some("localhost:8085"));
+                assert!(!connection.auto_create_topic);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // Without the variable: the public endpoint (no emulator).
+        match bigtable_target(&topic, &|_| None).unwrap() {
+            Some(DeadLetterTarget::Topic { connection, .. }) => {
+                assert_eq!(connection.emulator_host, None);
+                assert_eq!(connection.endpoint, None);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // A remote emulator address is refused, as the sink's own would be.
+        let remote = |var: &str| (var == "PUBSUB_EMULATOR_HOST").then(|| "10.1.2.3:8085".into());
+        let error = bigtable_target(&topic, &remote).unwrap_err().to_string();
+        assert!(error.contains("dead_letter_topic"), "{error}");
+        assert!(error.contains("PUBSUB_EMULATOR_HOST"), "{error}");
+        let allowed = [topic[0], ("allow_remote_emulator", "true")];
+        assert!(bigtable_target(&allowed, &remote).is_ok());
     }
 
     #[test]
