@@ -570,7 +570,7 @@ impl FakeBigtable {
         FakeBigtable { server, script }
     }
 
-    fn host(&self) -> String {
+    pub(crate) fn host(&self) -> String {
         self.server.addr().to_string()
     }
 

@@ -11,6 +11,7 @@
 //! | Cloud Tasks | `INVALID_ARGUMENT` on one task (service) | fake | file |
 //! | Bigtable | null row key (encoder) | emulator | file |
 //! | Bigtable | `INVALID_ARGUMENT` on one entry in a batch (service, isolated) | fake | file |
+//! | Bigtable (the `gcp-sql` binary) | `INVALID_ARGUMENT` on one entry | fake | topic, pulled |
 //!
 //! The emulators cannot refuse a record the encoder let through, so the service rejections
 //! come from the scripted fakes.
@@ -490,4 +491,68 @@ async fn a_dead_letter_store_the_session_lacks_fails_before_anything_is_sent() {
     assert!(error.contains("no object store is registered"), "{error}");
     assert_eq!(counts(error), (0, 0), "{error}");
     assert!(fake.requests().is_empty());
+}
+
+// --- a service rejection to a topic, from a sink of another service ------------------------------
+
+/// The `gcp-sql` binary (a child process, so that `PUBSUB_EMULATOR_HOST` can be set for it
+/// alone) writes to the fake Bigtable, which refuses one entry; the sink publishes it to a
+/// dead-letter topic on the Pub/Sub emulator.
+#[cfg(feature = "cli")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_bigtable_entry_is_published_to_the_dead_letter_topic_with_its_status() {
+    let fake = FakeBigtable::start(|key| {
+        if key == b"k5" {
+            Code::InvalidArgument
+        } else {
+            Code::Ok
+        }
+    })
+    .await;
+    let admin = PubSubAdmin::connect().await;
+    let (dead_topic, dead_subscription) =
+        admin.topic_with_subscription("dlq", "refused", false).await;
+    let home = tempfile::tempdir().unwrap();
+    let create = format!(
+        "CREATE TABLE t (id VARCHAR, v BIGINT) WITH (connector = 'bigtable', \
+         emulator_host = '{}', table = '{FAKE_TABLE}', row_key = 'id', sink_parallelism = 1, \
+         failure_policy = 'dead_letter', dead_letter_topic = '{dead_topic}')",
+        fake.host()
+    );
+    let insert = "INSERT INTO t SELECT concat('k', CAST(value AS VARCHAR)), value \
+                  FROM generate_series(1, 10)";
+    let mut command = crate::support::tool(home.path());
+    command
+        .env("PUBSUB_EMULATOR_HOST", &admin.host)
+        .args(["-c", &create, "-c", insert]);
+    let output = tokio::task::spawn_blocking(move || crate::support::output(&mut command))
+        .await
+        .unwrap();
+    let stderr = crate::support::text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("Sink: 9 row(s) acknowledged"), "{stderr}");
+    assert!(stderr.contains("; 1 dead-lettered"), "{stderr}");
+    // The batch, then k5 alone.
+    assert_eq!(fake.requests().last().unwrap(), &vec!["k5".to_string()]);
+
+    let dead = admin.pull_all(&dead_subscription, 1).await;
+    assert_eq!(dead.len(), 1);
+    let a = &dead[0].attributes;
+    assert_eq!(a.get("connector").map(String::as_str), Some("bigtable"));
+    assert_eq!(a.get("destination").map(String::as_str), Some(FAKE_TABLE));
+    assert_eq!(a.get("table").map(String::as_str), Some("t"));
+    assert_eq!(a.get("error_class").map(String::as_str), Some("rejected"));
+    assert_eq!(
+        a.get("status_code").map(String::as_str),
+        Some("INVALID_ARGUMENT")
+    );
+    assert_eq!(a.get("attempts").map(String::as_str), Some("1"));
+    assert_timestamp(a.get("timestamp").expect("a timestamp"));
+    // No payload in a Bigtable entry: the data is the entry as JSON.
+    let row: Value = serde_json::from_slice(&dead[0].data).expect("JSON data");
+    assert_eq!(row["row_key"], "k5");
+    assert!(
+        row["mutations"].as_array().is_some_and(|m| !m.is_empty()),
+        "{row}"
+    );
 }
