@@ -43,6 +43,7 @@ async fn main() -> gcp_sql::Result<()> {
         mapping: PubSubMappingOptions::default(),
         auto_create_topic: true,
         failure_policy: FailurePolicy::Fail,
+        dead_letter: None,
         run: Default::default(),
         publisher,
     };

@@ -157,8 +157,14 @@ pub enum Error {
     /// sent, rows whose send failed, and rows still in an RPC when the statement ended (which
     /// may have landed unacknowledged). Rows the statement had not yet read from its input are
     /// in neither count.
+    ///
+    /// `dead_lettered` rows went to the dead-letter destination under the `dead_letter`
+    /// policy (and are stored there); they are in neither of the other counts. Under that
+    /// policy a row whose dead-letter write failed is in `not_delivered`, even one the encoder
+    /// rejected (never admitted).
     #[error(
-        "{source} ({acknowledged} row(s) were acknowledged before the failure; {not_delivered} admitted row(s) were not delivered{})",
+        "{source} ({acknowledged} row(s) were acknowledged before the failure; {}{not_delivered} admitted row(s) were not delivered{})",
+        dead_letter_text(*.dead_lettered),
         rerun_hint(*.not_delivered)
     )]
     Incomplete {
@@ -166,8 +172,20 @@ pub enum Error {
         source: Box<Error>,
         /// Rows the service acknowledged before the statement ended.
         acknowledged: u64,
-        /// Admitted rows neither acknowledged, dropped, nor refused by the service.
+        /// Admitted rows neither acknowledged, dropped, dead-lettered, nor refused by the
+        /// service.
         not_delivered: u64,
+        /// Rows stored in the dead-letter destination before the statement ended.
+        dead_lettered: u64,
+    },
+    /// A row could not be written to the dead-letter destination (or the destination could
+    /// not be completed): the statement fails, since the row would otherwise be gone.
+    #[error("cannot write to the dead-letter destination {target}: {message}")]
+    DeadLetter {
+        /// The destination, as its option names it (`dead_letter_topic 'projects/p/topics/t'`).
+        target: String,
+        /// What went wrong (a status, an object store error).
+        message: String,
     },
     /// Connecting or authenticating failed.
     #[error("cannot connect to {endpoint}: {message}")]
@@ -199,6 +217,14 @@ pub enum Error {
 /// can be looked up; tonic's `Debug` form (`NotFound`) appears nowhere in Google's docs.
 fn code_text(code: &tonic::Code) -> &'static str {
     crate::core::metrics::code_name(*code)
+}
+
+fn dead_letter_text(dead_lettered: u64) -> String {
+    if dead_lettered > 0 {
+        format!("{dead_lettered} row(s) were dead-lettered; ")
+    } else {
+        String::new()
+    }
 }
 
 fn rerun_hint(not_delivered: u64) -> &'static str {

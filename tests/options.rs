@@ -2122,6 +2122,10 @@ fn every_registered_option_is_accepted_by_its_connector_with_its_example() {
             if spec.name == "instance" {
                 pairs.push(("project", "demo"));
             }
+            // A dead-letter destination is taken only under the policy that uses it.
+            if matches!(spec.name, "dead_letter_topic" | "dead_letter_path") {
+                pairs.push(("failure_policy", "dead_letter"));
+            }
             let example = if kind == ConnectorKind::CloudTasks && spec.name == "connector" {
                 "cloud_tasks"
             } else {
@@ -2336,7 +2340,7 @@ fn every_builder_default_equals_the_spec_default() {
 #[test]
 fn every_writer_option_is_a_builder_option_of_its_connector() {
     // The writer options of a connector are exactly its typed builder's options, plus the
-    // failure policy and how a statement runs (writer count, flush points: sink-level
+    // failure policy (and its dead-letter destination) and how a statement runs (writer count, flush points: sink-level
     // choices), in the builder's declaration order.
     let builders: [(ConnectorKind, &[&OptionSpec]); 3] = [
         (ConnectorKind::PubSub, PubSubPublisherOptions::specs()),
@@ -2349,6 +2353,8 @@ fn every_writer_option_is_a_builder_option_of_its_connector() {
                 s.group == OptionGroup::Writer
                     && ![
                         "failure_policy",
+                        "dead_letter_topic",
+                        "dead_letter_path",
                         "sink_parallelism",
                         "flush_interval",
                         "flush_rows",

@@ -36,6 +36,9 @@ pub struct SinkCounters {
     pub dropped: usize,
     /// Rows the encoder rejected (never sent) and the `drop` failure policy skipped.
     pub skipped: usize,
+    /// Rows the `dead_letter` failure policy wrote to the dead-letter destination (encoder
+    /// and service rejections).
+    pub dead_lettered: usize,
     /// Missing destinations (topics, tables, column families) the sink created because it was
     /// asked to (`auto_create_topic`, `auto_create_table`).
     pub created: usize,
@@ -59,6 +62,7 @@ impl SinkCounters {
                     (names::RETRIES, &mut counters.retries),
                     (names::RECORDS_DROPPED, &mut counters.dropped),
                     (names::RECORDS_SKIPPED, &mut counters.skipped),
+                    (names::RECORDS_DEAD_LETTERED, &mut counters.dead_lettered),
                     (names::RESOURCES_CREATED, &mut counters.created),
                     (WRITERS_METRIC, &mut counters.writers),
                 ] {
@@ -79,7 +83,8 @@ impl SinkCounters {
     /// rejected (they were never sent, so they are not in `sent`), `dropped` rows the service
     /// refused. A destination the sink created (asked to by `auto_create_topic` or
     /// `auto_create_table`) is counted as `created`, shown when there is one; the re-send that
-    /// follows a creation is not a retry.
+    /// follows a creation is not a retry. Rows the `dead_letter` policy wrote to its
+    /// destination are counted as `dead-lettered`, shown when there is one.
     ///
     /// ```
     /// use std::time::Duration;
@@ -92,6 +97,7 @@ impl SinkCounters {
     ///     retries: 1,
     ///     dropped: 0,
     ///     skipped: 3,
+    ///     dead_lettered: 0,
     ///     created: 0,
     ///     writers: 1,
     /// };
@@ -103,6 +109,11 @@ impl SinkCounters {
     /// assert_eq!(
     ///     created.summary(Duration::from_secs(2)),
     ///     "Sink: 20 row(s) acknowledged of 20 sent in 2.000 s (10 rows/s); 0 skipped, 0 dropped, 0 retries; 1 destination(s) created"
+    /// );
+    /// let dead = SinkCounters { skipped: 0, dead_lettered: 3, ..counters };
+    /// assert_eq!(
+    ///     dead.summary(Duration::from_secs(2)),
+    ///     "Sink: 20 row(s) acknowledged of 20 sent in 2.000 s (10 rows/s); 0 skipped, 0 dropped, 1 retries; 3 dead-lettered"
     /// );
     /// // Several writers: the counts are their sum, and the summary says over how many.
     /// let four = SinkCounters { writers: 4, ..counters };
@@ -119,6 +130,9 @@ impl SinkCounters {
             self.dropped,
             self.retries
         );
+        if self.dead_lettered > 0 {
+            line.push_str(&format!("; {} dead-lettered", self.dead_lettered));
+        }
         if self.created > 0 {
             line.push_str(&format!("; {} destination(s) created", self.created));
         }
@@ -139,6 +153,9 @@ impl SinkCounters {
             self.dropped,
             rate(self.acked, elapsed)
         );
+        if self.dead_lettered > 0 {
+            line.push_str(&format!(" · dead-lettered {}", self.dead_lettered));
+        }
         if self.writers > 1 {
             line.push_str(&format!(" · {} writers", self.writers));
         }
@@ -355,6 +372,7 @@ mod tests {
                 retries: 3,
                 dropped: 1,
                 skipped: 4,
+                dead_lettered: 0,
                 created: 1,
                 writers: 0,
             })

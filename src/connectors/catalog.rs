@@ -34,7 +34,7 @@ use super::{bigtable, cloud_tasks, pubsub};
 
 /// The options every connector accepts, first in each connector's list: which connector, the
 /// connection, the failure policy, and how a statement runs (writers, flush points).
-pub static SHARED_OPTIONS: [&OptionSpec; 10] = [
+pub static SHARED_OPTIONS: [&OptionSpec; 12] = [
     &CONNECTOR,
     &common::PROJECT,
     &common::ENDPOINT,
@@ -42,6 +42,8 @@ pub static SHARED_OPTIONS: [&OptionSpec; 10] = [
     &common::ALLOW_REMOTE_EMULATOR,
     &common::CREDENTIALS_FILE,
     &common::FAILURE_POLICY,
+    &common::DEAD_LETTER_TOPIC,
+    &common::DEAD_LETTER_PATH,
     &common::SINK_PARALLELISM,
     &common::FLUSH_INTERVAL,
     &common::FLUSH_ROWS,

@@ -874,9 +874,22 @@ mod tests {
         let key = dir.path().join("key.pem");
         let key_path = key.to_str().unwrap();
         openssl(&[
-            "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", key_path,
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+            "-out",
+            key_path,
         ]);
-        let public = openssl(&["rsa", "-in", key_path, "-RSAPublicKey_out", "-outform", "DER"]);
+        let public = openssl(&[
+            "rsa",
+            "-in",
+            key_path,
+            "-RSAPublicKey_out",
+            "-outform",
+            "DER",
+        ]);
         let file = dir.path().join("service-account.json");
         let json = serde_json::json!({
             "type": "service_account",

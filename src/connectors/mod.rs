@@ -6,6 +6,7 @@
 pub mod bigtable;
 pub mod catalog;
 pub mod cloud_tasks;
+pub mod dead_letter;
 pub mod google;
 pub mod kind;
 pub mod pubsub;
@@ -221,12 +222,14 @@ where
             encode(&batch, first_row, &mut encoded)?;
             // Rows that encoded go to the writer in runs; a rejected row is handed to the
             // failure policy after the rows before it, so the order of outcomes is the row order.
-            for record in encoded.drain(..) {
+            for (row, record) in encoded.drain(..).enumerate() {
                 match record {
                     Ok(envelope) => run.push(envelope),
                     Err(rejected) => {
                         writer.write_many(&mut run).await?;
-                        writer.reject_encoded(rejected)?;
+                        writer
+                            .reject_encoded(rejected, || dead_letter::source_row(&batch, row))
+                            .await?;
                     }
                 }
             }
@@ -268,13 +271,24 @@ where
         _ = stop.reaches(StopKind::Settle) => Err(stopped(None)),
         result = drive => result,
     };
-    let (error, acknowledged, not_delivered) = match result {
+    // The dead-letter destination is completed once, whatever the outcome: after a failure,
+    // once the sends under way have settled (their rejections may still dead-letter rows).
+    let mut dead_letters_finished = false;
+    let result = match result {
+        Ok(()) => {
+            dead_letters_finished = true;
+            writer.finish_dead_letters().await
+        }
+        Err(error) => Err(error),
+    };
+    let (error, acknowledged, not_delivered, dead_lettered) = match result {
         Ok(()) => {
             let (acknowledged, not_delivered) = (writer.delivered(), writer.not_delivered());
+            let dead_lettered = writer.dead_lettered();
             match writer.close().await {
                 Ok(()) => return Ok(acknowledged),
                 // Every row landed, but releasing the clients overran its budget.
-                Err(error) => (error, acknowledged, not_delivered),
+                Err(error) => (error, acknowledged, not_delivered, dead_lettered),
             }
         }
         Err(error) => {
@@ -286,18 +300,23 @@ where
                     _ = writer.settle() => {}
                 }
             }
+            if !dead_letters_finished && let Err(finish) = writer.finish_dead_letters().await {
+                tracing::warn!(error = %finish, "completing the dead letters of a failed statement");
+            }
             // Counted once the sends under way have finished; closing aborts what is left.
             let (acknowledged, not_delivered) = (writer.delivered(), writer.not_delivered());
+            let dead_lettered = writer.dead_lettered();
             if let Err(close) = writer.close().await {
                 tracing::warn!(error = %close, "releasing clients after a failed statement");
             }
-            (error, acknowledged, not_delivered)
+            (error, acknowledged, not_delivered, dead_lettered)
         }
     };
     Err(Error::Incomplete {
         source: Box::new(error),
         acknowledged,
         not_delivered,
+        dead_lettered,
     })
 }
 
@@ -348,6 +367,7 @@ async fn flush_point<T: Transport>(
         acknowledged = c.acknowledged,
         skipped = c.skipped,
         dropped = c.dropped,
+        dead_lettered = c.dead_lettered,
         retries = c.retries,
         destinations_released = c.destinations_released,
         "flush point: every row read so far is resolved"
@@ -439,6 +459,7 @@ mod tests {
                 source,
                 acknowledged,
                 not_delivered,
+                ..
             } => {
                 assert!(
                     matches!(*source, Error::ProgressTimeout { option, .. } if option == "publish_progress_timeout"),
@@ -467,7 +488,7 @@ mod tests {
         assert!(
             matches!(
                 &error,
-                Error::Incomplete { source, acknowledged: 25, not_delivered: 0 }
+                Error::Incomplete { source, acknowledged: 25, not_delivered: 0, .. }
                     if matches!(**source, Error::ProgressTimeout { .. })
             ),
             "{error:?}"

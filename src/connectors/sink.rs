@@ -21,9 +21,12 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::SendableRecordBatchStream;
 
 use crate::connectors::ConnectorKind;
+use crate::connectors::dead_letter::{self, DeadLetterContext, DeadLetterTarget};
 use crate::connectors::{Routing, SinkConnector, write_stream};
 use crate::core::run::{FlushSettings, WriterContext};
-use crate::core::{Envelope, FlowConfig, FlowWriter, SinkMetrics, Transport};
+use crate::core::{
+    DeadLetters, DeadPayload, Envelope, FlowConfig, FlowWriter, SinkMetrics, Transport,
+};
 use crate::error::{Error, Result};
 use crate::options::RawOptions;
 use crate::options::common::RunOptions;
@@ -69,6 +72,13 @@ pub trait Connector: Send + Sync + 'static {
 
     /// How a statement runs (`sink_parallelism`, `flush_interval`, `flush_rows`).
     fn run_options(options: &Self::Options) -> &RunOptions;
+
+    /// Where the `dead_letter` policy puts rows (`dead_letter_topic`, `dead_letter_path`).
+    fn dead_letter(options: &Self::Options) -> Option<&DeadLetterTarget>;
+
+    /// A record the service refused, as its dead letter carries it: its payload where it has
+    /// one, and the rest of it as a JSON object.
+    fn describe_record(record: &RecordOf<Self>) -> DeadPayload;
 
     /// Connects the transport, once per statement, before the first row is read.
     async fn connect(settings: &Self::ClientSettings) -> Result<Self::Transport>;
@@ -189,17 +199,43 @@ impl<C: Connector> SinkConnector for Sink<C> {
             }),
             connected = C::connect(&settings) => connected,
         };
+        let incomplete = |error| Error::Incomplete {
+            source: Box::new(error),
+            acknowledged: 0,
+            not_delivered: 0,
+            dead_lettered: 0,
+        };
         let transport = match connected {
             Ok(transport) => Arc::new(transport),
-            Err(error) => {
-                return Err(Error::Incomplete {
-                    source: Box::new(error),
-                    acknowledged: 0,
-                    not_delivered: 0,
-                });
-            }
+            Err(error) => return Err(incomplete(error)),
         };
-        let writer = FlowWriter::new(transport, self.flow.clone(), metrics);
+        let dead_letters = match C::dead_letter(&self.options) {
+            Some(target) => {
+                let context = DeadLetterContext {
+                    connector: C::KIND,
+                    table: ctx.table.as_deref().unwrap_or_default().to_string(),
+                    // A context built without a statement id (a Rust program calling
+                    // `write_all` itself) still names its objects uniquely.
+                    statement: if ctx.statement.is_empty() {
+                        crate::core::run::new_statement_id()
+                    } else {
+                        ctx.statement.to_string()
+                    },
+                    writer: ctx.writer,
+                    runtime: ctx.runtime.clone(),
+                };
+                let sink = dead_letter::open(target, context)
+                    .await
+                    .map_err(incomplete)?;
+                Some(DeadLetters {
+                    sink,
+                    describe: Arc::new(C::describe_record),
+                })
+            }
+            None => None,
+        };
+        let writer =
+            FlowWriter::with_dead_letters(transport, self.flow.clone(), metrics, dead_letters);
         let run = C::run_options(&self.options);
         let flush = FlushSettings {
             interval: run.flush_interval,

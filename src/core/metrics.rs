@@ -36,6 +36,9 @@ pub mod names {
     pub const RECORDS_DROPPED: &str = "records_dropped";
     /// Rows the encoder rejected (serializer rejections) skipped under the `drop` policy.
     pub const RECORDS_SKIPPED: &str = "records_skipped";
+    /// Rows handed to the dead-letter destination under the `dead_letter` policy: rows the
+    /// encoder rejected and records the service refused (confirmed alone).
+    pub const RECORDS_DEAD_LETTERED: &str = "records_dead_lettered";
     /// Gauge: records admitted and not yet resolved (parked ones included).
     pub const IN_FLIGHT_RECORDS: &str = "in_flight_records";
     /// Gauge: bytes admitted and not yet resolved.
@@ -94,6 +97,7 @@ pub struct SinkMetrics {
     records_rejected: Count,
     records_dropped: Count,
     records_skipped: Count,
+    records_dead_lettered: Count,
     in_flight_records: Gauge,
     in_flight_bytes: Gauge,
     in_flight_records_high_water: Gauge,
@@ -124,6 +128,9 @@ pub struct WriterCounts {
     pub dropped: u64,
     /// Records the service refused (confirmed alone).
     pub rejected: u64,
+    /// Rows the `dead_letter` policy handed to the dead-letter destination (encoder and
+    /// service rejections).
+    pub dead_lettered: u64,
     /// Retried sends.
     pub retries: u64,
     /// Destinations released while running.
@@ -145,6 +152,7 @@ pub(crate) struct MetricsSnapshot {
     pub records_rejected: u64,
     pub records_dropped: u64,
     pub records_skipped: u64,
+    pub records_dead_lettered: u64,
     pub in_flight_records: u64,
     pub in_flight_bytes: u64,
     pub in_flight_records_high_water: u64,
@@ -201,6 +209,7 @@ impl SinkMetrics {
                     | names::RETRIES
                     | names::RECORDS_DROPPED
                     | names::RECORDS_SKIPPED
+                    | names::RECORDS_DEAD_LETTERED
                     | names::SEND_RPCS
                     | names::SEND_TIME
             )
@@ -241,6 +250,7 @@ impl SinkMetrics {
             records_rejected: counter(names::RECORDS_REJECTED),
             records_dropped: counter(names::RECORDS_DROPPED),
             records_skipped: counter(names::RECORDS_SKIPPED),
+            records_dead_lettered: counter(names::RECORDS_DEAD_LETTERED),
             in_flight_records: gauge(names::IN_FLIGHT_RECORDS),
             in_flight_bytes: bytes(names::IN_FLIGHT_BYTES),
             in_flight_records_high_water: gauge(names::IN_FLIGHT_RECORDS_HIGH_WATER),
@@ -284,6 +294,7 @@ impl SinkMetrics {
             skipped: v(&self.records_skipped),
             dropped: v(&self.records_dropped),
             rejected: v(&self.records_rejected),
+            dead_lettered: v(&self.records_dead_lettered),
             retries: v(&self.retries),
             destinations_released: v(&self.destinations_released),
             resources_created: v(&self.resources_created),
@@ -388,6 +399,17 @@ impl SinkMetrics {
         self.records_dropped.add(1);
     }
 
+    /// A record the service refused, handed to the dead-letter destination.
+    pub(crate) fn rejected_and_dead_lettered(&self) {
+        self.records_rejected.add(1);
+        self.records_dead_lettered.add(1);
+    }
+
+    /// A row the encoder rejected, handed to the dead-letter destination.
+    pub(crate) fn encoding_dead_lettered(&self) {
+        self.records_dead_lettered.add(1);
+    }
+
     pub(crate) fn rejected(&self) {
         self.records_rejected.add(1);
     }
@@ -420,6 +442,7 @@ impl SinkMetrics {
             records_rejected: n(self.records_rejected.value()),
             records_dropped: n(self.records_dropped.value()),
             records_skipped: n(self.records_skipped.value()),
+            records_dead_lettered: n(self.records_dead_lettered.value()),
             in_flight_records: n(self.in_flight_records.value()),
             in_flight_bytes: n(self.in_flight_bytes.value()),
             in_flight_records_high_water: n(self.in_flight_records_high_water.value()),
@@ -479,6 +502,7 @@ mod tests {
             names::RECORDS_REJECTED,
             names::RECORDS_DROPPED,
             names::RECORDS_SKIPPED,
+            names::RECORDS_DEAD_LETTERED,
             names::IN_FLIGHT_RECORDS,
             names::IN_FLIGHT_BYTES,
             names::IN_FLIGHT_RECORDS_HIGH_WATER,

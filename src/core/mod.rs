@@ -10,7 +10,8 @@
 //!         -> route (destination pool: LRU cap, idle eviction, bounded shutdown)
 //!         -> batch + send (thresholds; retry/backoff with the SDK's semantics)
 //!         -> resolve (ack | retry | NOT_FOUND recovery | rejection -> isolation pass
-//!                     -> failure policy -> consecutive-rejection breaker) -> metrics
+//!                     -> failure policy (fail | drop | dead letter)
+//!                     -> consecutive-rejection breaker) -> metrics
 //! flush: wait until nothing admitted is unresolved
 //! ```
 //!
@@ -19,6 +20,7 @@
 mod admission;
 mod batch;
 mod breaker;
+pub mod dead_letter;
 pub mod metrics;
 mod pool;
 mod progress;
@@ -35,6 +37,7 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 
+pub use dead_letter::{DeadClass, DeadLetterSink, DeadLetters, DeadPayload, DeadRow};
 pub use metrics::{SinkMetrics, WriterCounts};
 pub use rate::LoadHint;
 pub use retry::{Backoff, RetrySettings};
@@ -99,6 +102,9 @@ pub enum FailurePolicy {
     Fail,
     /// Drop the record, count it, and go on (bounded by the consecutive-rejection breaker).
     Drop,
+    /// Hand the row to the writer's [`DeadLetterSink`], count it, and go on (bounded by the
+    /// same breaker as `Drop`); a dead-letter write that fails fails the statement.
+    DeadLetter,
 }
 
 /// Batch thresholds: a batch is sent on whichever arrives first.

@@ -54,6 +54,12 @@ pub struct WriterContext {
     pub stop: StopSignal,
     /// Told about every flush point, if set.
     pub observer: Option<FlushObserver>,
+    /// The statement's id, shared by its writers (names its dead-letter objects).
+    pub statement: Arc<str>,
+    /// The table written to, when the statement names one (for dead letters).
+    pub table: Option<Arc<str>>,
+    /// The session's runtime (its object stores, for `dead_letter_path`), when there is one.
+    pub runtime: Option<Arc<datafusion::execution::runtime_env::RuntimeEnv>>,
 }
 
 impl std::fmt::Debug for WriterContext {
@@ -63,6 +69,8 @@ impl std::fmt::Debug for WriterContext {
             .field("writers", &self.writers)
             .field("stop", &self.stop)
             .field("observer", &self.observer.is_some())
+            .field("statement", &self.statement)
+            .field("table", &self.table)
             .finish()
     }
 }
@@ -73,7 +81,23 @@ impl WriterContext {
         WriterContext {
             writer: 0,
             writers: 1,
+            statement: new_statement_id().into(),
             ..Self::default()
         }
     }
+}
+
+/// A new statement id: the UTC time to the millisecond, the process id and a counter
+/// (`20261201T140512.345Z-4242-7`), unique within a process and sortable by time.
+pub fn new_statement_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let seconds = i64::try_from(since.as_secs()).unwrap_or(i64::MAX);
+    let time = chrono::DateTime::from_timestamp(seconds, since.subsec_nanos())
+        .map(|t| t.format("%Y%m%dT%H%M%S%.3fZ").to_string())
+        .unwrap_or_default();
+    format!("{time}-{}-{n}", std::process::id())
 }

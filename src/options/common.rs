@@ -88,12 +88,36 @@ pub static CREDENTIALS_FILE: OptionSpec = OptionSpec {
 pub static FAILURE_POLICY: OptionSpec = OptionSpec {
     name: "failure_policy",
     group: OptionGroup::Writer,
-    kind: OptionKind::Enum(&["fail", "drop"]),
+    kind: OptionKind::Enum(&["fail", "drop", "dead_letter"]),
     default: DefaultValue::Text("fail"),
     bound: Bound::None,
-    cross_rule: "",
+    cross_rule: "`dead_letter` needs exactly one of `dead_letter_topic` and `dead_letter_path`",
     example: "drop",
-    description: "What happens to a record the service refuses (confirmed by sending it alone) or a row that cannot be encoded: `fail` ends the statement with an error; `drop` counts it, skips it and goes on, bounded by `max_consecutive_rejections` where the connector has it.",
+    description: "What happens to a record the service refuses (confirmed by sending it alone) or a row that cannot be encoded: `fail` ends the statement with an error; `drop` counts it, skips it and goes on, bounded by `max_consecutive_rejections` where the connector has it; `dead_letter` does what `drop` does but first writes the row, with why it was refused, to `dead_letter_topic` or `dead_letter_path` (a write there that fails fails the statement).",
+};
+
+/// `dead_letter_topic`.
+pub static DEAD_LETTER_TOPIC: OptionSpec = OptionSpec {
+    name: "dead_letter_topic",
+    group: OptionGroup::Writer,
+    kind: OptionKind::Text,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "only with `failure_policy = 'dead_letter'`; cannot be combined with `dead_letter_path`; a short topic id needs `project`",
+    example: "projects/demo/topics/dead-rows",
+    description: "The Pub/Sub topic the `dead_letter` policy publishes each undeliverable row to: the message data is the row's payload (a Pub/Sub message's data, a task's body), else the row as JSON; its attributes say why (`connector`, `destination`, `table`, `error_class`, `status_code`, `error_message` cut at 1024 bytes, `attempts`, `timestamp`). The topic must exist: it is never created. A Pub/Sub sink publishes there through its own connection; the other sinks through `PUBSUB_EMULATOR_HOST` when it is set, else the public endpoint with their `credentials_file`.",
+};
+
+/// `dead_letter_path`.
+pub static DEAD_LETTER_PATH: OptionSpec = OptionSpec {
+    name: "dead_letter_path",
+    group: OptionGroup::Writer,
+    kind: OptionKind::Text,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "only with `failure_policy = 'dead_letter'`; cannot be combined with `dead_letter_topic`; a `file:///`, `gs://` or `s3://` URL whose store the session has registered",
+    example: "file:///var/lib/pipeline/dead",
+    description: "The folder the `dead_letter` policy writes undeliverable rows to: one NDJSON object per statement and writer, `<path>/<statement>-w<writer>.ndjson`, created at the writer's first dead row and completed at the end of the statement (written as it goes, in parts). Each line holds `connector`, `destination`, `table`, `error_class`, `status_code`, `error_message`, `attempts`, `timestamp`, the `payload` (as text, or `payload_base64`) and the `row` as a JSON object.",
 };
 
 /// Largest `sink_parallelism`.
@@ -173,5 +197,5 @@ pub static MAX_CONSECUTIVE_REJECTIONS: OptionSpec = OptionSpec {
     bound: Bound::PositiveOrUnbounded,
     cross_rule: "",
     example: "-1",
-    description: "With `failure_policy = 'drop'`, this many confirmed rejections in a row, with no record delivered between them, fail the statement: the pipeline is broken rather than seeing the odd bad record. Any delivery resets the count; rows the encoder refuses do not count. `-1` never fails.",
+    description: "With `failure_policy = 'drop'` or `'dead_letter'`, this many confirmed rejections in a row, with no record delivered between them, fail the statement: the pipeline is broken rather than seeing the odd bad record. Any delivery resets the count; rows the encoder refuses do not count. `-1` never fails.",
 };

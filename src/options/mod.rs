@@ -45,7 +45,9 @@ mod typed;
 
 use std::time::Duration;
 
-pub use connection::{ConnectionOptions, EmulatorHost, EmulatorSource, EnvLookup, Service};
+pub use connection::{
+    ConnectionOptions, EmulatorHost, EmulatorSource, EnvLookup, Service, is_loopback_host,
+};
 pub use spec::{Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec, Value};
 pub(crate) use typed::writer_options;
 pub use typed::{OptionField, default_of};
@@ -333,7 +335,11 @@ impl ParsedOptions {
         match self.text(&common::FAILURE_POLICY)? {
             None | Some("fail") => Ok(FailurePolicy::Fail),
             Some("drop") => Ok(FailurePolicy::Drop),
-            Some(other) => Err(common::FAILURE_POLICY.invalid(other, "expected 'fail' or 'drop'")),
+            Some("dead_letter") => Ok(FailurePolicy::DeadLetter),
+            Some(other) => {
+                Err(common::FAILURE_POLICY
+                    .invalid(other, "expected 'fail', 'drop' or 'dead_letter'"))
+            }
         }
     }
 

@@ -71,11 +71,24 @@ fn count_batch(schema: &SchemaRef, count: u64) -> DFResult<RecordBatch> {
 
 /// The writers of one statement, as they start and end: the failed one waits for the others to
 /// settle before it reports the counts over all of them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Statement {
+    /// Names the statement's dead-letter objects.
+    id: Arc<str>,
     stop: StopSignal,
     tally: Mutex<Tally>,
     ended: Notify,
+}
+
+impl Default for Statement {
+    fn default() -> Self {
+        Statement {
+            id: crate::core::run::new_statement_id().into(),
+            stop: StopSignal::default(),
+            tally: Mutex::default(),
+            ended: Notify::default(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -84,6 +97,7 @@ struct Tally {
     running: usize,
     acknowledged: u64,
     not_delivered: u64,
+    dead_lettered: u64,
 }
 
 impl Statement {
@@ -121,13 +135,14 @@ struct Running {
 
 impl Running {
     /// The writer ended with these counts.
-    fn end(mut self, acknowledged: u64, not_delivered: u64) -> Arc<Statement> {
+    fn end(mut self, acknowledged: u64, not_delivered: u64, dead_lettered: u64) -> Arc<Statement> {
         let statement = self.statement.take().expect("a writer ends once");
         {
             let mut tally = statement.tally();
             tally.running -= 1;
             tally.acknowledged += acknowledged;
             tally.not_delivered += not_delivered;
+            tally.dead_lettered += dead_lettered;
         }
         statement.ended.notify_waiters();
         statement
@@ -278,24 +293,25 @@ impl SinkWriterExec {
             .clone()
             .expect("a running writer has its statement");
         let result = sink.write_all(input, metrics, &ctx).await;
-        let (source, acknowledged, not_delivered) = match result {
+        let (source, acknowledged, not_delivered, dead_lettered) = match result {
             Ok(acknowledged) => {
-                running.end(acknowledged, 0);
+                running.end(acknowledged, 0, 0);
                 return Ok(acknowledged);
             }
             Err(Error::Incomplete {
                 source,
                 acknowledged,
                 not_delivered,
-            }) => (source, acknowledged, not_delivered),
-            Err(other) => (Box::new(other), 0, 0),
+                dead_lettered,
+            }) => (source, acknowledged, not_delivered, dead_lettered),
+            Err(other) => (Box::new(other), 0, 0, 0),
         };
         let (writer, writers) = (ctx.writer, ctx.writers);
         if matches!(*source, Error::Stopped { .. }) {
             if statement.stop.kind() == Some(StopKind::Settle) || not_delivered == 0 {
                 // Stopped by another writer's failure (which reports these counts with its
                 // own), or stopped on request with everything admitted delivered.
-                running.end(acknowledged, not_delivered);
+                running.end(acknowledged, not_delivered, dead_lettered);
                 return Ok(acknowledged);
             }
         } else {
@@ -311,16 +327,17 @@ impl SinkWriterExec {
                 format!("writer {} of {writers} failed", writer + 1),
             );
         }
-        let statement = running.end(acknowledged, not_delivered);
+        let statement = running.end(acknowledged, not_delivered, dead_lettered);
         statement.all_ended().await;
-        let (acknowledged, not_delivered) = {
+        let (acknowledged, not_delivered, dead_lettered) = {
             let tally = statement.tally();
-            (tally.acknowledged, tally.not_delivered)
+            (tally.acknowledged, tally.not_delivered, tally.dead_lettered)
         };
         Err(Error::Incomplete {
             source,
             acknowledged,
             not_delivered,
+            dead_lettered,
         }
         .into())
     }
@@ -520,6 +537,9 @@ impl ExecutionPlan for SinkWriterExec {
             writers: self.writers,
             stop: self.statement.stop.clone(),
             observer: control.as_ref().and_then(|c| c.observer()),
+            statement: self.statement.id.clone(),
+            table: Some(self.table.as_str().into()),
+            runtime: Some(context.runtime_env()),
         };
         let user_stop = control.as_ref().map(|c| c.signal());
         let counted = control.map(|c| c.writer_running());

@@ -41,11 +41,11 @@ const INSTANCE: &str = "projects/sinktest/instances/main";
 
 /// One cell as `ReadRows` returns it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Cell {
-    family: String,
-    qualifier: Vec<u8>,
-    timestamp: i64,
-    value: Vec<u8>,
+pub(crate) struct Cell {
+    pub(crate) family: String,
+    pub(crate) qualifier: Vec<u8>,
+    pub(crate) timestamp: i64,
+    pub(crate) value: Vec<u8>,
 }
 
 fn cell(family: &str, qualifier: &str, timestamp: i64, value: impl Into<Vec<u8>>) -> Cell {
@@ -57,16 +57,16 @@ fn cell(family: &str, qualifier: &str, timestamp: i64, value: impl Into<Vec<u8>>
     }
 }
 
-type Rows = BTreeMap<Vec<u8>, Vec<Cell>>;
+pub(crate) type Rows = BTreeMap<Vec<u8>, Vec<Cell>>;
 
 /// The emulator through the generated clients.
-struct Bigtable {
-    host: String,
+pub(crate) struct Bigtable {
+    pub(crate) host: String,
     channel: Channel,
 }
 
 impl Bigtable {
-    async fn connect() -> Self {
+    pub(crate) async fn connect() -> Self {
         let emulator = gcp_sql::emulators::shared(gcp_sql::emulators::EmulatorKind::Bigtable).await;
         let host = emulator.host().to_string();
         let channel = gcp_sql::emulators::plaintext_channel(&host)
@@ -76,11 +76,11 @@ impl Bigtable {
     }
 
     /// A fresh table name (not created).
-    fn table_name(prefix: &str) -> String {
+    pub(crate) fn table_name(prefix: &str) -> String {
         format!("{INSTANCE}/tables/{}", unique(prefix))
     }
 
-    async fn create_table(&self, name: &str, families: &[&str]) {
+    pub(crate) async fn create_table(&self, name: &str, families: &[&str]) {
         let (parent, id) = name.split_once("/tables/").expect("full table name");
         BigtableTableAdminClient::new(self.channel.clone())
             .create_table(CreateTableRequest {
@@ -101,7 +101,7 @@ impl Bigtable {
 
     /// Every cell of every row (all versions), assembled from the `ReadRows` chunks; cells of a
     /// row sorted.
-    async fn read(&self, table: &str) -> Rows {
+    pub(crate) async fn read(&self, table: &str) -> Rows {
         let mut stream = BigtableClient::new(self.channel.clone())
             .read_rows(ReadRowsRequest {
                 table_name: table.into(),
@@ -144,7 +144,7 @@ impl Bigtable {
         rows
     }
 
-    fn create_sql(
+    pub(crate) fn create_sql(
         &self,
         name: &str,
         columns: &str,
@@ -548,11 +548,11 @@ async fn a_missing_table_without_auto_create_fails_naming_not_found_and_the_tabl
 // --- against the fake server --------------------------------------------------------------------
 
 const MUTATE_ROWS: &str = "/google.bigtable.v2.Bigtable/MutateRows";
-const FAKE_TABLE: &str = "projects/fake/instances/i/tables/t";
+pub(crate) const FAKE_TABLE: &str = "projects/fake/instances/i/tables/t";
 
 type MutateScript = Script<MutateRowsRequest, Vec<MutateRowsResponse>>;
 
-struct FakeBigtable {
+pub(crate) struct FakeBigtable {
     server: FakeServer,
     script: MutateScript,
 }
@@ -560,7 +560,7 @@ struct FakeBigtable {
 impl FakeBigtable {
     /// A fake whose calls, once the queued replies are used, are answered entry by entry by
     /// `verdict(row_key)` (`Code::Ok` applies the entry).
-    async fn start(verdict: impl Fn(&[u8]) -> Code + Send + Sync + 'static) -> Self {
+    pub(crate) async fn start(verdict: impl Fn(&[u8]) -> Code + Send + Sync + 'static) -> Self {
         let script: MutateScript = Script::new();
         script.fallback(move |request| Reply::Ok(vec![respond(request, &verdict)]));
         let server = FakeServer::builder()
@@ -571,12 +571,12 @@ impl FakeBigtable {
         FakeBigtable { server, script }
     }
 
-    fn host(&self) -> String {
+    pub(crate) fn host(&self) -> String {
         self.server.addr().to_string()
     }
 
     /// Row keys of every request, in order.
-    fn requests(&self) -> Vec<Vec<String>> {
+    pub(crate) fn requests(&self) -> Vec<Vec<String>> {
         self.script
             .requests()
             .iter()
@@ -617,7 +617,7 @@ fn respond(request: &MutateRowsRequest, verdict: &dyn Fn(&[u8]) -> Code) -> Muta
 }
 
 /// Declares `t (id VARCHAR, v BIGINT)` on the fake and inserts `k1..=k{rows}`.
-async fn insert_on_fake(
+pub(crate) async fn insert_on_fake(
     fake: &FakeBigtable,
     rows: u32,
     options: &[(&str, &str)],

@@ -527,6 +527,101 @@ async fn summary_counts_the_rows_the_encoder_skipped_under_the_drop_policy() {
     assert!(stderr.contains("; 10 skipped, 0 dropped, "), "{stderr}");
 }
 
+#[tokio::test]
+async fn summary_counts_the_rows_written_to_the_dead_letter_folder() {
+    let emulator = gcp_sql::emulators::shared(gcp_sql::emulators::EmulatorKind::PubSub).await;
+    let home = tempfile::tempdir().unwrap();
+    let dead = tempfile::tempdir().unwrap();
+    let topic = format!("projects/cli-summary/topics/dead-{}", std::process::id());
+    let create = format!(
+        "CREATE TABLE oversize (id BIGINT, big VARCHAR) WITH (connector = 'pubsub', \
+         emulator_host = '{}', topic = '{topic}', auto_create_topic = true, \
+         attribute_columns = 'big', failure_policy = 'dead_letter', \
+         dead_letter_path = 'file://{}')",
+        emulator.host(),
+        dead.path().display()
+    );
+    // The same ten oversize rows as above, written to the folder instead of skipped.
+    let insert = "INSERT INTO oversize SELECT value, \
+           CASE WHEN value % 10 = 3 THEN repeat('x', 1025) ELSE repeat('y', 1024) END \
+         FROM generate_series(1, 100)";
+    let mut command = gcp_sql(home.path());
+    command.args(["-c", &create, "-c", insert]);
+    let output = tokio::task::spawn_blocking(move || run(&mut command))
+        .await
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Sink: 90 row(s) acknowledged of 90 sent"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("; 0 skipped, 0 dropped, "), "{stderr}");
+    assert!(stderr.contains("; 10 dead-lettered"), "{stderr}");
+    let mut ids: Vec<i64> = Vec::new();
+    for entry in std::fs::read_dir(dead.path()).unwrap() {
+        let body = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for line in body.lines() {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap();
+            ids.push(value["row"]["id"].as_i64().unwrap());
+        }
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=100).filter(|v| v % 10 == 3).collect::<Vec<i64>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bigtable_sink_publishes_its_dead_letters_to_the_topic_of_pubsub_emulator_host() {
+    // The child process has PUBSUB_EMULATOR_HOST set (this process never changes its own
+    // environment): the Bigtable sink's dead-letter topic goes through it.
+    let admin = crate::support::PubSubAdmin::connect().await;
+    let (dead_topic, dead_subscription) = admin
+        .topic_with_subscription("cli-dlq", "bigtable", false)
+        .await;
+    let bigtable = gcp_sql::emulators::shared(gcp_sql::emulators::EmulatorKind::Bigtable).await;
+    let home = tempfile::tempdir().unwrap();
+    let table = format!(
+        "projects/cli-dlq/instances/main/tables/t{}",
+        std::process::id()
+    );
+    let create = format!(
+        "CREATE TABLE users (id VARCHAR, v BIGINT) WITH (connector = 'bigtable', \
+         emulator_host = '{}', table = '{table}', row_key = 'id', auto_create_table = true, \
+         failure_policy = 'dead_letter', dead_letter_topic = '{dead_topic}')",
+        bigtable.host()
+    );
+    // Every fifth row has a null row key: refused by the encoder.
+    let insert = "INSERT INTO users SELECT CASE WHEN value % 5 = 0 THEN NULL \
+           ELSE concat('k', value) END, value FROM generate_series(1, 20)";
+    let mut command = gcp_sql(home.path());
+    command
+        .env("PUBSUB_EMULATOR_HOST", &admin.host)
+        .args(["-c", &create, "-c", insert]);
+    let output = tokio::task::spawn_blocking(move || run(&mut command))
+        .await
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("Sink: 16 row(s) acknowledged"), "{stderr}");
+    assert!(stderr.contains("; 4 dead-lettered"), "{stderr}");
+    let dead = admin.pull_all(&dead_subscription, 4).await;
+    let mut values: Vec<i64> = dead
+        .iter()
+        .map(|m| {
+            assert_eq!(
+                m.attributes.get("connector").map(String::as_str),
+                Some("bigtable")
+            );
+            assert_eq!(m.attributes.get("table").map(String::as_str), Some("users"));
+            let row: serde_json::Value = serde_json::from_slice(&m.data).unwrap();
+            assert!(row["id"].is_null(), "{row}");
+            row["v"].as_i64().unwrap()
+        })
+        .collect();
+    values.sort_unstable();
+    assert_eq!(values, vec![5, 10, 15, 20]);
+}
+
 // --- streaming: a graceful stop, and an abort -------------------------------------------------
 
 /// Waits until a line of stderr contains `needle`; returns it.

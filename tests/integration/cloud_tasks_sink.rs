@@ -52,13 +52,13 @@ const DISPATCH_BOUND: Duration = Duration::from_secs(90);
 // --- emulator side ------------------------------------------------------------------------------
 
 /// The emulator's admin side, through the generated client.
-struct TasksAdmin {
-    host: String,
+pub(crate) struct TasksAdmin {
+    pub(crate) host: String,
     client: CloudTasksClient<Channel>,
 }
 
 impl TasksAdmin {
-    async fn connect() -> Self {
+    pub(crate) async fn connect() -> Self {
         let host = shared(EmulatorKind::CloudTasks).await.host().to_string();
         let channel = plaintext_channel(&host)
             .await
@@ -71,7 +71,7 @@ impl TasksAdmin {
 
     /// Creates `projects/<project>/locations/us-central1/queues/<unique id>`, paused, and
     /// returns its full name.
-    async fn paused_queue(&self, project: &str, prefix: &str) -> String {
+    pub(crate) async fn paused_queue(&self, project: &str, prefix: &str) -> String {
         let parent = format!("projects/{project}/locations/us-central1");
         let name = format!("{parent}/queues/{}", unique(prefix));
         self.create_queue(&name).await;
@@ -109,7 +109,7 @@ impl TasksAdmin {
     }
 
     /// Every task of the queue (full view), following pages.
-    async fn list_tasks(&self, queue: &str) -> Vec<Task> {
+    pub(crate) async fn list_tasks(&self, queue: &str) -> Vec<Task> {
         let mut out = Vec::new();
         let mut page_token = String::new();
         loop {
@@ -134,7 +134,7 @@ impl TasksAdmin {
     }
 }
 
-fn http_request(task: &Task) -> &HttpRequest {
+pub(crate) fn http_request(task: &Task) -> &HttpRequest {
     match &task.message_type {
         Some(task::MessageType::HttpRequest(r)) => r,
         other => panic!("task {} has no HTTP request: {other:?}", task.name),
@@ -151,7 +151,12 @@ fn id_of(body: &[u8]) -> i64 {
 }
 
 /// `CREATE TABLE <table> (<columns>) WITH (connector = 'cloud_tasks', emulator_host = ..., <options>)`.
-fn create_table(table: &str, columns: &str, host: &str, options: &[(&str, &str)]) -> String {
+pub(crate) fn create_table(
+    table: &str,
+    columns: &str,
+    host: &str,
+    options: &[(&str, &str)],
+) -> String {
     let mut with = format!("connector = 'cloud_tasks', emulator_host = '{host}'");
     for (k, v) in options {
         with.push_str(&format!(", {k} = '{v}'"));
@@ -772,7 +777,11 @@ async fn a_missing_queue_fails_naming_not_found_recovery_max_attempts() {
 
 /// Declares `big (body VARCHAR, task VARCHAR)` on `queue` with a body column and task names,
 /// and inserts ten rows whose third (row index 2) has a 200 kB body.
-async fn insert_with_one_oversize_row(admin: &TasksAdmin, queue: &str, policy: &str) -> Insert {
+pub(crate) async fn insert_with_one_oversize_row(
+    admin: &TasksAdmin,
+    queue: &str,
+    policy: &str,
+) -> Insert {
     let ctx = gcp_sql::sql::new_context();
     exec(
         &ctx,
@@ -880,14 +889,14 @@ const FAKE_QUEUE: &str = "projects/faults/locations/us-central1/queues/jobs";
 
 /// A fake `CloudTasks` service: a verdict per `CreateTask` (`None` creates the task), and the
 /// requests it accepted.
-struct FakeTasks {
+pub(crate) struct FakeTasks {
     server: FakeServer,
     create: Script<CreateTaskRequest, Task>,
     accepted: Arc<Mutex<Vec<CreateTaskRequest>>>,
 }
 
 impl FakeTasks {
-    async fn start(
+    pub(crate) async fn start(
         verdict: impl Fn(&CreateTaskRequest) -> Option<Reply<Task>> + Send + Sync + 'static,
     ) -> Self {
         let create: Script<CreateTaskRequest, Task> = Script::new();
@@ -927,7 +936,7 @@ impl FakeTasks {
         self.server.addr().to_string()
     }
 
-    fn accepted_ids(&self) -> Vec<i64> {
+    pub(crate) fn accepted_ids(&self) -> Vec<i64> {
         let mut ids: Vec<i64> = self
             .accepted
             .lock()
@@ -940,13 +949,18 @@ impl FakeTasks {
     }
 }
 
-fn request_id(request: &CreateTaskRequest) -> i64 {
+pub(crate) fn request_id(request: &CreateTaskRequest) -> i64 {
     let task = request.task.as_ref().expect("a task");
     id_of(&http_request(task).body)
 }
 
 /// Declares `events (id BIGINT[, task VARCHAR])` on the fake and inserts ids 1..=rows.
-async fn insert_rows(fake: &FakeTasks, rows: u32, named: bool, options: &[(&str, &str)]) -> Insert {
+pub(crate) async fn insert_rows(
+    fake: &FakeTasks,
+    rows: u32,
+    named: bool,
+    options: &[(&str, &str)],
+) -> Insert {
     let ctx = gcp_sql::sql::new_context();
     let mut all = vec![
         ("queue", FAKE_QUEUE),
@@ -982,7 +996,7 @@ fn attempts_per_row(fake: &FakeTasks) -> BTreeMap<i64, usize> {
     out
 }
 
-fn all_ids(rows: u32) -> Vec<i64> {
+pub(crate) fn all_ids(rows: u32) -> Vec<i64> {
     (1..=i64::from(rows)).collect()
 }
 

@@ -11,6 +11,7 @@
 //! | [`pubsub_sink`] | the Pub/Sub sink against the Pub/Sub emulator |
 //! | [`pubsub_faults`] | the Pub/Sub sink against a scripted fake Publisher |
 //! | [`cloud_tasks_sink`] | the Cloud Tasks sink against its emulator and a scripted fake |
+//! | [`dead_letter`] | `failure_policy = 'dead_letter'` on each sink: the dead-letter topic and folder, read back |
 //! | [`bigtable_sink`] | the Bigtable sink against `cbtemulator` and a scripted fake |
 //! | [`cli`] | the `gcp-sql` binary as a process |
 //! | [`cli_shell`] | the `gcp-sql` shell: `SHOW TABLES`, `\d`, result formats, log colours |
@@ -45,6 +46,7 @@ mod cli;
 #[cfg(feature = "cli")]
 mod cli_shell;
 mod cloud_tasks_sink;
+mod dead_letter;
 mod emulator_smoke;
 mod errors_help;
 mod failure_counts;

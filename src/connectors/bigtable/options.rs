@@ -33,6 +33,7 @@ use arrow::datatypes::{DataType, Schema};
 use super::names;
 use crate::connectors::ConnectorKind;
 use crate::connectors::catalog;
+use crate::connectors::dead_letter::DeadLetterTarget;
 use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
 use crate::options::common::RunOptions;
@@ -501,6 +502,9 @@ pub struct BigtableSinkOptions {
     pub app_profile_id: Option<String>,
     /// What to do with a refused record.
     pub failure_policy: FailurePolicy,
+    /// Where the `dead_letter` policy puts rows (`dead_letter_topic`, `dead_letter_path`);
+    /// `Some` exactly under that policy.
+    pub dead_letter: Option<DeadLetterTarget>,
     /// How a statement runs: writers and flush points.
     pub run: RunOptions,
     /// The writer options.
@@ -617,13 +621,22 @@ impl BigtableSinkOptions {
 
         let writer = BigtableWriterOptionsBuilder::from_parsed(&p)?.build()?;
 
+        let failure_policy = p.failure_policy()?;
+        let dead_letter = DeadLetterTarget::from_parsed(
+            &p,
+            failure_policy,
+            ConnectorKind::Bigtable,
+            &connection,
+            env,
+        )?;
         let opts = BigtableSinkOptions {
             connection,
             table,
             mapping,
             auto_create_table: p.bool(&AUTO_CREATE_TABLE)?.unwrap_or(false),
             app_profile_id: p.non_empty_text(&APP_PROFILE_ID)?.map(str::to_string),
-            failure_policy: p.failure_policy()?,
+            failure_policy,
+            dead_letter,
             run: p.run_options()?,
             writer,
         };

@@ -160,6 +160,16 @@ impl Connector for Bigtable {
         &options.run
     }
 
+    fn dead_letter(
+        options: &BigtableSinkOptions,
+    ) -> Option<&crate::connectors::dead_letter::DeadLetterTarget> {
+        options.dead_letter.as_ref()
+    }
+
+    fn describe_record(record: &BigtableEntry) -> crate::core::DeadPayload {
+        crate::connectors::dead_letter::describe_bigtable(record)
+    }
+
     fn flow_config(options: &BigtableSinkOptions, mapping: &BigtableMapping) -> FlowConfig {
         flow_config(options, mapping)
     }

@@ -29,6 +29,7 @@ use arrow::datatypes::{DataType, Schema};
 use super::names;
 use crate::connectors::ConnectorKind;
 use crate::connectors::catalog;
+use crate::connectors::dead_letter::DeadLetterTarget;
 use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
 use crate::options::common::RunOptions;
@@ -581,6 +582,9 @@ pub struct CloudTasksSinkOptions {
     pub mapping: CloudTasksMappingOptions,
     /// What to do with a refused record.
     pub failure_policy: FailurePolicy,
+    /// Where the `dead_letter` policy puts rows (`dead_letter_topic`, `dead_letter_path`);
+    /// `Some` exactly under that policy.
+    pub dead_letter: Option<DeadLetterTarget>,
     /// How a statement runs: writers and flush points.
     pub run: RunOptions,
     /// The writer options.
@@ -701,11 +705,20 @@ impl CloudTasksSinkOptions {
 
         let writer = CloudTasksWriterOptionsBuilder::from_parsed(&p)?.build()?;
 
+        let failure_policy = p.failure_policy()?;
+        let dead_letter = DeadLetterTarget::from_parsed(
+            &p,
+            failure_policy,
+            ConnectorKind::CloudTasks,
+            &connection,
+            env,
+        )?;
         let opts = CloudTasksSinkOptions {
             connection,
             queue,
             mapping,
-            failure_policy: p.failure_policy()?,
+            failure_policy,
+            dead_letter,
             run: p.run_options()?,
             writer,
         };

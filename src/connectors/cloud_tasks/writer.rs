@@ -118,6 +118,16 @@ impl Connector for CloudTasks {
         &options.run
     }
 
+    fn dead_letter(
+        options: &CloudTasksSinkOptions,
+    ) -> Option<&crate::connectors::dead_letter::DeadLetterTarget> {
+        options.dead_letter.as_ref()
+    }
+
+    fn describe_record(record: &TaskRecord) -> crate::core::DeadPayload {
+        crate::connectors::dead_letter::describe_task(record)
+    }
+
     fn flow_config(options: &CloudTasksSinkOptions, _mapping: &CloudTasksMapping) -> FlowConfig {
         flow_config(options)
     }

@@ -35,6 +35,7 @@ use std::time::Duration;
 use super::names;
 use crate::connectors::ConnectorKind;
 use crate::connectors::catalog;
+use crate::connectors::dead_letter::DeadLetterTarget;
 use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
 use crate::options::common::RunOptions;
@@ -511,6 +512,9 @@ pub struct PubSubSinkOptions {
     pub auto_create_topic: bool,
     /// What to do with a refused record.
     pub failure_policy: FailurePolicy,
+    /// Where the `dead_letter` policy puts rows (`dead_letter_topic`, `dead_letter_path`);
+    /// `Some` exactly under that policy.
+    pub dead_letter: Option<DeadLetterTarget>,
     /// How a statement runs: writers and flush points.
     pub run: RunOptions,
     /// The writer options.
@@ -579,12 +583,21 @@ impl PubSubSinkOptions {
 
         let publisher = PubSubPublisherOptionsBuilder::from_parsed(&p)?.build()?;
 
+        let failure_policy = p.failure_policy()?;
+        let dead_letter = DeadLetterTarget::from_parsed(
+            &p,
+            failure_policy,
+            ConnectorKind::PubSub,
+            &connection,
+            env,
+        )?;
         let opts = PubSubSinkOptions {
             connection,
             topic,
             mapping,
             auto_create_topic: p.bool(&AUTO_CREATE_TOPIC)?.unwrap_or(false),
-            failure_policy: p.failure_policy()?,
+            failure_policy,
+            dead_letter,
             run: p.run_options()?,
             publisher,
         };

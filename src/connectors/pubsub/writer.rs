@@ -84,6 +84,16 @@ impl Connector for PubSub {
         &options.run
     }
 
+    fn dead_letter(
+        options: &PubSubSinkOptions,
+    ) -> Option<&crate::connectors::dead_letter::DeadLetterTarget> {
+        options.dead_letter.as_ref()
+    }
+
+    fn describe_record(record: &PubsubRecord) -> crate::core::DeadPayload {
+        crate::connectors::dead_letter::describe_pubsub(record)
+    }
+
     fn client_settings(options: &PubSubSinkOptions, _mapping: &PubSubMapping) -> ClientSettings {
         let connection = &options.connection;
         ClientSettings {

@@ -38,6 +38,7 @@ use tokio::task::JoinSet;
 use super::admission::Gate;
 use super::batch::Item;
 use super::breaker::Breaker;
+use super::dead_letter::{DeadClass, DeadLetters, DeadPayload, DeadRow};
 use super::metrics::SinkMetrics;
 use super::pool::{self, Pool};
 use super::progress::Progress;
@@ -88,6 +89,21 @@ struct Shared<T: Transport> {
     dropped: AtomicU64,
     /// Admitted records the service refused under the `fail` policy (confirmed rejections).
     refused: AtomicU64,
+    /// Where the `dead_letter` policy puts rows, when it has somewhere.
+    dead_letters: Option<DeadLetters<T::Record>>,
+    /// Admitted records handed to the dead-letter sink (confirmed rejections; rows the encoder
+    /// rejected were never admitted and are not in this count).
+    dead_lettered: AtomicU64,
+    /// Rows the encoder rejected that went to the dead-letter sink.
+    encoding_dead_lettered: AtomicU64,
+    /// Rows the encoder rejected whose dead-letter write failed (never admitted, but neither
+    /// delivered nor dead-lettered: counted as not delivered).
+    encoding_undelivered: AtomicU64,
+    /// Set when finishing the dead-letter sink failed: the rows it held were not stored, and
+    /// count as not delivered.
+    dead_letters_lost: AtomicBool,
+    /// Set once the dead-letter sink was asked to finish (a dropped writer asks otherwise).
+    dead_letters_finished: AtomicBool,
 }
 
 /// Whether two destinations are the same (the pointer test first: records of one batch usually
@@ -133,6 +149,17 @@ impl<T: Transport> std::fmt::Debug for FlowWriter<T> {
 impl<T: Transport> FlowWriter<T> {
     /// A writer over `transport`. No side effects: spawns nothing, opens nothing.
     pub fn new(transport: Arc<T>, config: FlowConfig, metrics: SinkMetrics) -> Self {
+        Self::with_dead_letters(transport, config, metrics, None)
+    }
+
+    /// A writer whose `dead_letter` failure policy hands rows to `dead_letters`. Under that
+    /// policy without one, the first row to dead-letter fails the statement.
+    pub fn with_dead_letters(
+        transport: Arc<T>,
+        config: FlowConfig,
+        metrics: SinkMetrics,
+        dead_letters: Option<DeadLetters<T::Record>>,
+    ) -> Self {
         let progress = Arc::new(Progress::new(
             config.progress_timeout,
             config.progress_option,
@@ -159,6 +186,12 @@ impl<T: Transport> FlowWriter<T> {
             admitted: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            dead_letters,
+            dead_lettered: AtomicU64::new(0),
+            encoding_dead_lettered: AtomicU64::new(0),
+            encoding_undelivered: AtomicU64::new(0),
+            dead_letters_lost: AtomicBool::new(false),
+            dead_letters_finished: AtomicBool::new(false),
             config,
         };
         FlowWriter {
@@ -234,8 +267,16 @@ impl<T: Transport> FlowWriter<T> {
 
     /// A row the encoder rejected (a serializer rejection). Under [`FailurePolicy::Fail`]
     /// returns `Err(error)` (and the writer is failed); under [`FailurePolicy::Drop`] counts it
-    /// in `records_skipped` and returns `Ok`. Never counts toward the rejection breaker.
-    pub fn reject_encoded(&mut self, error: Error) -> Result<()> {
+    /// in `records_skipped` and returns `Ok`; under [`FailurePolicy::DeadLetter`] writes it to
+    /// the dead-letter sink (the row as `row()` renders it, called only then), counts it in
+    /// `records_dead_lettered` and returns `Ok`, or fails the writer when that write fails (the
+    /// row then counts as not delivered).
+    /// Never counts toward the rejection breaker.
+    pub async fn reject_encoded(
+        &mut self,
+        error: Error,
+        row: impl FnOnce() -> DeadPayload,
+    ) -> Result<()> {
         self.shared.check()?;
         match self.shared.config.failure_policy {
             FailurePolicy::Fail => Err(self.shared.failed(error)),
@@ -244,7 +285,71 @@ impl<T: Transport> FlowWriter<T> {
                 self.shared.metrics.record_skipped();
                 Ok(())
             }
+            FailurePolicy::DeadLetter => {
+                let dead = DeadRow {
+                    destination: String::new(),
+                    class: DeadClass::Encoding,
+                    code: None,
+                    message: error.to_string(),
+                    attempts: 0,
+                    data: row(),
+                };
+                if let Err(e) = self.shared.dead_letter(dead).await {
+                    self.shared
+                        .encoding_undelivered
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Err(self.shared.failed(e));
+                }
+                tracing::warn!(%error, "dead-lettered a row the encoder rejected");
+                self.shared.metrics.encoding_dead_lettered();
+                self.shared
+                    .encoding_dead_lettered
+                    .fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
         }
+    }
+
+    /// Completes the dead-letter sink (an object written as it goes is completed here), once,
+    /// at the end of the statement, whether it failed or not, within one shutdown budget.
+    /// When that fails (or overruns the budget), the rows it
+    /// held were not stored: they count as not delivered (and no longer as dead-lettered), the
+    /// writer is failed and the error returned.
+    pub async fn finish_dead_letters(&mut self) -> Result<()> {
+        let Some(dead_letters) = &self.shared.dead_letters else {
+            return Ok(());
+        };
+        self.shared
+            .dead_letters_finished
+            .store(true, Ordering::Release);
+        let budget = self.shared.config.shutdown_timeout;
+        let finished = match tokio::time::timeout(budget, dead_letters.sink.finish()).await {
+            Ok(finished) => finished,
+            Err(_) => Err(Error::DeadLetter {
+                target: dead_letters.sink.describe(),
+                message: format!(
+                    "completing it took longer than the shutdown budget of {budget:?} ('{}')",
+                    self.shared.config.shutdown_option
+                ),
+            }),
+        };
+        match finished {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.shared.dead_letters_lost.store(true, Ordering::Release);
+                Err(self.shared.failed(e))
+            }
+        }
+    }
+
+    /// Rows handed to the dead-letter sink and stored there: admitted records the service
+    /// refused and rows the encoder rejected (0 once finishing the sink failed).
+    pub fn dead_lettered(&self) -> u64 {
+        let s = &self.shared;
+        if s.dead_letters_lost.load(Ordering::Acquire) {
+            return 0;
+        }
+        s.dead_lettered.load(Ordering::Relaxed) + s.encoding_dead_lettered.load(Ordering::Relaxed)
     }
 
     /// Sends every open batch and waits until nothing admitted is unresolved (under the
@@ -315,17 +420,24 @@ impl<T: Transport> FlowWriter<T> {
     }
 
     /// Records admitted so far that are neither acknowledged, nor dropped under the `drop`
-    /// policy, nor refused by the service under the `fail` policy: the records still to send
-    /// or in an RPC, and those a failure left behind (never sent, sent without an answer, or
+    /// policy, nor dead-lettered, nor refused by the service under the `fail` policy (plus the
+    /// rows the encoder rejected that could not be dead-lettered, or whose dead-letter sink
+    /// failed to finish): the records still to send or in an RPC, and those a failure left behind (never sent, sent without an answer, or
     /// answered with a fatal status). After a failure and [`FlowWriter::settle`], the rows of
     /// the statement that did not land and would on a re-run ([`Error::Incomplete`]).
     pub fn not_delivered(&self) -> u64 {
         let s = &self.shared;
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
-        load(&s.admitted)
+        let admitted = load(&s.admitted)
             .saturating_sub(load(&s.delivered))
             .saturating_sub(load(&s.dropped))
             .saturating_sub(load(&s.refused))
+            + load(&s.encoding_undelivered);
+        if s.dead_letters_lost.load(Ordering::Acquire) {
+            admitted + load(&s.encoding_dead_lettered)
+        } else {
+            admitted.saturating_sub(load(&s.dead_lettered))
+        }
     }
 
     /// The writer's metrics.
@@ -370,6 +482,29 @@ impl<T: Transport> Drop for FlowWriter<T> {
                     tracing::warn!(%error, "releasing clients of a dropped writer");
                 }
             });
+            // The rows already dead-lettered are kept: an object written as it goes is
+            // completed (within one shutdown budget) rather than abandoned with the writer.
+            if let Some(dead_letters) = &self.shared.dead_letters
+                && !self
+                    .shared
+                    .dead_letters_finished
+                    .swap(true, Ordering::AcqRel)
+            {
+                let sink = dead_letters.sink.clone();
+                let budget = self.shared.config.shutdown_timeout;
+                handle.spawn(async move {
+                    match tokio::time::timeout(budget, sink.finish()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) => {
+                            tracing::warn!(%error, "completing the dead letters of a dropped writer");
+                        }
+                        Err(_) => tracing::warn!(
+                            target = sink.describe(),
+                            "completing the dead letters of a dropped writer overran the shutdown budget"
+                        ),
+                    }
+                });
+            }
         }
     }
 }
@@ -470,6 +605,31 @@ impl<T: Transport> Shared<T> {
         }
         drop(f);
         self.progress.poke();
+    }
+
+    /// Hands `row` to the dead-letter sink; `Err` (which fails the writer) when there is none
+    /// or its write fails.
+    async fn dead_letter(&self, row: DeadRow) -> Result<()> {
+        match &self.dead_letters {
+            Some(dead_letters) => dead_letters.sink.write(row).await,
+            None => Err(Error::DeadLetter {
+                target: "no dead-letter destination".into(),
+                message: "failure_policy 'dead_letter' needs a dead-letter sink \
+                          (dead_letter_topic or dead_letter_path)"
+                    .into(),
+            }),
+        }
+    }
+
+    /// The dead-letter rendering of a refused record, when the policy will want it.
+    fn describe_dead(&self, record: &T::Record) -> Option<DeadPayload> {
+        match (&self.config.failure_policy, &self.dead_letters) {
+            (FailurePolicy::DeadLetter, Some(dead_letters)) => {
+                Some((dead_letters.describe)(record))
+            }
+            (FailurePolicy::DeadLetter, None) => Some(DeadPayload::default()),
+            _ => None,
+        }
     }
 
     fn is_failed(&self) -> bool {

@@ -34,6 +34,7 @@ use tokio::time::Instant;
 
 use super::Shared;
 use crate::core::batch::Item;
+use crate::core::dead_letter::{DeadClass, DeadPayload, DeadRow};
 use crate::core::metrics::{SinkMetrics, code_name};
 use crate::core::retry::RetryState;
 use crate::core::{Class, Destination, FailurePolicy, RetrySettings, SendOutcome, Transport};
@@ -282,8 +283,10 @@ impl<T: Transport> Shared<T> {
                 return Ok(());
             }
             let outcome = if solo {
+                let dead = self.describe_dead(&item.envelope.record);
                 retired.push(item);
-                self.confirmed_rejection(destination, &status)
+                self.confirmed_rejection(destination, &status, dead, state.retry.attempts())
+                    .await
             } else {
                 tracing::warn!(%destination, code = code_name(status.code()), "isolating a rejected record by sending it alone");
                 Box::pin(self.resolve(destination, client, vec![item], retired)).await
@@ -304,8 +307,17 @@ impl<T: Transport> Shared<T> {
 
     /// A rejection confirmed by sending the record alone, under the failure policy: `fail`
     /// returns [`Error::Rejected`]; `drop` counts the record as dropped and feeds the
-    /// consecutive-rejection breaker, which errs when it trips.
-    fn confirmed_rejection(&self, destination: &Destination, status: &tonic::Status) -> Result<()> {
+    /// consecutive-rejection breaker, which errs when it trips; `dead_letter` writes `dead`
+    /// (the record as the connector renders it) to the dead-letter sink first (a write that
+    /// fails is the error, and the record counts as not delivered), then counts it as
+    /// dead-lettered and feeds the same breaker.
+    async fn confirmed_rejection(
+        &self,
+        destination: &Destination,
+        status: &tonic::Status,
+        dead: Option<DeadPayload>,
+        attempts: u32,
+    ) -> Result<()> {
         match self.config.failure_policy {
             FailurePolicy::Fail => {
                 self.metrics.rejected();
@@ -320,6 +332,21 @@ impl<T: Transport> Shared<T> {
                 self.metrics.rejected_and_dropped();
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%destination, code = code_name(status.code()), message = status.message(), "dropping a rejected record");
+                self.breaker.on_confirmed_rejection()
+            }
+            FailurePolicy::DeadLetter => {
+                let row = DeadRow {
+                    destination: destination.to_string(),
+                    class: DeadClass::Rejected,
+                    code: Some(code_name(status.code())),
+                    message: status.message().to_string(),
+                    attempts,
+                    data: dead.unwrap_or_default(),
+                };
+                self.dead_letter(row).await?;
+                self.metrics.rejected_and_dead_lettered();
+                self.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%destination, code = code_name(status.code()), message = status.message(), "dead-lettered a rejected record");
                 self.breaker.on_confirmed_rejection()
             }
         }

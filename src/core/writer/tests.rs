@@ -503,10 +503,14 @@ async fn serializer_rejections_never_count_toward_the_breaker() {
     let mut h = Harness::new(c);
     for row in 0..10 {
         h.writer
-            .reject_encoded(Error::Encode {
-                row,
-                reason: "too big".into(),
-            })
+            .reject_encoded(
+                Error::Encode {
+                    row,
+                    reason: "too big".into(),
+                },
+                DeadPayload::default,
+            )
+            .await
             .expect("skipped");
     }
     h.write(1, "d").await.expect("write");
@@ -520,10 +524,14 @@ async fn serializer_rejection_under_fail_policy_is_returned() {
     let mut h = Harness::new(config());
     let err = h
         .writer
-        .reject_encoded(Error::Encode {
-            row: 4,
-            reason: "attribute key over 256 bytes".into(),
-        })
+        .reject_encoded(
+            Error::Encode {
+                row: 4,
+                reason: "attribute key over 256 bytes".into(),
+            },
+            DeadPayload::default,
+        )
+        .await
         .unwrap_err();
     assert!(matches!(err, Error::Encode { row: 4, .. }));
     assert_eq!(h.metric(names::RECORDS_SKIPPED), 0);
@@ -850,10 +858,14 @@ async fn an_open_batch_is_not_sent_when_its_delay_timer_fires_after_a_failure() 
     // The row after them is one the encoder rejected: under `fail` the writer fails.
     let err = h
         .writer
-        .reject_encoded(Error::Encode {
-            row: 3,
-            reason: "too big".into(),
-        })
+        .reject_encoded(
+            Error::Encode {
+                row: 3,
+                reason: "too big".into(),
+            },
+            DeadPayload::default,
+        )
+        .await
         .unwrap_err();
     assert!(matches!(err, Error::Encode { row: 3, .. }));
     // The timer fires (the clock runs past the delay): the batch stays unsent.
@@ -1286,4 +1298,260 @@ async fn a_load_hint_never_stops_a_writer() {
         (slowed - crate::core::rate::MIN_SERVER_RATE).abs() <= 0.1,
         "{slowed:.2}/s"
     );
+}
+
+// --- the dead-letter policy ---------------------------------------------------------------------
+
+/// A dead-letter sink that keeps what it is given; `fail_write_after` writes succeed, then
+/// every write fails; `fail_finish` makes the end fail.
+#[derive(Default)]
+struct MemoryDeadLetters {
+    rows: std::sync::Mutex<Vec<DeadRow>>,
+    fail_write_after: Option<usize>,
+    fail_finish: bool,
+    finished: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl crate::core::DeadLetterSink for MemoryDeadLetters {
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+
+    async fn write(&self, row: DeadRow) -> Result<()> {
+        let mut rows = lock(&self.rows);
+        if self.fail_write_after.is_some_and(|n| rows.len() >= n) {
+            return Err(Error::DeadLetter {
+                target: "memory".into(),
+                message: "full".into(),
+            });
+        }
+        rows.push(row);
+        Ok(())
+    }
+
+    async fn finish(&self) -> Result<()> {
+        self.finished.fetch_add(1, Ordering::Relaxed);
+        if self.fail_finish {
+            return Err(Error::DeadLetter {
+                target: "memory".into(),
+                message: "cannot complete".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn dead_letter_harness(config: FlowConfig, sink: Arc<MemoryDeadLetters>) -> Harness {
+    let fake = Arc::new(Fake::new());
+    let set = ExecutionPlanMetricsSet::new();
+    let describe: crate::core::dead_letter::DescribeRecord<u32> = Arc::new(|n: &u32| DeadPayload {
+        payload: Some(n.to_string().into_bytes()),
+        row: None,
+    });
+    let writer = FlowWriter::with_dead_letters(
+        fake.clone(),
+        config,
+        SinkMetrics::new(&set),
+        Some(DeadLetters { sink, describe }),
+    );
+    Harness { fake, writer, set }
+}
+
+fn dead_letter_config() -> FlowConfig {
+    let mut c = config();
+    c.failure_policy = FailurePolicy::DeadLetter;
+    c
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_confirmed_rejection_is_written_to_the_dead_letters_with_its_status() {
+    let sink = Arc::new(MemoryDeadLetters::default());
+    let mut h = dead_letter_harness(dead_letter_config(), sink.clone());
+    reject_seven(&h.fake);
+    h.write_all(1..=10, "d").await.expect("write");
+    h.writer.flush().await.expect("flush");
+    h.writer.finish_dead_letters().await.expect("finish");
+    let rows = lock(&sink.rows).clone();
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    assert_eq!(row.destination, "d");
+    assert_eq!(row.class, DeadClass::Rejected);
+    assert_eq!(row.code, Some("INVALID_ARGUMENT"));
+    assert_eq!(row.attempts, 1);
+    assert_eq!(row.data.payload.as_deref(), Some(&b"7"[..]));
+    assert_eq!(h.writer.delivered(), 9);
+    assert_eq!(h.writer.dead_lettered(), 1);
+    assert_eq!(h.writer.not_delivered(), 0);
+    assert_eq!(h.metric(names::RECORDS_REJECTED), 1);
+    assert_eq!(h.metric(names::RECORDS_DEAD_LETTERED), 1);
+    assert_eq!(h.metric(names::RECORDS_DROPPED), 0);
+    assert_eq!(sink.finished.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_encoding_rejection_is_written_with_the_row_it_renders() {
+    let sink = Arc::new(MemoryDeadLetters::default());
+    let mut h = dead_letter_harness(dead_letter_config(), sink.clone());
+    let mut row = serde_json::Map::new();
+    row.insert("id".into(), serde_json::Value::from(4));
+    h.writer
+        .reject_encoded(
+            Error::Encode {
+                row: 4,
+                reason: "too big".into(),
+            },
+            || DeadPayload {
+                payload: None,
+                row: Some(row.clone()),
+            },
+        )
+        .await
+        .expect("dead-lettered");
+    let rows = lock(&sink.rows).clone();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].class, DeadClass::Encoding);
+    assert_eq!(rows[0].code, None);
+    assert_eq!(rows[0].attempts, 0);
+    assert!(rows[0].message.contains("too big"), "{}", rows[0].message);
+    assert_eq!(rows[0].data.row.as_ref(), Some(&row));
+    assert_eq!(h.metric(names::RECORDS_DEAD_LETTERED), 1);
+    assert_eq!(h.metric(names::RECORDS_SKIPPED), 0);
+    assert_eq!(h.writer.dead_lettered(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dead_lettered_rejections_feed_the_same_breaker_as_drop() {
+    let sink = Arc::new(MemoryDeadLetters::default());
+    let mut c = dead_letter_config();
+    c.max_consecutive_rejections = Some(3);
+    c.batch.max_records = 1;
+    let mut h = dead_letter_harness(c, sink.clone());
+    h.fake
+        .respond_with(|_| FakeReply::code(Code::InvalidArgument));
+    let mut result = Ok(());
+    for n in 1..=10 {
+        result = h.write(n, "d").await;
+        if result.is_err() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    if result.is_ok() {
+        result = h.writer.flush().await;
+    }
+    assert!(
+        matches!(result, Err(Error::RejectionBreaker { count: 3, .. })),
+        "{result:?}"
+    );
+    // The rows that tripped it are in the dead letters all the same.
+    assert_eq!(lock(&sink.rows).len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_write_that_fails_fails_the_writer_and_the_row_counts_as_not_delivered() {
+    let sink = Arc::new(MemoryDeadLetters {
+        fail_write_after: Some(1),
+        ..Default::default()
+    });
+    let mut c = dead_letter_config();
+    c.batch.max_records = 1;
+    let mut h = dead_letter_harness(c, sink.clone());
+    // Records 3 and 6 are refused: the first goes to the dead letters, the second cannot.
+    h.fake.respond_with(|call| {
+        if call.records[0] % 3 == 0 {
+            FakeReply::code(Code::InvalidArgument)
+        } else {
+            FakeReply::Ok
+        }
+    });
+    let mut result = Ok(());
+    for n in 1..=6 {
+        result = h.write(n, "d").await;
+        if result.is_err() {
+            break;
+        }
+        h.writer.flush().await.ok();
+    }
+    if result.is_ok() {
+        result = h.writer.flush().await;
+    }
+    assert!(
+        matches!(&result, Err(Error::DeadLetter { message, .. }) | Err(Error::Failed(message)) if message.contains("full")),
+        "{result:?}"
+    );
+    h.writer.settle().await;
+    assert_eq!(h.writer.delivered(), 4);
+    assert_eq!(h.writer.dead_lettered(), 1);
+    assert_eq!(h.writer.not_delivered(), 1);
+    assert_eq!(h.metric(names::RECORDS_DEAD_LETTERED), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_sink_that_cannot_finish_reports_its_rows_as_not_delivered() {
+    let sink = Arc::new(MemoryDeadLetters {
+        fail_finish: true,
+        ..Default::default()
+    });
+    let mut h = dead_letter_harness(dead_letter_config(), sink);
+    reject_seven(&h.fake);
+    h.write_all(1..=10, "d").await.expect("write");
+    h.writer
+        .reject_encoded(
+            Error::Encode {
+                row: 10,
+                reason: "bad".into(),
+            },
+            DeadPayload::default,
+        )
+        .await
+        .expect("dead-lettered");
+    h.writer.flush().await.expect("flush");
+    assert_eq!(h.writer.dead_lettered(), 2);
+    let error = h.writer.finish_dead_letters().await.unwrap_err();
+    assert!(error.to_string().contains("cannot complete"), "{error}");
+    // Both rows it held are gone from the dead letters: the refused record and the row the
+    // encoder rejected are reported as not delivered.
+    assert_eq!(h.writer.dead_lettered(), 0);
+    assert_eq!(h.writer.not_delivered(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_dead_letter_policy_without_a_sink_fails_at_the_first_dead_row() {
+    let mut h = Harness::new(dead_letter_config());
+    let error = h
+        .writer
+        .reject_encoded(
+            Error::Encode {
+                row: 0,
+                reason: "bad".into(),
+            },
+            DeadPayload::default,
+        )
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("dead_letter_topic"), "{error}");
+    // Neither delivered nor dead-lettered: reported.
+    assert_eq!(h.writer.not_delivered(), 1);
+    assert_eq!(h.writer.dead_lettered(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_writer_still_finishes_its_dead_letters() {
+    let sink = Arc::new(MemoryDeadLetters::default());
+    let mut h = dead_letter_harness(dead_letter_config(), sink.clone());
+    h.writer
+        .reject_encoded(
+            Error::Encode {
+                row: 0,
+                reason: "bad".into(),
+            },
+            DeadPayload::default,
+        )
+        .await
+        .expect("dead-lettered");
+    drop(h.writer);
+    tokio::task::yield_now().await;
+    assert_eq!(sink.finished.load(Ordering::Relaxed), 1);
+    assert_eq!(lock(&sink.rows).len(), 1);
 }
