@@ -40,6 +40,8 @@
 //! `--emulators` stop when the tool exits, whatever the reason (short of SIGKILL, where the
 //! kernel stops them).
 
+#[cfg(feature = "ballista")]
+pub mod cluster;
 mod commands;
 mod exec;
 mod progress;
@@ -133,6 +135,11 @@ pub struct Args {
     /// statement, or one JSON object per line
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
+    /// Run the statements on the Ballista cluster whose scheduler is at df://HOST:PORT (a
+    /// `gcp-sql scheduler` with `gcp-sql executor`s; docs/cluster.md)
+    #[cfg(feature = "ballista")]
+    #[arg(long, value_name = "df://HOST:PORT")]
+    pub cluster: Option<String>,
 }
 
 /// The subcommands of `gcp-sql`.
@@ -142,6 +149,12 @@ pub enum Command {
     /// acknowledges everything and counts what it receives (the client-side ceiling for
     /// benchmarks)
     ServeNull(serve_null::ServeNullArgs),
+    /// Run a Ballista scheduler that carries this crate's sinks (feature `ballista`)
+    #[cfg(feature = "ballista")]
+    Scheduler(cluster::SchedulerArgs),
+    /// Run a Ballista executor that runs this crate's sink tasks (feature `ballista`)
+    #[cfg(feature = "ballista")]
+    Executor(cluster::ExecutorArgs),
 }
 
 /// One piece of SQL to run.
@@ -162,6 +175,9 @@ pub struct Invocation {
     pub emulators: bool,
     /// How results print.
     pub options: PrintOptions,
+    /// The cluster's scheduler (`df://HOST:PORT`) the statements run on; `None`: in this
+    /// process.
+    pub cluster: Option<String>,
 }
 
 impl Invocation {
@@ -203,6 +219,10 @@ impl Invocation {
                 format: args.format,
                 quiet: args.quiet,
             },
+            #[cfg(feature = "ballista")]
+            cluster: args.cluster,
+            #[cfg(not(feature = "ballista"))]
+            cluster: None,
         })
     }
 }
@@ -338,11 +358,17 @@ pub fn new_session_with_control(control: &StatementControl) -> Result<SessionCon
 /// The tool's entry point: parses the process arguments and runs.
 pub fn main() -> ExitCode {
     if let Ok(Args {
-        command: Some(Command::ServeNull(args)),
+        command: Some(command),
         ..
     }) = Args::try_parse_from(std::env::args_os())
     {
-        return serve_null::run(&args);
+        return match command {
+            Command::ServeNull(args) => serve_null::run(&args),
+            #[cfg(feature = "ballista")]
+            Command::Scheduler(args) => cluster::run_scheduler(&args),
+            #[cfg(feature = "ballista")]
+            Command::Executor(args) => cluster::run_executor(&args),
+        };
     }
     let invocation = match Invocation::parse_from(std::env::args_os()) {
         Ok(invocation) => invocation,
@@ -470,7 +496,16 @@ fn start_emulators(
 
 async fn run_session(invocation: &Invocation, interrupts: &mut Interrupts) -> ExitCode {
     let control = progress::statement_control(invocation.options.quiet);
-    let ctx = match new_session_with_control(&control) {
+    let ctx = match &invocation.cluster {
+        None => new_session_with_control(&control),
+        #[cfg(feature = "ballista")]
+        Some(url) => cluster::new_cluster_session(url, &control).await,
+        #[cfg(not(feature = "ballista"))]
+        Some(_) => Err(crate::Error::Unsupported(
+            "--cluster needs a gcp-sql built with --features ballista".into(),
+        )),
+    };
+    let ctx = match ctx {
         Ok(ctx) => ctx,
         Err(e) => {
             eprintln!("Error: {e}");

@@ -45,6 +45,7 @@ use futures::StreamExt;
 use tokio::sync::Notify;
 
 use super::control::StatementControl;
+use super::spec::SinkSpec;
 use crate::connectors::{Routing, SinkConnector};
 use crate::core::run::WriterContext;
 use crate::core::{SinkMetrics, StopKind, StopSignal};
@@ -162,6 +163,7 @@ pub struct SinkWriterExec {
     metrics: ExecutionPlanMetricsSet,
     statement: Arc<Statement>,
     properties: Arc<PlanProperties>,
+    spec: Option<Arc<SinkSpec>>,
 }
 
 impl SinkWriterExec {
@@ -180,6 +182,36 @@ impl SinkWriterExec {
             None
         };
         Self::with_ordering(table, sink, input, routing, ordering)
+    }
+
+    /// The writers of `sink` over `input` with the ordering they require given (`None`: none),
+    /// as a plan codec rebuilds a node whose input is another process's (a shuffle that
+    /// does not report the ordering it keeps).
+    pub fn try_new_with_ordering(
+        table: String,
+        sink: Arc<dyn SinkConnector>,
+        input: Arc<dyn ExecutionPlan>,
+        ordering: Option<LexOrdering>,
+    ) -> DFResult<Self> {
+        let routing = sink.routing();
+        Self::with_ordering(table, sink, input, routing, ordering)
+    }
+
+    /// Keeps what rebuilds the sink in another process (see [`SinkSpec`]); a plan without it
+    /// cannot be sent to a cluster.
+    pub fn with_spec(mut self, spec: Option<Arc<SinkSpec>>) -> Self {
+        self.spec = spec;
+        self
+    }
+
+    /// What rebuilds the sink in another process, if the table was declared in SQL.
+    pub fn spec(&self) -> Option<&Arc<SinkSpec>> {
+        self.spec.as_ref()
+    }
+
+    /// The ordering every writer requires of its input partitions, if any.
+    pub fn ordering(&self) -> Option<&LexOrdering> {
+        self.ordering.as_ref()
     }
 
     fn with_ordering(
@@ -233,6 +265,7 @@ impl SinkWriterExec {
             metrics: ExecutionPlanMetricsSet::new(),
             statement: Arc::default(),
             properties: Arc::new(properties),
+            spec: None,
         })
     }
 
@@ -439,13 +472,16 @@ impl ExecutionPlan for SinkWriterExec {
         _options: ReplaceChildrenOptions,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         let input = only_child("SinkWriterExec", children)?;
-        Ok(Arc::new(Self::with_ordering(
-            self.table.clone(),
-            self.sink.clone(),
-            input,
-            self.routing.clone(),
-            self.ordering.clone(),
-        )?))
+        Ok(Arc::new(
+            Self::with_ordering(
+                self.table.clone(),
+                self.sink.clone(),
+                input,
+                self.routing.clone(),
+                self.ordering.clone(),
+            )?
+            .with_spec(self.spec.clone()),
+        ))
     }
 
     fn with_new_children(
@@ -460,13 +496,16 @@ impl ExecutionPlan for SinkWriterExec {
 
     fn reset_state(self: Arc<Self>) -> DFResult<Arc<dyn ExecutionPlan>> {
         // A fresh statement (and metrics) for a plan that runs again.
-        Ok(Arc::new(Self::with_ordering(
-            self.table.clone(),
-            self.sink.clone(),
-            self.input.clone(),
-            self.routing.clone(),
-            self.ordering.clone(),
-        )?))
+        Ok(Arc::new(
+            Self::with_ordering(
+                self.table.clone(),
+                self.sink.clone(),
+                self.input.clone(),
+                self.routing.clone(),
+                self.ordering.clone(),
+            )?
+            .with_spec(self.spec.clone()),
+        ))
     }
 
     fn apply_expressions(
@@ -526,12 +565,20 @@ impl ExecutionPlan for SinkWriterExec {
         let running = self.statement.start();
         let sink = self.sink.clone();
         let out = count_schema();
+        let task = TaskLog {
+            table: self.table.clone(),
+            destination: self.spec.as_ref().map(|s| s.destination()),
+            task: context.task_id(),
+            partition,
+            writers: self.writers,
+        };
         let stream = futures::stream::once(async move {
             // The session's stop requests reach this writer for as long as it runs.
             let _forward = user_stop.map(|from| Forward::start(from, ctx.stop.clone()));
             let _counted = counted;
-            let acknowledged = Self::run_writer(sink, input, metrics, running, ctx).await?;
-            count_batch(&out, acknowledged)
+            let result = Self::run_writer(sink, input, metrics, running, ctx).await;
+            task.log(&result);
+            count_batch(&out, result?)
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             count_schema(),
@@ -541,6 +588,44 @@ impl ExecutionPlan for SinkWriterExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
+    }
+}
+
+/// What the log line of one sink task (one writer: a partition of the sink node) says.
+struct TaskLog {
+    table: String,
+    destination: Option<String>,
+    task: Option<String>,
+    partition: usize,
+    writers: usize,
+}
+
+impl TaskLog {
+    /// One info line per writer that ended (on a cluster: per sink task an executor ran), a
+    /// warning for one that failed. Names no row value.
+    fn log(&self, result: &DFResult<u64>) {
+        let destination = self.destination.as_deref().unwrap_or("(declared in Rust)");
+        let task = self.task.as_deref().unwrap_or("-");
+        match result {
+            Ok(rows) => tracing::info!(
+                table = %self.table,
+                partition = self.partition,
+                writers = self.writers,
+                rows,
+                destination,
+                task,
+                "sink task done"
+            ),
+            Err(error) => tracing::warn!(
+                table = %self.table,
+                partition = self.partition,
+                writers = self.writers,
+                destination,
+                task,
+                %error,
+                "sink task failed"
+            ),
+        }
     }
 }
 

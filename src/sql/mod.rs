@@ -24,6 +24,7 @@ mod control;
 pub mod exec;
 mod factory;
 pub mod inspect;
+mod spec;
 mod table;
 mod with;
 
@@ -47,6 +48,7 @@ use inspect::{BigtableReadFunction, CloudTasksCreateQueueFunction, CloudTasksLis
 pub use control::StatementControl;
 pub use exec::{SinkCountExec, SinkWriterExec};
 pub use factory::{OptionInForce, SinkDeclaration, SinkTableFactory};
+pub use spec::SinkSpec;
 pub use table::SinkTable;
 
 /// Every connector this crate registers.

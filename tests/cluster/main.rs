@@ -1,0 +1,296 @@
+//! The sinks on a Ballista cluster (feature `ballista`): a scheduler and two executors of this
+//! crate, in this process, each listening on its own loopback ports and talking gRPC as
+//! separate processes would; the statements go through Ballista's client.
+//!
+//! Each test starts its own cluster, writes to the real emulators (shared by the binary, as in
+//! the integration tests) and reads what landed back with the emulators' own clients.
+//!
+//! Run: `cargo test --features ballista --test cluster`.
+
+#[path = "../integration/support/mod.rs"]
+#[allow(dead_code)]
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::AsArray;
+use arrow::datatypes::UInt64Type;
+use datafusion::physical_plan::collect;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use gcp_sql::cluster::{
+    ExecutorSettings, SINK_OPERATOR, SchedulerSettings, job_id, job_metrics, operator_metrics,
+    sink_stage_tasks,
+};
+use gcp_sql::core::metrics::names;
+
+use support::bigtable::{Bigtable, Cell};
+use support::{PubSubAdmin, exec, json_payloads};
+
+const ROWS: i64 = 100_000;
+const KEYS: i64 = 50;
+const PARTITIONS: usize = 8;
+
+/// A free loopback port (bound, then released for the executor to bind).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A scheduler and two executors (four task slots each); returns the scheduler's `http://`
+/// URL.
+async fn start_cluster() -> String {
+    gcp_sql::connectors::install_crypto_provider();
+    let scheduler = SchedulerSettings {
+        bind_host: "127.0.0.1".into(),
+        bind_port: 0,
+    }
+    .spawn()
+    .await
+    .expect("the scheduler starts");
+    for _ in 0..2 {
+        let work_dir = tempfile::tempdir().expect("a work dir").keep();
+        let executor = ExecutorSettings {
+            scheduler_host: "127.0.0.1".into(),
+            scheduler_port: scheduler.port(),
+            bind_host: "127.0.0.1".into(),
+            bind_port: free_port(),
+            grpc_port: free_port(),
+            concurrent_tasks: Some(4),
+            work_dir: Some(work_dir.display().to_string()),
+        };
+        tokio::spawn(async move {
+            if let Err(e) = executor.run().await {
+                panic!("executor stopped: {e}");
+            }
+        });
+    }
+    format!("http://127.0.0.1:{}", scheduler.port())
+}
+
+/// A client session on the cluster at `url`, planning with [`PARTITIONS`] partitions.
+async fn client(url: &str) -> SessionContext {
+    let state = gcp_sql::sql::new_state_builder()
+        .with_config(SessionConfig::new().with_target_partitions(PARTITIONS))
+        .build();
+    let df_url = url.replacen("http://", "df://", 1);
+    gcp_sql::cluster::remote_context(&df_url, state)
+        .await
+        .expect("a client of the cluster")
+}
+
+/// What an INSERT on the cluster did: the count it returned, how many tasks its sink stage
+/// ran, and the sink's metrics from the job.
+struct ClusterInsert {
+    count: u64,
+    sink_tasks: u32,
+    acked: usize,
+}
+
+async fn insert_on_cluster(ctx: &SessionContext, url: &str, sql: &str) -> ClusterInsert {
+    let frame = gcp_sql::sql::statement_to_dataframe(ctx, sql)
+        .await
+        .expect("the INSERT plans");
+    let plan = frame.create_physical_plan().await.expect("a physical plan");
+    let batches = collect(plan.clone(), ctx.task_ctx())
+        .await
+        .unwrap_or_else(|e| panic!("the INSERT failed on the cluster: {e}"));
+    let count = batches
+        .iter()
+        .map(|b| b.column(0).as_primitive::<UInt64Type>().value(0))
+        .sum();
+    let job = job_id(&plan).expect("the plan ran as a cluster job");
+    let metrics = job_metrics(url, &job).await.expect("the job's metrics");
+    let sink_tasks = sink_stage_tasks(&metrics).expect("a stage ran the sink");
+    let acked = operator_metrics(&metrics, SINK_OPERATOR)
+        .iter()
+        .filter_map(|m| m.sum_by_name(names::RECORDS_ACKED))
+        .map(|v| v.as_usize())
+        .sum();
+    ClusterInsert {
+        count,
+        sink_tasks,
+        acked,
+    }
+}
+
+/// `ROWS` rows `id` 1..=ROWS over `KEYS` keys `key-(id % KEYS)`, in descending `id` order
+/// (the order comes from the ORDER BY, not from the source).
+fn keyed_rows(table: &str, extra: &str) -> String {
+    format!(
+        "INSERT INTO {table} SELECT id, concat('key-', CAST(id % {KEYS} AS VARCHAR)) AS k{extra} \
+         FROM (SELECT unnest(range(1, {})) AS id) ORDER BY id DESC",
+        ROWS + 1
+    )
+}
+
+fn expected_ids(key: i64) -> Vec<i64> {
+    (1..=ROWS).rev().filter(|v| v % KEYS == key).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_insert_on_two_executors_delivers_each_ordering_key_once_and_in_order() {
+    let admin = PubSubAdmin::connect().await;
+    let (topic, subscription) = admin
+        .topic_with_subscription("cluster", "cluster", true)
+        .await;
+    let url = start_cluster().await;
+    let ctx = client(&url).await;
+    exec(
+        &ctx,
+        &format!(
+            "CREATE TABLE events (id BIGINT, k VARCHAR) WITH (connector = 'pubsub', \
+             emulator_host = '{}', topic = '{topic}', enable_message_ordering = 'true', \
+             ordering_key_column = 'k', batch_element_count_threshold = '500')",
+            admin.host
+        ),
+    )
+    .await;
+    let done = insert_on_cluster(&ctx, &url, &keyed_rows("events", "")).await;
+    assert_eq!(done.count, ROWS as u64);
+    assert_eq!(done.acked, ROWS as usize, "the job's sink metrics");
+    assert!(
+        done.sink_tasks > 1,
+        "the sink stage ran as {} task(s)",
+        done.sink_tasks
+    );
+
+    let messages = admin.pull_all(&subscription, ROWS as usize).await;
+    assert_eq!(messages.len(), ROWS as usize);
+    let mut per_key: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (message, payload) in messages.iter().zip(json_payloads(&messages)) {
+        assert_eq!(
+            payload["k"].as_str(),
+            Some(message.ordering_key.as_str()),
+            "the ordering key is the row's k"
+        );
+        per_key
+            .entry(message.ordering_key.clone())
+            .or_default()
+            .push(payload["id"].as_i64().expect("id"));
+    }
+    assert_eq!(per_key.len(), KEYS as usize);
+    for (key, delivered) in per_key {
+        let k: i64 = key.trim_start_matches("key-").parse().expect("key number");
+        let expected = expected_ids(k);
+        assert_eq!(delivered.len(), expected.len(), "messages of {key}");
+        assert!(delivered == expected, "{key} delivered out of order");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_insert_on_two_executors_writes_every_bigtable_cell_once() {
+    let bt = Bigtable::connect().await;
+    let table = Bigtable::table_name("cluster");
+    bt.create_table(&table, &["cf"]).await;
+    let url = start_cluster().await;
+    let ctx = client(&url).await;
+    exec(
+        &ctx,
+        &bt.create_sql(
+            "cells",
+            "seq BIGINT, k VARCHAR, ts TIMESTAMP",
+            &table,
+            &[
+                ("row_key", "k"),
+                ("timestamp_column", "ts"),
+                ("batch_element_count_threshold", "500"),
+            ],
+        ),
+    )
+    .await;
+    // One version per row: the row's id is its cell's value and (in milliseconds) its
+    // timestamp, so every row of the statement is one cell of its key's row.
+    let sql = keyed_rows(
+        "cells",
+        ", CAST(to_timestamp_micros(1700000000000000 + id * 1000) AS TIMESTAMP) AS ts",
+    );
+    let done = insert_on_cluster(&ctx, &url, &sql).await;
+    assert_eq!(done.count, ROWS as u64);
+    assert_eq!(done.acked, ROWS as usize, "the job's sink metrics");
+    assert!(
+        done.sink_tasks > 1,
+        "the sink stage ran as {} task(s)",
+        done.sink_tasks
+    );
+
+    let rows = bt.read(&table).await;
+    assert_eq!(rows.len(), KEYS as usize);
+    for k in 0..KEYS {
+        let key = format!("key-{k}");
+        let mut expected: Vec<Cell> = expected_ids(k)
+            .into_iter()
+            .map(|id| {
+                support::bigtable::cell(
+                    "cf",
+                    "seq",
+                    1_700_000_000_000_000 + id * 1000,
+                    id.to_be_bytes().to_vec(),
+                )
+            })
+            .collect();
+        expected.sort();
+        let landed = &rows[key.as_bytes()];
+        assert_eq!(landed.len(), expected.len(), "cells of {key}");
+        assert!(landed == &expected, "cells of {key} differ");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_sink_task_fails_the_job_with_the_sinks_message() {
+    let admin = PubSubAdmin::connect().await;
+    let url = start_cluster().await;
+    let ctx = client(&url).await;
+    // A topic that does not exist, without auto_create_topic: the sink's NOT_FOUND error.
+    let topic = format!("projects/cluster/topics/{}", support::unique("missing"));
+    exec(
+        &ctx,
+        &format!(
+            "CREATE TABLE nowhere (id BIGINT) WITH (connector = 'pubsub', \
+             emulator_host = '{}', topic = '{topic}')",
+            admin.host
+        ),
+    )
+    .await;
+    let frame = gcp_sql::sql::statement_to_dataframe(
+        &ctx,
+        "INSERT INTO nowhere SELECT unnest(range(1, 1001))",
+    )
+    .await
+    .expect("the INSERT plans");
+    let err = frame
+        .collect()
+        .await
+        .expect_err("a missing topic fails the job")
+        .to_string();
+    assert!(err.contains(&topic), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_without_a_declaration_is_refused_before_the_job() {
+    let url = start_cluster().await;
+    let ctx = client(&url).await;
+    let raw = gcp_sql::options::RawOptions::from_pairs([(
+        "emulator_host".to_string(),
+        "localhost:1".to_string(),
+    )])
+    .unwrap();
+    let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+        arrow::datatypes::Field::new("id", arrow::datatypes::DataType::Int64, false),
+    ]));
+    let sink =
+        gcp_sql::connectors::pubsub::writer::PubSubSink::try_new(schema, Some("projects/demo/topics/events"), &raw)
+            .unwrap();
+    ctx.register_table(
+        "typed",
+        Arc::new(gcp_sql::sql::SinkTable::new("typed", Arc::new(sink))),
+    )
+    .unwrap();
+    let err = gcp_sql::sql::run(&ctx, "INSERT INTO typed VALUES (1)")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cannot be sent to a cluster"), "{err}");
+}
