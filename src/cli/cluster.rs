@@ -126,8 +126,10 @@ pub fn run_executor(args: &ExecutorArgs) -> ExitCode {
 /// `information_schema`, object stores, inspection functions) whose queries the cluster at
 /// `url` runs.
 pub async fn new_cluster_session(url: &str, control: &StatementControl) -> Result<SessionContext> {
-    let local = super::new_session_with_control(control)?;
-    let ctx = crate::cluster::remote_context(url, local.state()).await?;
+    let state = super::session_state(control)?;
+    let ctx = crate::cluster::remote_context(url, state)
+        .await?
+        .enable_url_table();
     crate::sql::register_inspection(&ctx);
     Ok(ctx)
 }

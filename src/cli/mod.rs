@@ -341,18 +341,25 @@ pub fn new_session() -> Result<SessionContext> {
 /// [`new_session`] whose sink statements obey `control` (the tool's stop requests and its
 /// flush-point reporting).
 pub fn new_session_with_control(control: &StatementControl) -> Result<SessionContext> {
+    let ctx = SessionContext::new_with_state(session_state(control)?).enable_url_table();
+    crate::sql::register_inspection(&ctx);
+    Ok(ctx)
+}
+
+/// The state of [`new_session_with_control`], before the context around it enables direct
+/// file queries and the inspection functions.
+fn session_state(
+    control: &StatementControl,
+) -> Result<datafusion::execution::session_state::SessionState> {
     let runtime = RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(LazyObjectStoreRegistry::new()))
         .build_arc()?;
     // As in datafusion-cli: `SHOW TABLES` and `SHOW COLUMNS FROM t` work without a `SET`.
     let config = control.install(SessionConfig::new().with_information_schema(true));
-    let state = crate::sql::new_state_builder()
+    Ok(crate::sql::new_state_builder()
         .with_config(config)
         .with_runtime_env(runtime)
-        .build();
-    let ctx = SessionContext::new_with_state(state).enable_url_table();
-    crate::sql::register_inspection(&ctx);
-    Ok(ctx)
+        .build())
 }
 
 /// The tool's entry point: parses the process arguments and runs.

@@ -132,7 +132,10 @@ fn decode_spec(node: SinkTableNode) -> DFResult<SinkSpec> {
         node.table,
         kind,
         node.location,
-        node.options.into_iter().map(|o| (o.name, o.value)).collect(),
+        node.options
+            .into_iter()
+            .map(|o| (o.name, o.value))
+            .collect(),
         schema,
         node.emulator_from_env,
         node.emulator_host,
@@ -324,13 +327,9 @@ impl PhysicalExtensionCodec for SinkPhysicalCodec {
         } else {
             None
         };
-        let writer = SinkWriterExec::try_new_with_ordering(
-            spec.table().to_string(),
-            sink,
-            input,
-            ordering,
-        )?
-        .with_spec(Some(Arc::new(spec)));
+        let writer =
+            SinkWriterExec::try_new_with_ordering(spec.table().to_string(), sink, input, ordering)?
+                .with_spec(Some(Arc::new(spec)));
         Ok(Arc::new(writer))
     }
 

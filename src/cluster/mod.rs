@@ -21,7 +21,9 @@ use std::sync::Arc;
 use ballista::prelude::SessionContextExt;
 use ballista_core::extension::SessionConfigExt;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
-use ballista_core::serde::protobuf::{GetJobMetricsParams, GetJobMetricsResult, OperatorMetricsSet};
+use ballista_core::serde::protobuf::{
+    GetJobMetricsParams, GetJobMetricsResult, OperatorMetricsSet,
+};
 use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
 use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::SchedulerConfig;
@@ -81,11 +83,10 @@ pub struct ClusterAddress {
 /// sent to the scheduler with its tables' declarations.
 pub async fn remote_context(url: &str, state: SessionState) -> Result<SessionContext> {
     let scheduler_url = scheduler_url(url)?;
-    let config = configure_config(state.config().clone()).with_extension(Arc::new(
-        ClusterAddress {
+    let config =
+        configure_config(state.config().clone()).with_extension(Arc::new(ClusterAddress {
             scheduler_url: scheduler_url.clone(),
-        },
-    ));
+        }));
     let state = SessionStateBuilder::new_from_existing(state)
         .with_config(config)
         .build();
@@ -157,8 +158,8 @@ impl SchedulerSettings {
     /// Starts the scheduler on a listener bound already (port 0 in tests) and returns its
     /// address; it runs in a task of the current runtime.
     pub async fn spawn(&self) -> Result<SocketAddr> {
-        let listener = tokio::net::TcpListener::bind((self.bind_host.as_str(), self.bind_port))
-            .await?;
+        let listener =
+            tokio::net::TcpListener::bind((self.bind_host.as_str(), self.bind_port)).await?;
         let address = listener.local_addr()?;
         let settings = SchedulerSettings {
             bind_port: address.port(),
@@ -175,8 +176,9 @@ impl SchedulerSettings {
 
     async fn create(
         &self,
-    ) -> Result<ballista_scheduler::scheduler_server::SchedulerServer<LogicalPlanNode, PhysicalPlanNode>>
-    {
+    ) -> Result<
+        ballista_scheduler::scheduler_server::SchedulerServer<LogicalPlanNode, PhysicalPlanNode>,
+    > {
         let config = self.config();
         config
             .validate()
@@ -266,7 +268,9 @@ impl ExecutorSettings {
 pub async fn job_metrics(scheduler_url: &str, job_id: &str) -> Result<GetJobMetricsResult> {
     let mut client = SchedulerGrpcClient::connect(scheduler_url.to_string())
         .await
-        .map_err(|e| ballista_error(&format!("cannot reach the scheduler at {scheduler_url}"), e))?;
+        .map_err(|e| {
+            ballista_error(&format!("cannot reach the scheduler at {scheduler_url}"), e)
+        })?;
     Ok(client
         .get_job_metrics(GetJobMetricsParams {
             job_id: job_id.to_string(),
@@ -276,8 +280,9 @@ pub async fn job_metrics(scheduler_url: &str, job_id: &str) -> Result<GetJobMetr
         .into_inner())
 }
 
-/// How many tasks (partitions) the stage that ran the sink had, if the job had one.
-pub fn sink_stage_tasks(metrics: &GetJobMetricsResult) -> Option<u32> {
+/// How many partitions (writers) the stage that ran the sink had, if the job had one. Ballista
+/// may run several of them in one task: each sink task logs its own line (see docs/cluster.md).
+pub fn sink_stage_partitions(metrics: &GetJobMetricsResult) -> Option<u32> {
     metrics
         .stages
         .iter()

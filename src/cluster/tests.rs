@@ -114,8 +114,8 @@ async fn an_insert_plan_carries_its_sink_table() {
         .into_unoptimized_plan();
     let codec = SinkLogicalCodec::default();
     let bytes = logical_plan_to_bytes_with_extension_codec(&plan, &codec).unwrap();
-    let back = logical_plan_from_bytes_with_extension_codec(&bytes, &ctx.task_ctx(), &codec)
-        .unwrap();
+    let back =
+        logical_plan_from_bytes_with_extension_codec(&bytes, &ctx.task_ctx(), &codec).unwrap();
     let LogicalPlan::Dml(dml) = &back else {
         panic!("not an INSERT: {back}");
     };
@@ -138,8 +138,8 @@ async fn a_table_declared_in_rust_is_refused_with_a_reason() {
         &crate::options::RawOptions::from_pairs(Vec::<(String, String)>::new()).unwrap(),
     )
     .unwrap();
-    let sink = crate::connectors::pubsub::writer::PubSubSink::from_options(schema, options)
-        .unwrap();
+    let sink =
+        crate::connectors::pubsub::writer::PubSubSink::from_options(schema, options).unwrap();
     let table: Arc<dyn TableProvider> = Arc::new(SinkTable::new("typed", Arc::new(sink)));
     let err = SinkLogicalCodec::default()
         .try_encode_table_provider(&TableReference::bare("typed"), table, &mut Vec::new())
@@ -199,8 +199,7 @@ async fn the_sink_nodes_survive_the_physical_codec() {
         let codec = SinkPhysicalCodec::default();
         let bytes = physical_plan_to_bytes_with_extension_codec(plan.clone(), &codec).unwrap();
         let back =
-            physical_plan_from_bytes_with_extension_codec(&bytes, &ctx.task_ctx(), &codec)
-                .unwrap();
+            physical_plan_from_bytes_with_extension_codec(&bytes, &ctx.task_ctx(), &codec).unwrap();
         let shown = |p: &Arc<dyn ExecutionPlan>| displayable(p.as_ref()).indent(true).to_string();
         assert_eq!(shown(&plan), shown(&back), "{kind}");
         let (before, after) = (find_writer(&plan).unwrap(), find_writer(&back).unwrap());

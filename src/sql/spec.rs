@@ -154,8 +154,7 @@ impl SinkSpec {
                 None
             }
         };
-        let (sink, connection) =
-            resolve(self.kind, &self.schema, self.location(), &raw, &env)?;
+        let (sink, connection) = resolve(self.kind, &self.schema, self.location(), &raw, &env)?;
         let emulator = connection.emulator.map(|e| e.host);
         if emulator != self.emulator_host || connection.endpoint != self.endpoint {
             return Err(Error::Unsupported(format!(
@@ -258,9 +257,8 @@ mod tests {
 
     #[test]
     fn the_emulator_of_the_declaring_environment_is_kept_and_the_rebuilding_one_ignored() {
-        let declared_env = |name: &str| {
-            (name == "PUBSUB_EMULATOR_HOST").then(|| "localhost:8681".to_string())
-        };
+        let declared_env =
+            |name: &str| (name == "PUBSUB_EMULATOR_HOST").then(|| "localhost:8681".to_string());
         let (_, spec) = SinkSpec::declare(
             "t",
             ConnectorKind::PubSub,
@@ -325,8 +323,14 @@ mod tests {
         )
         .unwrap();
         let shown = format!("{spec:?}");
-        assert!(shown.contains("url") && shown.contains("headers"), "{shown}");
+        assert!(
+            shown.contains("url") && shown.contains("headers"),
+            "{shown}"
+        );
         assert!(!shown.contains("SECRET"), "{shown}");
-        assert_eq!(spec.destination(), "queue projects/demo/locations/us-central1/queues/jobs");
+        assert_eq!(
+            spec.destination(),
+            "queue projects/demo/locations/us-central1/queues/jobs"
+        );
     }
 }

@@ -12,7 +12,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow::array::AsArray;
 use arrow::datatypes::UInt64Type;
@@ -20,7 +20,7 @@ use datafusion::physical_plan::collect;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use gcp_sql::cluster::{
     ExecutorSettings, SINK_OPERATOR, SchedulerSettings, job_id, job_metrics, operator_metrics,
-    sink_stage_tasks,
+    sink_stage_partitions,
 };
 use gcp_sql::core::metrics::names;
 
@@ -81,15 +81,85 @@ async fn client(url: &str) -> SessionContext {
         .expect("a client of the cluster")
 }
 
-/// What an INSERT on the cluster did: the count it returned, how many tasks its sink stage
-/// ran, and the sink's metrics from the job.
+/// What an INSERT on the cluster did: the count it returned, how many partitions its sink
+/// stage had, the sink's metrics from the job, and the sink tasks the executors logged.
 struct ClusterInsert {
     count: u64,
-    sink_tasks: u32,
+    sink_partitions: u32,
     acked: usize,
+    /// Per task id, the rows its writers logged as acknowledged.
+    tasks: BTreeMap<String, u64>,
 }
 
-async fn insert_on_cluster(ctx: &SessionContext, url: &str, sql: &str) -> ClusterInsert {
+/// One `sink task done` line an executor logged.
+#[derive(Debug, Clone)]
+struct TaskLine {
+    table: String,
+    task: String,
+    rows: u64,
+}
+
+/// Every `sink task done` line logged in this process (the executors run here).
+fn task_lines() -> &'static Mutex<Vec<TaskLine>> {
+    static LINES: OnceLock<Mutex<Vec<TaskLine>>> = OnceLock::new();
+    LINES.get_or_init(|| {
+        use tracing_subscriber::layer::SubscriberExt;
+        let subscriber = tracing_subscriber::registry().with(TaskLines);
+        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+        Mutex::new(Vec::new())
+    })
+}
+
+/// A tracing layer that keeps the sink's task lines.
+struct TaskLines;
+
+#[derive(Default)]
+struct Fields(BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        let text = format!("{value:?}");
+        self.0
+            .insert(field.name().to_string(), text.trim_matches('"').to_string());
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_string(), value.to_string());
+    }
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.0.insert(field.name().to_string(), value.to_string());
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for TaskLines {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if event.metadata().target() != "gcp_sql::sql::exec" {
+            return;
+        }
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let f = fields.0;
+        if f.get("message").map(String::as_str) != Some("sink task done") {
+            return;
+        }
+        let line = TaskLine {
+            table: f.get("table").cloned().unwrap_or_default(),
+            task: f.get("task").cloned().unwrap_or_default(),
+            rows: f
+                .get("rows")
+                .and_then(|r| r.parse().ok())
+                .unwrap_or_default(),
+        };
+        task_lines().lock().unwrap().push(line);
+    }
+}
+
+async fn insert_on_cluster(
+    ctx: &SessionContext,
+    url: &str,
+    table: &str,
+    sql: &str,
+) -> ClusterInsert {
+    task_lines();
     let frame = gcp_sql::sql::statement_to_dataframe(ctx, sql)
         .await
         .expect("the INSERT plans");
@@ -103,17 +173,27 @@ async fn insert_on_cluster(ctx: &SessionContext, url: &str, sql: &str) -> Cluste
         .sum();
     let job = job_id(&plan).expect("the plan ran as a cluster job");
     let metrics = job_metrics(url, &job).await.expect("the job's metrics");
-    let sink_tasks = sink_stage_tasks(&metrics).expect("a stage ran the sink");
+    let sink_partitions = sink_stage_partitions(&metrics).expect("a stage ran the sink");
     let acked = operator_metrics(&metrics, SINK_OPERATOR)
         .iter()
         .filter_map(|m| m.sum_by_name(names::RECORDS_ACKED))
         .map(|v| v.as_usize())
         .sum();
-    eprintln!("job {job}: count {count}, the sink stage ran {sink_tasks} task(s), {acked} acknowledged");
+    let mut tasks = BTreeMap::new();
+    for line in task_lines().lock().unwrap().iter() {
+        if line.table == table && line.task.contains(&job) {
+            *tasks.entry(line.task.clone()).or_insert(0) += line.rows;
+        }
+    }
+    eprintln!(
+        "job {job}: count {count}, {acked} acknowledged, sink stage of {sink_partitions} \
+         partitions run as tasks {tasks:?}"
+    );
     ClusterInsert {
         count,
-        sink_tasks,
+        sink_partitions,
         acked,
+        tasks,
     }
 }
 
@@ -149,13 +229,15 @@ async fn an_insert_on_two_executors_delivers_each_ordering_key_once_and_in_order
         ),
     )
     .await;
-    let done = insert_on_cluster(&ctx, &url, &keyed_rows("events", "")).await;
+    let done = insert_on_cluster(&ctx, &url, "events", &keyed_rows("events", "")).await;
     assert_eq!(done.count, ROWS as u64);
     assert_eq!(done.acked, ROWS as usize, "the job's sink metrics");
-    assert!(
-        done.sink_tasks > 1,
-        "the sink stage ran as {} task(s)",
-        done.sink_tasks
+    assert_eq!(done.sink_partitions, PARTITIONS as u32);
+    assert!(done.tasks.len() > 1, "sink tasks: {:?}", done.tasks);
+    assert_eq!(
+        done.tasks.values().sum::<u64>(),
+        ROWS as u64,
+        "rows the sink tasks logged"
     );
 
     let messages = admin.pull_all(&subscription, ROWS as usize).await;
@@ -203,13 +285,15 @@ async fn an_insert_on_two_executors_writes_every_bigtable_cell_once() {
         "cells",
         ", CAST(to_timestamp_micros(1700000000000000 + id * 1000) AS TIMESTAMP) AS ts",
     );
-    let done = insert_on_cluster(&ctx, &url, &sql).await;
+    let done = insert_on_cluster(&ctx, &url, "cells", &sql).await;
     assert_eq!(done.count, ROWS as u64);
     assert_eq!(done.acked, ROWS as usize, "the job's sink metrics");
-    assert!(
-        done.sink_tasks > 1,
-        "the sink stage ran as {} task(s)",
-        done.sink_tasks
+    assert_eq!(done.sink_partitions, PARTITIONS as u32);
+    assert!(done.tasks.len() > 1, "sink tasks: {:?}", done.tasks);
+    assert_eq!(
+        done.tasks.values().sum::<u64>(),
+        ROWS as u64,
+        "rows the sink tasks logged"
     );
 
     let rows = bt.read(&table).await;
@@ -276,9 +360,12 @@ async fn a_table_without_a_declaration_is_refused_before_the_job() {
     let schema = Arc::new(arrow::datatypes::Schema::new(vec![
         arrow::datatypes::Field::new("id", arrow::datatypes::DataType::Int64, false),
     ]));
-    let sink =
-        gcp_sql::connectors::pubsub::writer::PubSubSink::try_new(schema, Some("projects/demo/topics/events"), &raw)
-            .unwrap();
+    let sink = gcp_sql::connectors::pubsub::writer::PubSubSink::try_new(
+        schema,
+        Some("projects/demo/topics/events"),
+        &raw,
+    )
+    .unwrap();
     ctx.register_table(
         "typed",
         Arc::new(gcp_sql::sql::SinkTable::new("typed", Arc::new(sink))),

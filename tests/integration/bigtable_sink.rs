@@ -13,19 +13,15 @@
 //!
 //! Run: `cargo test --test integration bigtable_sink::`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::bigtable::{Bigtable, Cell, INSTANCE, Rows, cell};
-use crate::support::{Insert, exec, insert, unique};
+use crate::support::bigtable::{Bigtable, Cell, cell};
+use crate::support::{Insert, exec, insert};
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use datafusion::prelude::SessionContext;
-use gcloud_sdk::google::bigtable::admin::v2::bigtable_table_admin_client::BigtableTableAdminClient;
-use gcloud_sdk::google::bigtable::admin::v2::{ColumnFamily, CreateTableRequest, Table};
-use gcloud_sdk::google::bigtable::v2::bigtable_client::BigtableClient;
 use gcloud_sdk::google::bigtable::v2::{
-    MutateRowsRequest, MutateRowsResponse, ReadRowsRequest, mutate_rows_response,
+    MutateRowsRequest, MutateRowsResponse, mutate_rows_response,
 };
 use gcp_sql::connectors::SinkConnector;
 use gcp_sql::connectors::bigtable::writer::BigtableSink;
@@ -34,10 +30,8 @@ use gcp_sql::options::RawOptions;
 use gcp_sql::sql::SinkTable;
 use gcp_sql::testing::{FakeServer, Reply, Script};
 use tonic::Code;
-use tonic::transport::Channel;
 
 const PROJECT: &str = "sinktest";
-
 
 fn be(v: i64) -> Vec<u8> {
     v.to_be_bytes().to_vec()
