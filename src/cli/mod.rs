@@ -9,6 +9,8 @@
 //!   -q, --quiet            print only results and errors
 //!       --format FORMAT    table (default), csv, json or ndjson
 //! gcp-sql serve-null [--service S] [--port P] [--latency D]   a null Pub/Sub, Bigtable or Cloud Tasks server (see [`serve_null`])
+//! gcp-sql scheduler | executor [...]   a Ballista cluster of this crate (feature `ballista`, docs/cluster.md)
+//!       --cluster df://HOST:PORT       run the statements on it (feature `ballista`)
 //! ```
 //!
 //! Besides SQL, the shell and `-f` / `-c` sources read backslash commands, one per line where a
