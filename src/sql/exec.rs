@@ -578,7 +578,7 @@ impl ExecutionPlan for SinkWriterExec {
             let _counted = counted;
             let result = Self::run_writer(sink, input, metrics, running, ctx).await;
             task.log(&result);
-            count_batch(&out, result?)
+            count_batch(&out, task.for_the_engine(result)?)
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             count_schema(),
@@ -588,6 +588,22 @@ impl ExecutionPlan for SinkWriterExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
+    }
+}
+
+impl TaskLog {
+    /// The writer's result as the engine that runs it shows it. A distributed engine's task
+    /// (one that has a task id: Ballista's) reports a failure with the error's debug form, so
+    /// there the sink's error is handed over as its message; in this process it stays the
+    /// sink's own error, which the SQL layer and the tool recognise.
+    fn for_the_engine(&self, result: DFResult<u64>) -> DFResult<u64> {
+        match result {
+            Err(error) if self.task.is_some() => Err(DataFusionError::Execution(match error {
+                DataFusionError::External(inner) => inner.to_string(),
+                other => other.to_string(),
+            })),
+            other => other,
+        }
     }
 }
 
