@@ -319,6 +319,40 @@ async fn an_insert_on_two_executors_writes_every_bigtable_cell_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn explain_analyze_on_the_cluster_shows_the_sinks_metrics() {
+    let admin = PubSubAdmin::connect().await;
+    let (topic, _subscription) = admin
+        .topic_with_subscription("cluster", "analyze", false)
+        .await;
+    let url = start_cluster().await;
+    let ctx = client(&url).await;
+    exec(
+        &ctx,
+        &format!(
+            "CREATE TABLE analyzed (id BIGINT) WITH (connector = 'pubsub', \
+             emulator_host = '{}', topic = '{topic}')",
+            admin.host
+        ),
+    )
+    .await;
+    let batches = gcp_sql::sql::run(
+        &ctx,
+        "EXPLAIN ANALYZE INSERT INTO analyzed SELECT unnest(range(1, 1001))",
+    )
+    .await
+    .expect("EXPLAIN ANALYZE runs on the cluster");
+    let text = arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string();
+    let sink = text
+        .lines()
+        .find(|l| l.contains("SinkWriterExec: connector=pubsub table=analyzed"))
+        .unwrap_or_else(|| panic!("no sink line in\n{text}"));
+    assert!(sink.contains("records_acked=1.00 K"), "{sink}");
+    assert!(text.contains("SinkCountExec"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failing_sink_task_fails_the_job_with_the_sinks_message() {
     let admin = PubSubAdmin::connect().await;
     let url = start_cluster().await;
