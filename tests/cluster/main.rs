@@ -242,8 +242,16 @@ async fn an_insert_on_two_executors_delivers_each_ordering_key_once_and_in_order
 
     let messages = admin.pull_all(&subscription, ROWS as usize).await;
     assert_eq!(messages.len(), ROWS as usize);
+    assert_each_key_once_in_order(&messages, ROWS);
+}
+
+/// Each of the `KEYS` ordering keys got exactly its ids of 1..=`rows`, in descending order.
+fn assert_each_key_once_in_order(
+    messages: &[gcloud_sdk::google::pubsub::v1::PubsubMessage],
+    rows: i64,
+) {
     let mut per_key: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-    for (message, payload) in messages.iter().zip(json_payloads(&messages)) {
+    for (message, payload) in messages.iter().zip(json_payloads(messages)) {
         per_key
             .entry(message.ordering_key.clone())
             .or_default()
@@ -252,7 +260,7 @@ async fn an_insert_on_two_executors_delivers_each_ordering_key_once_and_in_order
     assert_eq!(per_key.len(), KEYS as usize);
     for (key, delivered) in per_key {
         let k: i64 = key.trim_start_matches("key-").parse().expect("key number");
-        let expected = expected_ids(k);
+        let expected: Vec<i64> = (1..=rows).rev().filter(|v| v % KEYS == k).collect();
         assert_eq!(delivered.len(), expected.len(), "messages of {key}");
         assert!(delivered == expected, "{key} delivered out of order");
     }
@@ -415,4 +423,150 @@ async fn a_table_without_a_declaration_is_refused_before_the_job() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("cannot be sent to a cluster"), "{err}");
+}
+
+/// Processes this test started, killed (by their own handles) when it ends.
+struct Processes(Vec<std::process::Child>);
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits until `file` holds `needle` `times` times; panics with the file past a bound that
+/// only a broken start reaches.
+fn wait_for(file: &std::path::Path, needle: &str, times: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if text.matches(needle).count() >= times {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never said '{needle}' {times} time(s):\n{text}",
+            file.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tool_runs_an_insert_on_its_own_scheduler_and_two_executors() {
+    const TOOL_ROWS: i64 = 20_000;
+    let admin = PubSubAdmin::connect().await;
+    let (topic, subscription) = admin.topic_with_subscription("cluster", "tool", true).await;
+    let home = tempfile::tempdir().expect("a home");
+    let logs = home.path();
+    let log = |name: &str| std::fs::File::create(logs.join(name)).expect("a log file");
+    let scheduler_port = free_port().to_string();
+    let mut processes = Processes(Vec::new());
+    processes.0.push(
+        support::tool(home.path())
+            .args([
+                "scheduler",
+                "--bind-host",
+                "127.0.0.1",
+                "--bind-port",
+                &scheduler_port,
+            ])
+            .stderr(log("scheduler.log"))
+            .spawn()
+            .expect("the scheduler starts"),
+    );
+    wait_for(
+        &logs.join("scheduler.log"),
+        "gcp-sql scheduler listening",
+        1,
+    );
+    for name in ["executor1.log", "executor2.log"] {
+        let (flight, grpc) = (free_port().to_string(), free_port().to_string());
+        processes.0.push(
+            support::tool(home.path())
+                .args([
+                    "executor",
+                    "--scheduler-host",
+                    "127.0.0.1",
+                    "--scheduler-port",
+                ])
+                .args([
+                    &scheduler_port,
+                    "--bind-host",
+                    "127.0.0.1",
+                    "--bind-port",
+                    &flight,
+                ])
+                .args(["--grpc-port", &grpc, "--concurrent-tasks", "2"])
+                .stderr(log(name))
+                .spawn()
+                .expect("an executor starts"),
+        );
+    }
+    wait_for(
+        &logs.join("scheduler.log"),
+        "Received register executor request",
+        2,
+    );
+
+    // The emulator address comes from the client's environment only: the executors have no
+    // emulator variable, so they write where the client's declaration resolved.
+    let sql = format!(
+        "SET datafusion.execution.target_partitions = 8;
+         CREATE TABLE events (id BIGINT, k VARCHAR) WITH (connector = 'pubsub', \
+           topic = '{topic}', enable_message_ordering = 'true', ordering_key_column = 'k');
+         INSERT INTO events SELECT id, concat('key-', CAST(id % {KEYS} AS VARCHAR)) AS k \
+           FROM (SELECT unnest(range(1, {})) AS id) ORDER BY id DESC;",
+        TOOL_ROWS + 1
+    );
+    let out = support::output(
+        support::tool(home.path())
+            .env("PUBSUB_EMULATOR_HOST", &admin.host)
+            .args(["--cluster", &format!("df://127.0.0.1:{scheduler_port}")])
+            .args(["--format", "csv", "-c", &sql]),
+    );
+    let (stdout, stderr) = (support::text(&out.stdout), support::text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("count\n{TOOL_ROWS}\n")),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "Sink: {TOOL_ROWS} row(s) acknowledged of {TOOL_ROWS} sent"
+        )),
+        "{stderr}"
+    );
+
+    let messages = admin.pull_all(&subscription, TOOL_ROWS as usize).await;
+    assert_eq!(messages.len(), TOOL_ROWS as usize);
+    assert_each_key_once_in_order(&messages, TOOL_ROWS);
+    let mut logged = 0u64;
+    let mut executors_with_tasks = 0;
+    for name in ["executor1.log", "executor2.log"] {
+        let text = std::fs::read_to_string(logs.join(name)).unwrap();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("sink task done") && l.contains("table=events"))
+            .collect();
+        executors_with_tasks += usize::from(!lines.is_empty());
+        for line in lines {
+            assert!(
+                line.contains(&format!("destination=\"topic {topic}\"")),
+                "{line}"
+            );
+            let rows = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("rows="))
+                .and_then(|r| r.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no rows in {line}"));
+            logged += rows;
+        }
+    }
+    assert_eq!(logged, TOOL_ROWS as u64, "rows the executors logged");
+    assert!(executors_with_tasks >= 1);
+    drop(processes);
 }
