@@ -123,15 +123,15 @@ pub fn run_executor(args: &ExecutorArgs) -> ExitCode {
 }
 
 /// The tool's session on a cluster: [`super::new_session_with_control`]'s state (sinks,
-/// `information_schema`, object stores, inspection functions) whose queries the cluster at
-/// `url` runs.
+/// `information_schema`, object stores, direct file queries) whose queries the cluster at
+/// `url` runs. The emulator inspection functions are not in it: their rows are a table in
+/// the client's memory, which a plan sent to the cluster cannot carry (run them without
+/// `--cluster`).
 pub async fn new_cluster_session(url: &str, control: &StatementControl) -> Result<SessionContext> {
     let state = super::session_state(control)?;
-    let ctx = crate::cluster::remote_context(url, state)
+    Ok(crate::cluster::remote_context(url, state)
         .await?
-        .enable_url_table();
-    crate::sql::register_inspection(&ctx);
-    Ok(ctx)
+        .enable_url_table())
 }
 
 /// The sink counters of a statement the cluster ran: its job's metrics of the sink stage, as
