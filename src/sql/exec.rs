@@ -617,8 +617,9 @@ struct TaskLog {
 }
 
 impl TaskLog {
-    /// One info line per writer that ended (on a cluster: per sink task an executor ran), a
-    /// warning for one that failed. Names no row value.
+    /// One info line per writer that ended (on a cluster: per writer of each sink task an
+    /// executor ran); for one that failed, a warning on a cluster and a debug line in this
+    /// process (whose statement error says it). Names no row value.
     fn log(&self, result: &DFResult<u64>) {
         let destination = self.destination.as_deref().unwrap_or("(declared in Rust)");
         let task = self.task.as_deref().unwrap_or("-");
@@ -632,12 +633,22 @@ impl TaskLog {
                 task,
                 "sink task done"
             ),
-            Err(error) => tracing::warn!(
+            // On a cluster the executor's log is where a failed task is seen; in this
+            // process the statement's own error says it, so the line stays below warn.
+            Err(error) if self.task.is_some() => tracing::warn!(
                 table = %self.table,
                 partition = self.partition,
                 writers = self.writers,
                 destination,
                 task,
+                %error,
+                "sink task failed"
+            ),
+            Err(error) => tracing::debug!(
+                table = %self.table,
+                partition = self.partition,
+                writers = self.writers,
+                destination,
                 %error,
                 "sink task failed"
             ),
