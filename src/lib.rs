@@ -22,6 +22,9 @@ pub mod bench;
 #[cfg(feature = "cli")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
+#[cfg(feature = "ballista")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ballista")))]
+pub mod cluster;
 pub mod connectors;
 pub mod core;
 pub mod emulators;

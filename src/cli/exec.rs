@@ -95,7 +95,13 @@ pub async fn run_statement(
     let elapsed = started.elapsed();
     print_batches(&schema, &batches, options.format)?;
     if !options.quiet {
-        if let Some(counters) = SinkCounters::read(&plan) {
+        let counters = SinkCounters::read(&plan);
+        #[cfg(feature = "ballista")]
+        let counters = match counters {
+            None => super::cluster::job_counters(ctx, &plan).await,
+            local => local,
+        };
+        if let Some(counters) = counters {
             eprintln!("{}", counters.summary(elapsed));
         }
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();

@@ -9,6 +9,8 @@
 //!   -q, --quiet            print only results and errors
 //!       --format FORMAT    table (default), csv, json or ndjson
 //! gcp-sql serve-null [--service S] [--port P] [--latency D]   a null Pub/Sub, Bigtable or Cloud Tasks server (see [`serve_null`])
+//! gcp-sql scheduler | executor [...]   a Ballista cluster of this crate (feature `ballista`, docs/cluster.md)
+//!       --cluster df://HOST:PORT       run the statements on it (feature `ballista`)
 //! ```
 //!
 //! Besides SQL, the shell and `-f` / `-c` sources read backslash commands, one per line where a
@@ -40,6 +42,8 @@
 //! `--emulators` stop when the tool exits, whatever the reason (short of SIGKILL, where the
 //! kernel stops them).
 
+#[cfg(feature = "ballista")]
+pub mod cluster;
 mod commands;
 mod exec;
 mod progress;
@@ -133,6 +137,11 @@ pub struct Args {
     /// statement, or one JSON object per line
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
+    /// Run the statements on the Ballista cluster whose scheduler is at df://HOST:PORT (a
+    /// `gcp-sql scheduler` with `gcp-sql executor`s; docs/cluster.md)
+    #[cfg(feature = "ballista")]
+    #[arg(long, value_name = "df://HOST:PORT")]
+    pub cluster: Option<String>,
 }
 
 /// The subcommands of `gcp-sql`.
@@ -142,6 +151,12 @@ pub enum Command {
     /// acknowledges everything and counts what it receives (the client-side ceiling for
     /// benchmarks)
     ServeNull(serve_null::ServeNullArgs),
+    /// Run a Ballista scheduler that carries this crate's sinks (feature `ballista`)
+    #[cfg(feature = "ballista")]
+    Scheduler(cluster::SchedulerArgs),
+    /// Run a Ballista executor that runs this crate's sink tasks (feature `ballista`)
+    #[cfg(feature = "ballista")]
+    Executor(cluster::ExecutorArgs),
 }
 
 /// One piece of SQL to run.
@@ -162,6 +177,9 @@ pub struct Invocation {
     pub emulators: bool,
     /// How results print.
     pub options: PrintOptions,
+    /// The cluster's scheduler (`df://HOST:PORT`) the statements run on; `None`: in this
+    /// process.
+    pub cluster: Option<String>,
 }
 
 impl Invocation {
@@ -203,6 +221,10 @@ impl Invocation {
                 format: args.format,
                 quiet: args.quiet,
             },
+            #[cfg(feature = "ballista")]
+            cluster: args.cluster,
+            #[cfg(not(feature = "ballista"))]
+            cluster: None,
         })
     }
 }
@@ -321,28 +343,41 @@ pub fn new_session() -> Result<SessionContext> {
 /// [`new_session`] whose sink statements obey `control` (the tool's stop requests and its
 /// flush-point reporting).
 pub fn new_session_with_control(control: &StatementControl) -> Result<SessionContext> {
+    let ctx = SessionContext::new_with_state(session_state(control)?).enable_url_table();
+    crate::sql::register_inspection(&ctx);
+    Ok(ctx)
+}
+
+/// The state of [`new_session_with_control`], before the context around it enables direct
+/// file queries and the inspection functions.
+fn session_state(
+    control: &StatementControl,
+) -> Result<datafusion::execution::session_state::SessionState> {
     let runtime = RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(LazyObjectStoreRegistry::new()))
         .build_arc()?;
     // As in datafusion-cli: `SHOW TABLES` and `SHOW COLUMNS FROM t` work without a `SET`.
     let config = control.install(SessionConfig::new().with_information_schema(true));
-    let state = crate::sql::new_state_builder()
+    Ok(crate::sql::new_state_builder()
         .with_config(config)
         .with_runtime_env(runtime)
-        .build();
-    let ctx = SessionContext::new_with_state(state).enable_url_table();
-    crate::sql::register_inspection(&ctx);
-    Ok(ctx)
+        .build())
 }
 
 /// The tool's entry point: parses the process arguments and runs.
 pub fn main() -> ExitCode {
     if let Ok(Args {
-        command: Some(Command::ServeNull(args)),
+        command: Some(command),
         ..
     }) = Args::try_parse_from(std::env::args_os())
     {
-        return serve_null::run(&args);
+        return match command {
+            Command::ServeNull(args) => serve_null::run(&args),
+            #[cfg(feature = "ballista")]
+            Command::Scheduler(args) => cluster::run_scheduler(&args),
+            #[cfg(feature = "ballista")]
+            Command::Executor(args) => cluster::run_executor(&args),
+        };
     }
     let invocation = match Invocation::parse_from(std::env::args_os()) {
         Ok(invocation) => invocation,
@@ -470,7 +505,16 @@ fn start_emulators(
 
 async fn run_session(invocation: &Invocation, interrupts: &mut Interrupts) -> ExitCode {
     let control = progress::statement_control(invocation.options.quiet);
-    let ctx = match new_session_with_control(&control) {
+    let ctx = match &invocation.cluster {
+        None => new_session_with_control(&control),
+        #[cfg(feature = "ballista")]
+        Some(url) => cluster::new_cluster_session(url, &control).await,
+        #[cfg(not(feature = "ballista"))]
+        Some(_) => Err(crate::Error::Unsupported(
+            "--cluster needs a gcp-sql built with --features ballista".into(),
+        )),
+    };
+    let ctx = match ctx {
         Ok(ctx) => ctx,
         Err(e) => {
             eprintln!("Error: {e}");

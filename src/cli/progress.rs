@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::metrics::MetricsSet;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -50,29 +51,37 @@ impl SinkCounters {
     /// Reads the counters from `plan` and its descendants; `None` when no node reports any of
     /// them (the statement writes to no sink).
     pub fn read(plan: &Arc<dyn ExecutionPlan>) -> Option<SinkCounters> {
-        let mut counters = SinkCounters::default();
-        let mut found = false;
+        let mut sets = Vec::new();
         let mut pending: Vec<&Arc<dyn ExecutionPlan>> = vec![plan];
         while let Some(node) = pending.pop() {
-            if let Some(metrics) = node.metrics() {
-                for (name, slot) in [
-                    (names::RECORDS_SENT, &mut counters.sent),
-                    (names::RECORDS_ACKED, &mut counters.acked),
-                    (names::IN_FLIGHT_RECORDS, &mut counters.in_flight),
-                    (names::RETRIES, &mut counters.retries),
-                    (names::RECORDS_DROPPED, &mut counters.dropped),
-                    (names::RECORDS_SKIPPED, &mut counters.skipped),
-                    (names::RECORDS_DEAD_LETTERED, &mut counters.dead_lettered),
-                    (names::RESOURCES_CREATED, &mut counters.created),
-                    (WRITERS_METRIC, &mut counters.writers),
-                ] {
-                    if let Some(value) = metrics.sum_by_name(name) {
-                        *slot += value.as_usize();
-                        found = true;
-                    }
+            sets.extend(node.metrics());
+            pending.extend(node.children());
+        }
+        Self::from_metrics(&sets)
+    }
+
+    /// Sums the counters over metric sets (of a plan's nodes, or of a cluster job's sink
+    /// stage); `None` when none of them has any.
+    pub fn from_metrics(sets: &[MetricsSet]) -> Option<SinkCounters> {
+        let mut counters = SinkCounters::default();
+        let mut found = false;
+        for metrics in sets {
+            for (name, slot) in [
+                (names::RECORDS_SENT, &mut counters.sent),
+                (names::RECORDS_ACKED, &mut counters.acked),
+                (names::IN_FLIGHT_RECORDS, &mut counters.in_flight),
+                (names::RETRIES, &mut counters.retries),
+                (names::RECORDS_DROPPED, &mut counters.dropped),
+                (names::RECORDS_SKIPPED, &mut counters.skipped),
+                (names::RECORDS_DEAD_LETTERED, &mut counters.dead_lettered),
+                (names::RESOURCES_CREATED, &mut counters.created),
+                (WRITERS_METRIC, &mut counters.writers),
+            ] {
+                if let Some(value) = metrics.sum_by_name(name) {
+                    *slot += value.as_usize();
+                    found = true;
                 }
             }
-            pending.extend(node.children());
         }
         found.then_some(counters)
     }

@@ -45,6 +45,7 @@ use futures::StreamExt;
 use tokio::sync::Notify;
 
 use super::control::StatementControl;
+use super::spec::SinkSpec;
 use crate::connectors::{Routing, SinkConnector};
 use crate::core::run::WriterContext;
 use crate::core::{SinkMetrics, StopKind, StopSignal};
@@ -177,6 +178,7 @@ pub struct SinkWriterExec {
     metrics: ExecutionPlanMetricsSet,
     statement: Arc<Statement>,
     properties: Arc<PlanProperties>,
+    spec: Option<Arc<SinkSpec>>,
 }
 
 impl SinkWriterExec {
@@ -195,6 +197,36 @@ impl SinkWriterExec {
             None
         };
         Self::with_ordering(table, sink, input, routing, ordering)
+    }
+
+    /// The writers of `sink` over `input` with the ordering they require given (`None`: none),
+    /// as a plan codec rebuilds a node whose input is another process's (a shuffle that
+    /// does not report the ordering it keeps).
+    pub fn try_new_with_ordering(
+        table: String,
+        sink: Arc<dyn SinkConnector>,
+        input: Arc<dyn ExecutionPlan>,
+        ordering: Option<LexOrdering>,
+    ) -> DFResult<Self> {
+        let routing = sink.routing();
+        Self::with_ordering(table, sink, input, routing, ordering)
+    }
+
+    /// Keeps what rebuilds the sink in another process (see [`SinkSpec`]); a plan without it
+    /// cannot be sent to a cluster.
+    pub fn with_spec(mut self, spec: Option<Arc<SinkSpec>>) -> Self {
+        self.spec = spec;
+        self
+    }
+
+    /// What rebuilds the sink in another process, if the table was declared in SQL.
+    pub fn spec(&self) -> Option<&Arc<SinkSpec>> {
+        self.spec.as_ref()
+    }
+
+    /// The ordering every writer requires of its input partitions, if any.
+    pub fn ordering(&self) -> Option<&LexOrdering> {
+        self.ordering.as_ref()
     }
 
     fn with_ordering(
@@ -248,6 +280,7 @@ impl SinkWriterExec {
             metrics: ExecutionPlanMetricsSet::new(),
             statement: Arc::default(),
             properties: Arc::new(properties),
+            spec: None,
         })
     }
 
@@ -456,13 +489,16 @@ impl ExecutionPlan for SinkWriterExec {
         _options: ReplaceChildrenOptions,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         let input = only_child("SinkWriterExec", children)?;
-        Ok(Arc::new(Self::with_ordering(
-            self.table.clone(),
-            self.sink.clone(),
-            input,
-            self.routing.clone(),
-            self.ordering.clone(),
-        )?))
+        Ok(Arc::new(
+            Self::with_ordering(
+                self.table.clone(),
+                self.sink.clone(),
+                input,
+                self.routing.clone(),
+                self.ordering.clone(),
+            )?
+            .with_spec(self.spec.clone()),
+        ))
     }
 
     fn with_new_children(
@@ -477,13 +513,16 @@ impl ExecutionPlan for SinkWriterExec {
 
     fn reset_state(self: Arc<Self>) -> DFResult<Arc<dyn ExecutionPlan>> {
         // A fresh statement (and metrics) for a plan that runs again.
-        Ok(Arc::new(Self::with_ordering(
-            self.table.clone(),
-            self.sink.clone(),
-            self.input.clone(),
-            self.routing.clone(),
-            self.ordering.clone(),
-        )?))
+        Ok(Arc::new(
+            Self::with_ordering(
+                self.table.clone(),
+                self.sink.clone(),
+                self.input.clone(),
+                self.routing.clone(),
+                self.ordering.clone(),
+            )?
+            .with_spec(self.spec.clone()),
+        ))
     }
 
     fn apply_expressions(
@@ -546,12 +585,20 @@ impl ExecutionPlan for SinkWriterExec {
         let running = self.statement.start();
         let sink = self.sink.clone();
         let out = count_schema();
+        let task = TaskLog {
+            table: self.table.clone(),
+            destination: self.spec.as_ref().map(|s| s.destination()),
+            task: context.task_id(),
+            partition,
+            writers: self.writers,
+        };
         let stream = futures::stream::once(async move {
             // The session's stop requests reach this writer for as long as it runs.
             let _forward = user_stop.map(|from| Forward::start(from, ctx.stop.clone()));
             let _counted = counted;
-            let acknowledged = Self::run_writer(sink, input, metrics, running, ctx).await?;
-            count_batch(&out, acknowledged)
+            let result = Self::run_writer(sink, input, metrics, running, ctx).await;
+            task.log(&result);
+            count_batch(&out, task.for_the_engine(result)?)
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             count_schema(),
@@ -561,6 +608,71 @@ impl ExecutionPlan for SinkWriterExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
+    }
+}
+
+impl TaskLog {
+    /// The writer's result as the engine that runs it shows it. A distributed engine's task
+    /// (one that has a task id: Ballista's) reports a failure with the error's debug form, so
+    /// there the sink's error is handed over as its message; in this process it stays the
+    /// sink's own error, which the SQL layer and the tool recognise.
+    fn for_the_engine(&self, result: DFResult<u64>) -> DFResult<u64> {
+        match result {
+            Err(error) if self.task.is_some() => Err(DataFusionError::Execution(match error {
+                DataFusionError::External(inner) => inner.to_string(),
+                other => other.to_string(),
+            })),
+            other => other,
+        }
+    }
+}
+
+/// What the log line of one sink task (one writer: a partition of the sink node) says.
+struct TaskLog {
+    table: String,
+    destination: Option<String>,
+    task: Option<String>,
+    partition: usize,
+    writers: usize,
+}
+
+impl TaskLog {
+    /// One info line per writer that ended (on a cluster: per writer of each sink task an
+    /// executor ran); for one that failed, a warning on a cluster and a debug line in this
+    /// process (whose statement error says it). Names no row value.
+    fn log(&self, result: &DFResult<u64>) {
+        let destination = self.destination.as_deref().unwrap_or("(declared in Rust)");
+        let task = self.task.as_deref().unwrap_or("-");
+        match result {
+            Ok(rows) => tracing::info!(
+                table = %self.table,
+                partition = self.partition,
+                writers = self.writers,
+                rows,
+                destination,
+                task,
+                "sink task done"
+            ),
+            // On a cluster the executor's log is where a failed task is seen; in this
+            // process the statement's own error says it, so the line stays below warn.
+            Err(error) if self.task.is_some() => tracing::warn!(
+                table = %self.table,
+                partition = self.partition,
+                writers = self.writers,
+                destination,
+                task,
+                %error,
+                "sink task failed"
+            ),
+            Err(error) => tracing::debug!(
+                table = %self.table,
+                partition = self.partition,
+                writers = self.writers,
+                destination,
+                %error,
+                "sink task failed"
+            ),
+        }
     }
 }
 

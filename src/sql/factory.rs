@@ -13,8 +13,11 @@ use crate::connectors::ConnectorKind;
 use crate::connectors::catalog;
 use crate::connectors::cloud_tasks::options::{HEADERS, URL};
 use crate::error::{Error, Result};
-use crate::options::{DefaultValue, OptionSpec, RawOptions, common, spec::parse_headers};
+use crate::options::{
+    ConnectionOptions, DefaultValue, OptionSpec, RawOptions, common, spec::parse_headers,
+};
 
+use super::spec::SinkSpec;
 use super::table::SinkTable;
 
 /// Creates sink tables of one connector from `CREATE EXTERNAL TABLE` statements.
@@ -55,9 +58,19 @@ impl SinkTableFactory {
             .map(String::as_str)
             .filter(|l| !l.is_empty());
         let schema = Arc::new(cmd.schema.as_arrow().clone());
-        let sink = connectors::build_sink(self.kind, schema, location, &raw)?;
+        // The spec keeps what the declaration resolved (the emulator variable included), so
+        // that a cluster's executors rebuild the same sink (`crate::cluster`).
+        let (sink, spec) = SinkSpec::declare(
+            cmd.name.to_string(),
+            self.kind,
+            schema,
+            location,
+            &raw,
+            &ConnectionOptions::process_env,
+        )?;
         Ok(SinkTable::new(cmd.name.to_string(), sink)
-            .with_declaration(SinkDeclaration::new(self.kind, location, &raw)))
+            .with_declaration(SinkDeclaration::new(self.kind, location, &raw))
+            .with_spec(spec))
     }
 }
 

@@ -25,6 +25,7 @@ pub mod exec;
 mod factory;
 pub mod inspect;
 pub mod map_columns;
+mod spec;
 mod table;
 mod with;
 
@@ -48,6 +49,7 @@ use inspect::{BigtableReadFunction, CloudTasksCreateQueueFunction, CloudTasksLis
 pub use control::StatementControl;
 pub use exec::{SinkCountExec, SinkWriterExec};
 pub use factory::{OptionInForce, SinkDeclaration, SinkTableFactory};
+pub use spec::SinkSpec;
 pub use table::SinkTable;
 
 /// Every connector this crate registers.

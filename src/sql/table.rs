@@ -17,6 +17,7 @@ use crate::connectors::SinkConnector;
 use crate::error::Error;
 
 use super::factory::SinkDeclaration;
+use super::spec::SinkSpec;
 
 /// A write-only table backed by a connector.
 #[derive(Debug, Clone)]
@@ -24,6 +25,7 @@ pub struct SinkTable {
     name: String,
     sink: Arc<dyn SinkConnector>,
     declaration: Option<Arc<SinkDeclaration>>,
+    spec: Option<Arc<SinkSpec>>,
 }
 
 impl SinkTable {
@@ -33,6 +35,7 @@ impl SinkTable {
             name: name.into(),
             sink,
             declaration: None,
+            spec: None,
         }
     }
 
@@ -40,6 +43,19 @@ impl SinkTable {
     pub fn with_declaration(mut self, declaration: SinkDeclaration) -> Self {
         self.declaration = Some(Arc::new(declaration));
         self
+    }
+
+    /// Keeps what rebuilds the table's sink in another process (a cluster's scheduler and
+    /// executors, see [`SinkSpec`]).
+    pub fn with_spec(mut self, spec: SinkSpec) -> Self {
+        self.spec = Some(Arc::new(spec));
+        self
+    }
+
+    /// What rebuilds the table's sink in another process; `None` for a table built from typed
+    /// options in Rust (which a cluster cannot carry).
+    pub fn spec(&self) -> Option<&Arc<SinkSpec>> {
+        self.spec.as_ref()
     }
 
     /// The SQL declaration the table was created from, with secret values redacted; `None`
@@ -98,7 +114,8 @@ impl TableProvider for SinkTable {
             ))
             .into());
         }
-        let writers = SinkWriterExec::try_new(self.name.clone(), self.sink.clone(), input)?;
+        let writers = SinkWriterExec::try_new(self.name.clone(), self.sink.clone(), input)?
+            .with_spec(self.spec.clone());
         Ok(Arc::new(SinkCountExec::new(Arc::new(writers))))
     }
 }

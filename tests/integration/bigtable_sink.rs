@@ -13,18 +13,15 @@
 //!
 //! Run: `cargo test --test integration bigtable_sink::`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::{Insert, exec, insert, unique};
+use crate::support::bigtable::{Bigtable, Cell, cell};
+use crate::support::{Insert, exec, insert};
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use datafusion::prelude::SessionContext;
-use gcloud_sdk::google::bigtable::admin::v2::bigtable_table_admin_client::BigtableTableAdminClient;
-use gcloud_sdk::google::bigtable::admin::v2::{ColumnFamily, CreateTableRequest, Table};
-use gcloud_sdk::google::bigtable::v2::bigtable_client::BigtableClient;
 use gcloud_sdk::google::bigtable::v2::{
-    MutateRowsRequest, MutateRowsResponse, ReadRowsRequest, mutate_rows_response,
+    MutateRowsRequest, MutateRowsResponse, mutate_rows_response,
 };
 use gcp_sql::connectors::SinkConnector;
 use gcp_sql::connectors::bigtable::writer::BigtableSink;
@@ -34,133 +31,8 @@ use gcp_sql::options::RawOptions;
 use gcp_sql::sql::SinkTable;
 use gcp_sql::testing::{FakeServer, Reply, Script};
 use tonic::Code;
-use tonic::transport::Channel;
 
 const PROJECT: &str = "sinktest";
-const INSTANCE: &str = "projects/sinktest/instances/main";
-
-/// One cell as `ReadRows` returns it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Cell {
-    pub(crate) family: String,
-    pub(crate) qualifier: Vec<u8>,
-    pub(crate) timestamp: i64,
-    pub(crate) value: Vec<u8>,
-}
-
-fn cell(family: &str, qualifier: &str, timestamp: i64, value: impl Into<Vec<u8>>) -> Cell {
-    Cell {
-        family: family.into(),
-        qualifier: qualifier.as_bytes().to_vec(),
-        timestamp,
-        value: value.into(),
-    }
-}
-
-pub(crate) type Rows = BTreeMap<Vec<u8>, Vec<Cell>>;
-
-/// The emulator through the generated clients.
-pub(crate) struct Bigtable {
-    pub(crate) host: String,
-    channel: Channel,
-}
-
-impl Bigtable {
-    pub(crate) async fn connect() -> Self {
-        let emulator = gcp_sql::emulators::shared(gcp_sql::emulators::EmulatorKind::Bigtable).await;
-        let host = emulator.host().to_string();
-        let channel = gcp_sql::emulators::plaintext_channel(&host)
-            .await
-            .expect("channel to the Bigtable emulator");
-        Bigtable { host, channel }
-    }
-
-    /// A fresh table name (not created).
-    pub(crate) fn table_name(prefix: &str) -> String {
-        format!("{INSTANCE}/tables/{}", unique(prefix))
-    }
-
-    pub(crate) async fn create_table(&self, name: &str, families: &[&str]) {
-        let (parent, id) = name.split_once("/tables/").expect("full table name");
-        BigtableTableAdminClient::new(self.channel.clone())
-            .create_table(CreateTableRequest {
-                parent: parent.into(),
-                table_id: id.into(),
-                table: Some(Table {
-                    column_families: families
-                        .iter()
-                        .map(|f| (f.to_string(), ColumnFamily::default()))
-                        .collect(),
-                    ..Default::default()
-                }),
-                initial_splits: vec![],
-            })
-            .await
-            .unwrap_or_else(|s| panic!("CreateTable {name}: {s}"));
-    }
-
-    /// Every cell of every row (all versions), assembled from the `ReadRows` chunks; cells of a
-    /// row sorted.
-    pub(crate) async fn read(&self, table: &str) -> Rows {
-        let mut stream = BigtableClient::new(self.channel.clone())
-            .read_rows(ReadRowsRequest {
-                table_name: table.into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap_or_else(|s| panic!("ReadRows {table}: {s}"))
-            .into_inner();
-        let mut rows = Rows::new();
-        let (mut key, mut family, mut qualifier) = (Vec::new(), String::new(), Vec::new());
-        let mut partial: Option<Cell> = None;
-        while let Some(response) = stream.message().await.expect("ReadRows message") {
-            for chunk in response.chunks {
-                if !chunk.row_key.is_empty() {
-                    key = chunk.row_key.clone();
-                }
-                if let Some(f) = chunk.family_name {
-                    family = f;
-                }
-                if let Some(q) = chunk.qualifier {
-                    qualifier = q;
-                }
-                let c = partial.get_or_insert_with(|| Cell {
-                    family: family.clone(),
-                    qualifier: qualifier.clone(),
-                    timestamp: chunk.timestamp_micros,
-                    value: Vec::new(),
-                });
-                c.value.extend_from_slice(&chunk.value);
-                if chunk.value_size == 0
-                    && let Some(done) = partial.take()
-                {
-                    rows.entry(key.clone()).or_default().push(done);
-                }
-            }
-        }
-        for cells in rows.values_mut() {
-            cells.sort();
-        }
-        rows
-    }
-
-    pub(crate) fn create_sql(
-        &self,
-        name: &str,
-        columns: &str,
-        table: &str,
-        options: &[(&str, &str)],
-    ) -> String {
-        let mut with = format!(
-            "connector = 'bigtable', emulator_host = '{}', table = '{table}'",
-            self.host
-        );
-        for (k, v) in options {
-            with.push_str(&format!(", {k} = '{v}'"));
-        }
-        format!("CREATE TABLE {name} ({columns}) WITH ({with})")
-    }
-}
 
 fn be(v: i64) -> Vec<u8> {
     v.to_be_bytes().to_vec()

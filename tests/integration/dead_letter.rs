@@ -25,7 +25,8 @@ use gcp_sql::core::metrics::names;
 use serde_json::Value;
 use tonic::Code;
 
-use crate::bigtable_sink::{Bigtable, FAKE_TABLE, FakeBigtable, insert_on_fake};
+use crate::bigtable_sink::{FAKE_TABLE, FakeBigtable, insert_on_fake};
+use crate::support::bigtable::Bigtable;
 use crate::cloud_tasks_sink::{FakeTasks, TasksAdmin, create_table, insert_rows, request_id};
 use crate::support::{PubSubAdmin, exec, ids, insert};
 

@@ -24,6 +24,7 @@ use gcp_sql::options::RawOptions;
 use gcp_sql::sql::SinkTable;
 use tonic::transport::Channel;
 
+pub mod bigtable;
 pub mod proxy;
 
 /// A name no other test of this process uses: `<prefix>-<pid>-<n>`. Pub/Sub ids are 3 to 255

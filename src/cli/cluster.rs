@@ -1,0 +1,153 @@
+//! `gcp-sql scheduler`, `gcp-sql executor` and `gcp-sql --cluster` (feature `ballista`): a
+//! Ballista cluster of this crate's own processes, whose codecs carry the sink tables and nodes
+//! (docs/cluster.md).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args as ClapArgs;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionContext;
+
+use super::progress::SinkCounters;
+use crate::cluster::{
+    ClusterAddress, ExecutorSettings, SINK_OPERATOR, SchedulerSettings, job_id, job_metrics,
+    operator_metrics,
+};
+use crate::error::Result;
+use crate::sql::StatementControl;
+
+/// `gcp-sql scheduler`: Ballista's scheduler with this crate's codecs.
+#[derive(Debug, Clone, PartialEq, Eq, ClapArgs)]
+pub struct SchedulerArgs {
+    /// The address to listen on
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind_host: String,
+    /// The port to listen on
+    #[arg(long, default_value_t = 50050)]
+    pub bind_port: u16,
+}
+
+/// `gcp-sql executor`: Ballista's executor with this crate's codecs, which runs the sink's
+/// tasks.
+#[derive(Debug, Clone, PartialEq, Eq, ClapArgs)]
+pub struct ExecutorArgs {
+    /// The scheduler's host
+    #[arg(long, default_value = "localhost")]
+    pub scheduler_host: String,
+    /// The scheduler's port
+    #[arg(long, default_value_t = 50050)]
+    pub scheduler_port: u16,
+    /// The address to listen on, and to be reached at by the scheduler, the other executors
+    /// and clients
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind_host: String,
+    /// The Arrow Flight port (shuffle data, results)
+    #[arg(long, default_value_t = 50051)]
+    pub bind_port: u16,
+    /// The executor's gRPC port
+    #[arg(long, default_value_t = 50052)]
+    pub grpc_port: u16,
+    /// How many tasks run at once (default: the number of cores)
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrent_tasks: Option<u16>,
+    /// Where shuffle files are kept (default: a temporary directory)
+    #[arg(long)]
+    pub work_dir: Option<String>,
+}
+
+/// The log filter of a scheduler or an executor: `RUST_LOG`, else info (each sink task an
+/// executor runs is an info line).
+fn init_server_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let colours = super::log_colours(
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(colours)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn serve(name: &str, run: impl std::future::Future<Output = Result<()>>) -> ExitCode {
+    init_server_tracing();
+    crate::connectors::install_crypto_provider();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("Error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: the {name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs `gcp-sql scheduler` until it is stopped.
+pub fn run_scheduler(args: &SchedulerArgs) -> ExitCode {
+    let settings = SchedulerSettings {
+        bind_host: args.bind_host.clone(),
+        bind_port: args.bind_port,
+    };
+    serve("scheduler", async move {
+        tokio::select! {
+            result = settings.run() => result,
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })
+}
+
+/// Runs `gcp-sql executor` until it is stopped (Ctrl-C or SIGTERM).
+pub fn run_executor(args: &ExecutorArgs) -> ExitCode {
+    let settings = ExecutorSettings {
+        scheduler_host: args.scheduler_host.clone(),
+        scheduler_port: args.scheduler_port,
+        bind_host: args.bind_host.clone(),
+        bind_port: args.bind_port,
+        grpc_port: args.grpc_port,
+        concurrent_tasks: args.concurrent_tasks.map(usize::from),
+        work_dir: args.work_dir.clone(),
+    };
+    serve("executor", async move { settings.run().await })
+}
+
+/// The tool's session on a cluster: [`super::new_session_with_control`]'s state (sinks,
+/// `information_schema`, object stores, direct file queries) whose queries the cluster at
+/// `url` runs. The emulator inspection functions are not in it: their rows are a table in
+/// the client's memory, which a plan sent to the cluster cannot carry (run them without
+/// `--cluster`).
+pub async fn new_cluster_session(url: &str, control: &StatementControl) -> Result<SessionContext> {
+    let state = super::session_state(control)?;
+    Ok(crate::cluster::remote_context(url, state)
+        .await?
+        .enable_url_table())
+}
+
+/// The sink counters of a statement the cluster ran: its job's metrics of the sink stage, as
+/// the scheduler collected them from the executors. `None` for a local plan, a job without a
+/// sink, or a scheduler that has no metrics for it (a warning says why).
+pub(super) async fn job_counters(
+    ctx: &SessionContext,
+    plan: &Arc<dyn ExecutionPlan>,
+) -> Option<SinkCounters> {
+    let address = ctx.state().config().get_extension::<ClusterAddress>()?;
+    let job = job_id(plan)?;
+    match job_metrics(&address.scheduler_url, &job).await {
+        Ok(metrics) => SinkCounters::from_metrics(&operator_metrics(&metrics, SINK_OPERATOR)),
+        Err(e) => {
+            tracing::warn!(job = %job, error = %e, "no sink summary: the job's metrics are not available");
+            None
+        }
+    }
+}

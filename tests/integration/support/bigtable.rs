@@ -1,0 +1,147 @@
+//! The Bigtable emulator through the generated clients, independent of the sink: creating
+//! tables, and reading every cell back with `ReadRows`.
+
+use std::collections::BTreeMap;
+
+use gcloud_sdk::google::bigtable::admin::v2::bigtable_table_admin_client::BigtableTableAdminClient;
+use gcloud_sdk::google::bigtable::admin::v2::{ColumnFamily, CreateTableRequest, Table};
+use gcloud_sdk::google::bigtable::v2::ReadRowsRequest;
+use gcloud_sdk::google::bigtable::v2::bigtable_client::BigtableClient;
+use tonic::transport::Channel;
+
+use super::unique;
+
+/// The instance every test table is created in.
+pub const INSTANCE: &str = "projects/sinktest/instances/main";
+
+/// One cell as `ReadRows` returns it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Cell {
+    /// The column family.
+    pub family: String,
+    /// The column qualifier.
+    pub qualifier: Vec<u8>,
+    /// The version, in microseconds.
+    pub timestamp: i64,
+    /// The value bytes.
+    pub value: Vec<u8>,
+}
+
+/// A cell from text.
+pub fn cell(family: &str, qualifier: &str, timestamp: i64, value: impl Into<Vec<u8>>) -> Cell {
+    Cell {
+        family: family.into(),
+        qualifier: qualifier.as_bytes().to_vec(),
+        timestamp,
+        value: value.into(),
+    }
+}
+
+/// Every row of a table by key, each with its cells sorted.
+pub type Rows = BTreeMap<Vec<u8>, Vec<Cell>>;
+
+/// The emulator through the generated clients.
+pub struct Bigtable {
+    /// The emulator address, for `emulator_host`.
+    pub host: String,
+    /// A channel to the emulator.
+    pub channel: Channel,
+}
+
+impl Bigtable {
+    /// Connects to the emulator shared by this test binary (started on first use).
+    pub async fn connect() -> Self {
+        let emulator = gcp_sql::emulators::shared(gcp_sql::emulators::EmulatorKind::Bigtable).await;
+        let host = emulator.host().to_string();
+        let channel = gcp_sql::emulators::plaintext_channel(&host)
+            .await
+            .expect("channel to the Bigtable emulator");
+        Bigtable { host, channel }
+    }
+
+    /// A fresh table name (not created).
+    pub fn table_name(prefix: &str) -> String {
+        format!("{INSTANCE}/tables/{}", unique(prefix))
+    }
+
+    pub async fn create_table(&self, name: &str, families: &[&str]) {
+        let (parent, id) = name.split_once("/tables/").expect("full table name");
+        BigtableTableAdminClient::new(self.channel.clone())
+            .create_table(CreateTableRequest {
+                parent: parent.into(),
+                table_id: id.into(),
+                table: Some(Table {
+                    column_families: families
+                        .iter()
+                        .map(|f| (f.to_string(), ColumnFamily::default()))
+                        .collect(),
+                    ..Default::default()
+                }),
+                initial_splits: vec![],
+            })
+            .await
+            .unwrap_or_else(|s| panic!("CreateTable {name}: {s}"));
+    }
+
+    /// Every cell of every row (all versions), assembled from the `ReadRows` chunks; cells of a
+    /// row sorted.
+    pub async fn read(&self, table: &str) -> Rows {
+        let mut stream = BigtableClient::new(self.channel.clone())
+            .read_rows(ReadRowsRequest {
+                table_name: table.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|s| panic!("ReadRows {table}: {s}"))
+            .into_inner();
+        let mut rows = Rows::new();
+        let (mut key, mut family, mut qualifier) = (Vec::new(), String::new(), Vec::new());
+        let mut partial: Option<Cell> = None;
+        while let Some(response) = stream.message().await.expect("ReadRows message") {
+            for chunk in response.chunks {
+                if !chunk.row_key.is_empty() {
+                    key = chunk.row_key.clone();
+                }
+                if let Some(f) = chunk.family_name {
+                    family = f;
+                }
+                if let Some(q) = chunk.qualifier {
+                    qualifier = q;
+                }
+                let c = partial.get_or_insert_with(|| Cell {
+                    family: family.clone(),
+                    qualifier: qualifier.clone(),
+                    timestamp: chunk.timestamp_micros,
+                    value: Vec::new(),
+                });
+                c.value.extend_from_slice(&chunk.value);
+                if chunk.value_size == 0
+                    && let Some(done) = partial.take()
+                {
+                    rows.entry(key.clone()).or_default().push(done);
+                }
+            }
+        }
+        for cells in rows.values_mut() {
+            cells.sort();
+        }
+        rows
+    }
+
+    pub fn create_sql(
+        &self,
+        name: &str,
+        columns: &str,
+        table: &str,
+        options: &[(&str, &str)],
+    ) -> String {
+        let mut with = format!(
+            "connector = 'bigtable', emulator_host = '{}', table = '{table}'",
+            self.host
+        );
+        for (k, v) in options {
+            with.push_str(&format!(", {k} = '{v}'"));
+        }
+        format!("CREATE TABLE {name} ({columns}) WITH ({with})")
+    }
+}
