@@ -26,8 +26,8 @@ use serde_json::Value;
 use tonic::Code;
 
 use crate::bigtable_sink::{FAKE_TABLE, FakeBigtable, insert_on_fake};
-use crate::support::bigtable::Bigtable;
 use crate::cloud_tasks_sink::{FakeTasks, TasksAdmin, create_table, insert_rows, request_id};
+use crate::support::bigtable::Bigtable;
 use crate::support::{PubSubAdmin, exec, ids, insert};
 
 /// Every NDJSON line of every file in `dir`, parsed, with the files' names.
