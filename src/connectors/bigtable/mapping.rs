@@ -7,7 +7,7 @@
 //! | row key | the `row_key` column, or several joined by `row_key_delimiter` (default `#`): a string as its UTF-8 bytes, a binary value as it is, an integer as its decimal text (`42`, `-7`) so that a composite key stays readable. A null part, or a key that ends up empty or over 4 KiB, refuses the row |
 //! | cells | every other column: family `column_family` (default `cf`), qualifier the column name |
 //! | cells of a struct column | family = the column's name, one cell per field, qualifier = the field name |
-//! | cell timestamp | `timestamp_column` (a `TIMESTAMP` of any unit, or `BIGINT` microseconds), else the writer's clock read once per input batch; either way truncated down to a whole millisecond |
+//! | cell timestamp | `timestamp_column` (a `TIMESTAMP` of any unit, or `BIGINT` microseconds), else the writer's clock read once per input batch, never below a version given before (see `ClockVersions`); either way truncated down to a whole millisecond |
 //! | table | the fixed table, or per row the `table_column` value (a full name, or a short id in the fixed instance or in the row's `instance_column` value) |
 //!
 //! The key, timestamp, table and instance columns are not written as cells.
