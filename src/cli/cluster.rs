@@ -6,13 +6,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args as ClapArgs;
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
+use datafusion_proto::bytes::logical_plan_to_bytes_with_extension_codec;
 
 use super::progress::SinkCounters;
 use crate::cluster::{
-    ClusterAddress, ExecutorSettings, SINK_OPERATOR, SchedulerSettings, job_id, job_metrics,
-    operator_metrics,
+    ClusterAddress, ExecutorSettings, SINK_OPERATOR, SchedulerSettings, SinkLogicalCodec, job_id,
+    job_metrics, operator_metrics,
 };
 use crate::error::Result;
 use crate::sql::StatementControl;
@@ -132,6 +135,31 @@ pub async fn new_cluster_session(url: &str, control: &StatementControl) -> Resul
     Ok(crate::cluster::remote_context(url, state)
         .await?
         .enable_url_table())
+}
+
+/// Refuses, before anything is sent, a statement whose plan this crate's codec cannot carry to
+/// the cluster at `ctx` (a source only the local engine can run, such as `generate_series`; a
+/// sink declared in Rust), with the codec's own reason. Ballista's client would report it as an
+/// internal error that calls itself a DataFusion bug. Any other encoding failure is left for
+/// Ballista to report, and a local session is not checked.
+pub(super) fn refuse_unsendable(ctx: &SessionContext, plan: &LogicalPlan) -> Result<()> {
+    if ctx
+        .state()
+        .config()
+        .get_extension::<ClusterAddress>()
+        .is_none()
+    {
+        return Ok(());
+    }
+    match logical_plan_to_bytes_with_extension_codec(plan, &SinkLogicalCodec::default()) {
+        Err(e) => match e.find_root() {
+            DataFusionError::Plan(reason) if reason.contains("cannot be sent to a cluster") => {
+                Err(DataFusionError::Plan(reason.clone()).into())
+            }
+            _ => Ok(()),
+        },
+        Ok(_) => Ok(()),
+    }
 }
 
 /// The sink counters of a statement the cluster ran: its job's metrics of the sink stage, as

@@ -84,6 +84,8 @@ pub async fn run_statement(
 ) -> Result<()> {
     let started = Instant::now();
     let frame = crate::sql::statement_to_dataframe(ctx, statement).await?;
+    #[cfg(feature = "ballista")]
+    super::cluster::refuse_unsendable(ctx, frame.logical_plan())?;
     let plan = frame.create_physical_plan().await?;
     let schema = plan.schema();
     let progress = LiveProgress::start(&plan, !options.quiet);

@@ -165,6 +165,20 @@ fn not_carried(table: &str) -> DataFusionError {
     ))
 }
 
+/// A source table that neither codec carries (a table function such as `generate_series`, a
+/// provider registered in Rust): the error names it and says what does travel. DataFusion's
+/// own message alone ("LogicalExtensionCodec is not provided", flagged as a DataFusion bug)
+/// says neither.
+fn not_sendable(table: &str, inner: DataFusionError) -> DataFusionError {
+    DataFusionError::Plan(format!(
+        "the source '{table}' cannot be sent to a cluster: a plan carries sink tables, file \
+         tables (CREATE EXTERNAL TABLE ... STORED AS CSV | PARQUET | JSON, or a file path in \
+         FROM) and VALUES, not this table; run it without --cluster, or write its rows to files \
+         first ({})",
+        inner.strip_backtrace()
+    ))
+}
+
 /// The logical codec: sink tables as their declarations, everything else by the wrapped codec.
 #[derive(Debug)]
 pub struct SinkLogicalCodec {
@@ -222,7 +236,10 @@ impl LogicalExtensionCodec for SinkLogicalCodec {
         buf: &mut Vec<u8>,
     ) -> DFResult<()> {
         let Some(table) = node.downcast_ref::<SinkTable>() else {
-            return self.inner.try_encode_table_provider(table_ref, node, buf);
+            return self
+                .inner
+                .try_encode_table_provider(table_ref, node, buf)
+                .map_err(|e| not_sendable(&table_ref.to_string(), e));
         };
         let spec = table
             .spec()

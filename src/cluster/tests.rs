@@ -151,6 +151,28 @@ async fn a_table_declared_in_rust_is_refused_with_a_reason() {
     );
 }
 
+/// A source only the local engine can run (a table function) is refused with its name and
+/// what does travel, not with DataFusion's "LogicalExtensionCodec is not provided".
+#[tokio::test]
+async fn a_source_no_codec_carries_is_refused_naming_it() {
+    let ctx = session();
+    let (name, _, sql) = DECLARATIONS[0];
+    declared(&ctx, sql, name).await;
+    let plan = ctx
+        .sql("INSERT INTO clicks SELECT 'k', value, 'x' FROM generate_series(1, 10)")
+        .await
+        .unwrap()
+        .into_unoptimized_plan();
+    let err = logical_plan_to_bytes_with_extension_codec(&plan, &SinkLogicalCodec::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'generate_series") && err.contains("cannot be sent to a cluster"),
+        "{err}"
+    );
+    assert!(err.contains("file tables"), "{err}");
+}
+
 #[tokio::test]
 async fn garbage_after_the_tag_is_an_error_not_a_table() {
     let ctx = session();

@@ -568,5 +568,28 @@ async fn the_tool_runs_an_insert_on_its_own_scheduler_and_two_executors() {
     }
     assert_eq!(logged, TOOL_ROWS as u64, "rows the executors logged");
     assert!(executors_with_tasks >= 1);
+
+    // A source only the local engine can run is refused before any job, naming it, and not
+    // as Ballista's "internal error ... bug in DataFusion".
+    let refused = support::output(
+        support::tool(home.path())
+            .env("PUBSUB_EMULATOR_HOST", &admin.host)
+            .args(["--cluster", &format!("df://127.0.0.1:{scheduler_port}")])
+            .args([
+                "-c",
+                &format!(
+                    "CREATE TABLE g (k VARCHAR, v BIGINT) WITH (connector = 'pubsub', \
+                       topic = '{topic}');
+                     INSERT INTO g SELECT 'k', value FROM generate_series(1, 3);"
+                ),
+            ]),
+    );
+    let stderr = support::text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the source 'generate_series()' cannot be sent to a cluster"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("bug"), "{stderr}");
     drop(processes);
 }
