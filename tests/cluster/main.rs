@@ -25,7 +25,7 @@ use gcp_sql::cluster::{
 use gcp_sql::core::metrics::names;
 
 use support::bigtable::{Bigtable, Cell};
-use support::{PubSubAdmin, exec, json_payloads};
+use support::{PubSubAdmin, exec};
 
 const ROWS: i64 = 100_000;
 const KEYS: i64 = 50;
@@ -250,20 +250,8 @@ fn assert_each_key_once_in_order(
     messages: &[gcloud_sdk::google::pubsub::v1::PubsubMessage],
     rows: i64,
 ) {
-    let mut per_key: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-    for (message, payload) in messages.iter().zip(json_payloads(messages)) {
-        per_key
-            .entry(message.ordering_key.clone())
-            .or_default()
-            .push(payload["id"].as_i64().expect("id"));
-    }
-    assert_eq!(per_key.len(), KEYS as usize);
-    for (key, delivered) in per_key {
-        let k: i64 = key.trim_start_matches("key-").parse().expect("key number");
-        let expected: Vec<i64> = (1..=rows).rev().filter(|v| v % KEYS == k).collect();
-        assert_eq!(delivered.len(), expected.len(), "messages of {key}");
-        assert!(delivered == expected, "{key} delivered out of order");
-    }
+    let order: Vec<i64> = (1..=rows).rev().collect();
+    support::assert_each_key_once_in_order(messages, &order, KEYS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

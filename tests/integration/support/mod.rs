@@ -2,7 +2,7 @@
 //! metrics, registering a sink table whose schema SQL cannot declare, and the emulator side
 //! (topics, subscriptions, pulls).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -359,6 +359,27 @@ pub fn json_payloads(messages: &[PubsubMessage]) -> Vec<serde_json::Value> {
             })
         })
         .collect()
+}
+
+/// Asserts that the messages are `order` (the ids in the order the input had them), each once,
+/// and that each ordering key `key-K` of `keys` received its ids (those `v` with
+/// `v % keys == K`) in that order. The ids are the JSON payloads' `id` fields.
+pub fn assert_each_key_once_in_order(messages: &[PubsubMessage], order: &[i64], keys: i64) {
+    let mut per_key: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (message, payload) in messages.iter().zip(json_payloads(messages)) {
+        per_key
+            .entry(message.ordering_key.clone())
+            .or_default()
+            .push(payload["id"].as_i64().expect("id"));
+    }
+    assert_eq!(messages.len(), order.len(), "messages read back");
+    assert_eq!(per_key.len(), keys as usize, "ordering keys");
+    for (key, delivered) in per_key {
+        let k: i64 = key.trim_start_matches("key-").parse().expect("key number");
+        let expected: Vec<i64> = order.iter().copied().filter(|v| v % keys == k).collect();
+        assert_eq!(delivered.len(), expected.len(), "messages of {key}");
+        assert!(delivered == expected, "{key} delivered out of order");
+    }
 }
 
 /// The integer field `field` of every JSON payload.
