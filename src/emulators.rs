@@ -21,8 +21,17 @@
 //! Each program is looked up in this order: the override variable
 //! ([`EmulatorKind::program_override_var`], e.g. `GCP_SQL_PUBSUB_EMULATOR_BIN`), the `PATH`, then
 //! the `platform/` folder of a Google Cloud SDK (the folder `gcloud` lives in, and the usual
-//! install places such as `/usr/lib/google-cloud-sdk`). A missing program is an error that says
-//! how to install it; nothing is skipped silently. [`EmulatorKind::locate`] runs the same
+//! install places such as `/usr/lib/google-cloud-sdk`), and for Cloud Tasks a private install in
+//! the cache folder ([`cache_dir`]). A missing program is an error that says how to install it;
+//! nothing is skipped silently.
+//!
+//! The Cloud Tasks emulator is the one that does not come with the Google Cloud CLI: when it is
+//! found nowhere, [`Emulator::start`] and [`EmulatorKind::locate`] install the pinned release
+//! into a Python virtual environment of their own under the cache folder
+//! ([`install_cloud_tasks_emulator`]: one progress line on stderr, tens of seconds, once; a lock
+//! file makes concurrent processes wait for one install). Where that cannot work (no `python3`,
+//! no `venv` module, no network, [`NO_INSTALL_VAR`] set to `1`) the error names the one command
+//! that fixes the machine. [`EmulatorKind::locate`] runs the same
 //! lookup without starting anything.
 //!
 //! [`Emulator::start`] picks a free loopback port, starts the program with its output captured
@@ -57,6 +66,8 @@
 //! ```
 
 #[cfg(any(test, feature = "testing"))]
+mod install;
+#[cfg(any(test, feature = "testing"))]
 mod launch;
 
 use std::time::Duration;
@@ -65,6 +76,11 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{Error, Result};
 
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub use install::{
+    CACHE_DIR_VAR, NO_INSTALL_VAR, cache_dir, cloud_tasks_venv, install_cloud_tasks_emulator,
+};
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub use launch::*;

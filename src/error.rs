@@ -69,7 +69,7 @@ pub enum Error {
         reason: String,
     },
     /// An RPC that failed in a way the writer does not recover from.
-    #[error("{operation} to '{destination}' failed with {} after {attempts} attempt(s): {message}", code_text(.code))]
+    #[error("{operation} to '{destination}' failed with {} after {attempts} attempt(s): {message}{}", code_text(.code), not_found_hint(.code, .destination))]
     Rpc {
         /// The RPC (`Publish`, `CreateTask`, `MutateRows`, ...).
         operation: &'static str,
@@ -126,7 +126,8 @@ pub enum Error {
     },
     /// A missing destination that recovery did not bring back within its budget.
     #[error(
-        "'{destination}' is still missing after {attempts} attempt(s) (budget set by '{option}'): {message}"
+        "'{destination}' is still missing after {attempts} attempt(s) (budget set by '{option}'): {message}{}",
+        not_found_destination_hint(.destination)
     )]
     RecoveryExhausted {
         /// The destination resource name.
@@ -165,7 +166,7 @@ pub enum Error {
     #[error(
         "{source} ({acknowledged} row(s) were acknowledged before the failure; {}{not_delivered} admitted row(s) were not delivered{})",
         dead_letter_text(*.dead_lettered),
-        rerun_hint(*.not_delivered)
+        rerun_hint(*.not_delivered, source)
     )]
     Incomplete {
         /// The failure.
@@ -227,9 +228,33 @@ fn dead_letter_text(dead_lettered: u64) -> String {
     }
 }
 
-fn rerun_hint(not_delivered: u64) -> &'static str {
-    if not_delivered > 0 {
-        ": re-run the statement to send them again"
+/// What the user can do about undelivered rows: re-run when a re-run can help (the failure was
+/// transient: an outage, throttling, a timeout); otherwise the cause must be fixed first, and a
+/// re-run as is would fail the same way.
+fn rerun_hint(not_delivered: u64, source: &Error) -> &'static str {
+    match (not_delivered, source.is_retryable()) {
+        (0, _) => "",
+        (_, true) => ": re-run the statement to send them again",
+        (_, false) => ": fix the cause above, then re-run the statement to send them",
+    }
+}
+
+/// For a `NOT_FOUND` about `destination`: what creates it, named by the option that does
+/// (the sinks create a missing topic or table only when asked; never a queue).
+fn not_found_hint(code: &tonic::Code, destination: &str) -> &'static str {
+    if *code != tonic::Code::NotFound {
+        return "";
+    }
+    not_found_destination_hint(destination)
+}
+
+fn not_found_destination_hint(destination: &str) -> &'static str {
+    if destination.contains("/topics/") {
+        " (the topic does not exist: create it, or set auto_create_topic = true to have the sink create it)"
+    } else if destination.contains("/tables/") {
+        " (the table does not exist: create it, or set auto_create_table = true to have the sink create it and its column families)"
+    } else if destination.contains("/queues/") {
+        " (the queue does not exist and the sink never creates one: create it first, with gcloud tasks queues create, or cloud_tasks_create_queue on the emulator)"
     } else {
         ""
     }
@@ -308,5 +333,85 @@ impl From<Error> for DataFusionError {
 impl From<datafusion::arrow::error::ArrowError> for Error {
     fn from(e: datafusion::arrow::error::ArrowError) -> Self {
         Error::DataFusion(DataFusionError::ArrowError(Box::new(e), None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn incomplete(source: Error) -> String {
+        Error::Incomplete {
+            source: Box::new(source),
+            acknowledged: 0,
+            not_delivered: 10,
+            dead_lettered: 0,
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn a_missing_destination_names_the_option_that_creates_it_and_advises_no_plain_rerun() {
+        let topic = incomplete(Error::RecoveryExhausted {
+            destination: "projects/demo/topics/clicks".into(),
+            option: "not_found_recovery_max_attempts",
+            attempts: 3,
+            message: "Topic not found".into(),
+        });
+        assert!(topic.contains("auto_create_topic = true"), "{topic}");
+        assert!(
+            !topic.contains("re-run the statement to send them again"),
+            "{topic}"
+        );
+        assert!(
+            topic.contains("fix the cause above, then re-run"),
+            "{topic}"
+        );
+
+        let table = Error::Rpc {
+            operation: "MutateRows",
+            destination: "projects/p/instances/i/tables/t".into(),
+            code: tonic::Code::NotFound,
+            message: "table not found".into(),
+            attempts: 1,
+        }
+        .to_string();
+        assert!(table.contains("auto_create_table = true"), "{table}");
+
+        let queue = Error::Rpc {
+            operation: "CreateTask",
+            destination: "projects/p/locations/l/queues/q".into(),
+            code: tonic::Code::NotFound,
+            message: "queue not found".into(),
+            attempts: 1,
+        }
+        .to_string();
+        assert!(queue.contains("never creates one"), "{queue}");
+
+        // Another code says nothing about creating anything.
+        let denied = Error::Rpc {
+            operation: "Publish",
+            destination: "projects/p/topics/t".into(),
+            code: tonic::Code::PermissionDenied,
+            message: "no".into(),
+            attempts: 1,
+        }
+        .to_string();
+        assert!(!denied.contains("auto_create"), "{denied}");
+    }
+
+    #[test]
+    fn a_transient_failure_still_advises_a_rerun() {
+        let text = incomplete(Error::Rpc {
+            operation: "Publish",
+            destination: "projects/p/topics/t".into(),
+            code: tonic::Code::Unavailable,
+            message: "down".into(),
+            attempts: 5,
+        });
+        assert!(
+            text.contains("re-run the statement to send them again"),
+            "{text}"
+        );
     }
 }

@@ -9,6 +9,7 @@
 //!   -q, --quiet            print only results and errors
 //!       --format FORMAT    table (default), csv, json or ndjson
 //! gcp-sql serve-null [--service S] [--port P] [--latency D]   a null Pub/Sub, Bigtable or Cloud Tasks server (see [`serve_null`])
+//! gcp-sql emulators    start the three emulators, print their `export` lines, keep them up until Ctrl-C
 //! gcp-sql scheduler | executor [...]   a Ballista cluster of this crate (feature `ballista`, docs/cluster.md)
 //!       --cluster df://HOST:PORT       run the statements on it (feature `ballista`)
 //! ```
@@ -151,6 +152,9 @@ pub enum Command {
     /// acknowledges everything and counts what it receives (the client-side ceiling for
     /// benchmarks)
     ServeNull(serve_null::ServeNullArgs),
+    /// Start the local Pub/Sub, Bigtable and Cloud Tasks emulators, print the `export` lines
+    /// that point clients at them (stdout), and keep them running until Ctrl-C or SIGTERM
+    Emulators,
     /// Run a Ballista scheduler that carries this crate's sinks (feature `ballista`)
     #[cfg(feature = "ballista")]
     Scheduler(cluster::SchedulerArgs),
@@ -373,6 +377,7 @@ pub fn main() -> ExitCode {
     {
         return match command {
             Command::ServeNull(args) => serve_null::run(&args),
+            Command::Emulators => run_emulators(),
             #[cfg(feature = "ballista")]
             Command::Scheduler(args) => cluster::run_scheduler(&args),
             #[cfg(feature = "ballista")]
@@ -386,8 +391,22 @@ pub fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
+    restore_sigpipe();
     init_tracing();
     run(invocation)
+}
+
+/// Gives SIGPIPE back its default action, as in C tools: output into a pipe whose reader went
+/// away (`gcp-sql ... | head -1`, `2>&1 | head -3`) ends the process quietly, the way `cat`
+/// ends, instead of a panic in a print (exit 101) or an `Error: Broken pipe`. Rust's runtime
+/// ignores the signal, which turns every such write into an error. Emulators started with
+/// `--emulators` still stop with the process (the kernel kills them when it dies).
+fn restore_sigpipe() {
+    // SAFETY: setting a signal's disposition to its default has no preconditions; no handler
+    // of ours is involved.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 /// `RUST_LOG` selects log output on stderr (default: warnings), in colour only on a terminal
@@ -501,6 +520,56 @@ fn start_emulators(
         eprintln!("Could not start the {kind} emulator: {error}");
     }
     Ok(started)
+}
+
+/// `gcp-sql emulators`: starts the emulators, prints one `export VAR=HOST` line per emulator
+/// on stdout (so `eval "$(gcp-sql emulators | head -3)"` or a copy into another terminal points
+/// clients at them), and keeps them up until Ctrl-C or SIGTERM. An emulator that cannot start is
+/// reported on stderr and the others keep running; none starting is exit code 1.
+fn run_emulators() -> ExitCode {
+    use std::io::Write;
+    crate::connectors::install_crypto_provider();
+    let mut interrupts = Interrupts::install();
+    let started = match start_emulators(false, &mut interrupts) {
+        Ok(started) => started,
+        Err(code) => return code,
+    };
+    if started.is_empty() {
+        return ExitCode::FAILURE;
+    }
+    let mut exports = String::new();
+    for emulator in &started {
+        exports.push_str(&format!(
+            "export {}={}\n",
+            emulator.env_var(),
+            emulator.host()
+        ));
+    }
+    // A closed stdout (`| head -1`) is no reason to stop the emulators.
+    let mut stdout = std::io::stdout();
+    let _ = stdout
+        .write_all(exports.as_bytes())
+        .and_then(|()| stdout.flush());
+    eprintln!(
+        "The emulators run until Ctrl-C. In another terminal, paste the export lines above, then \
+         run gcp-sql (without --emulators) or any client."
+    );
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        eprintln!("Error: cannot start the async runtime");
+        return ExitCode::FAILURE;
+    };
+    let signal = runtime.block_on(interrupts.next());
+    let names: Vec<&str> = started.iter().map(|e| e.kind().name()).collect();
+    drop(started);
+    eprintln!(
+        "Stopped the {} emulator(s) ({}).",
+        names.join(", "),
+        signal.name()
+    );
+    ExitCode::SUCCESS
 }
 
 async fn run_session(invocation: &Invocation, interrupts: &mut Interrupts) -> ExitCode {

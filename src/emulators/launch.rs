@@ -178,8 +178,20 @@ impl EmulatorKind {
     /// Tests that run the `gcp-sql` tool with `--emulators` call it first, so that a machine
     /// without an emulator fails them with that one message rather than with an assertion on
     /// what the tool went on to do without it.
+    ///
+    /// For Cloud Tasks, a program missing from the `PATH` and from the private install is
+    /// installed there first ([`install_cloud_tasks_emulator`]), unless that is turned off.
     pub fn locate(self) -> Result<PathBuf> {
-        locate_program(self, |var| std::env::var_os(var))
+        let env = |var: &str| std::env::var_os(var);
+        match locate_program(self, env) {
+            Err(_)
+                if self == EmulatorKind::CloudTasks
+                    && env(self.program_override_var()).is_none_or(|v| v.is_empty()) =>
+            {
+                super::install::install_cloud_tasks_emulator(env)
+            }
+            found => found,
+        }
     }
 
     /// The program's file name, as looked up on the `PATH`.
@@ -252,7 +264,7 @@ fn not_installed(kind: EmulatorKind, detail: &str) -> Error {
     ))
 }
 
-fn is_executable_file(path: &Path) -> bool {
+pub(crate) fn is_executable_file(path: &Path) -> bool {
     std::fs::metadata(path)
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         .unwrap_or(false)
@@ -333,9 +345,17 @@ pub fn locate_program(
             ),
         ));
     }
+    if let Some(program) =
+        super::install::cache_dir(&env).and_then(|cache| super::install::installed_program(&cache))
+    {
+        return Ok(program);
+    }
     Err(not_installed(
         kind,
-        &format!("'{}' is not on PATH", kind.program_name()),
+        &format!(
+            "'{}' is neither on PATH nor installed privately under the cache folder",
+            kind.program_name()
+        ),
     ))
 }
 
@@ -416,7 +436,15 @@ impl Emulator {
                     ),
                 ));
             }
-            None => locate_program(kind, |var| std::env::var_os(var))?,
+            // Blocking: the Cloud Tasks emulator may be installed first.
+            None => tokio::task::spawn_blocking(move || kind.locate())
+                .await
+                .map_err(|e| {
+                    Error::Io(io::Error::other(format!(
+                        "looking up the {} emulator failed: {e}",
+                        kind.name()
+                    )))
+                })??,
         };
         let timeout = options
             .readiness_timeout

@@ -349,7 +349,8 @@ impl SinkWriterExec {
             }
         } else {
             if writers > 1 {
-                tracing::error!(
+                // Debug: the statement's error, returned to the caller, names the failure.
+                tracing::debug!(
                     writer = writer + 1,
                     writers,
                     "a writer of the statement failed; stopping the others"

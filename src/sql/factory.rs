@@ -287,6 +287,35 @@ pub(crate) fn check_raw_option_names(
 ///
 /// The factory is the one place the options of a `CREATE` are parsed and checked, so its
 /// errors reach the caller the way the SQL layer's own checks do.
+/// `STORED AS <file_type>` naming no registered table factory: an error naming the type, the
+/// nearest registered one (`PUB_SUB` -> `PUBSUB`) and every one there is, where DataFusion says
+/// only `Unable to find factory for PUB_SUB`. `known` are the registered names (upper case, as
+/// DataFusion keys them).
+pub(crate) fn check_file_type<'a>(
+    file_type: &str,
+    known: impl Iterator<Item = &'a str> + Clone,
+) -> Result<()> {
+    let wanted = file_type.to_ascii_uppercase();
+    if known.clone().any(|k| k == wanted) {
+        return Ok(());
+    }
+    let squashed = |name: &str| name.replace(['_', '-', ' '], "");
+    // `PUB_SUB`, `CLOUD-TASKS`, `Big_Table`: the same letters with other separators.
+    let suggestion = known
+        .clone()
+        .find(|k| squashed(k) == squashed(&wanted))
+        .or_else(|| crate::options::nearest_name(&wanted, known.clone()));
+    let mut names: Vec<&str> = known.collect();
+    names.sort_unstable();
+    Err(Error::Unsupported(format!(
+        "unknown STORED AS type '{file_type}'{}; the types are {}",
+        suggestion
+            .map(|s| format!(" (did you mean '{s}'?)"))
+            .unwrap_or_default(),
+        names.join(", ")
+    )))
+}
+
 pub(crate) fn statement_error(e: DataFusionError) -> Error {
     match e {
         DataFusionError::External(inner) => match inner.downcast::<Error>() {
@@ -310,6 +339,38 @@ mod tests {
             .unwrap()
             .declaration()
             .cloned()
+    }
+
+    #[tokio::test]
+    async fn an_unknown_stored_as_type_names_the_nearest_one() {
+        let ctx = crate::sql::new_context();
+        let err = crate::sql::run(
+            &ctx,
+            "CREATE EXTERNAL TABLE t (a VARCHAR) STORED AS PUB_SUB LOCATION 'projects/p/topics/t'",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("unknown STORED AS type 'PUB_SUB' (did you mean 'PUBSUB'?)"),
+            "{err}"
+        );
+        assert!(err.contains("CLOUD_TASKS"), "{err}");
+        let err = crate::sql::run(
+            &ctx,
+            "CREATE EXTERNAL TABLE t (a VARCHAR) STORED AS BIGTABEL LOCATION 'projects/p/instances/i/tables/t'",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("(did you mean 'BIGTABLE'?)"), "{err}");
+        // Known types, any case, still plan.
+        crate::sql::run(
+            &ctx,
+            "CREATE EXTERNAL TABLE ok (a VARCHAR) STORED AS pubsub LOCATION 'projects/p/topics/clicks'",
+        )
+        .await
+        .unwrap();
     }
 
     #[tokio::test]

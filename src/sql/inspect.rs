@@ -73,6 +73,14 @@ pub const DEFAULT_LIST_TASKS: i64 = 100;
 pub const MAX_LIST_TASKS: i64 = 100_000;
 /// Tasks asked for per `ListTasks` page (the service's largest page).
 const LIST_PAGE_SIZE: i32 = 1000;
+/// Largest `ListTasks` answer `cloud_tasks_list` decodes. The emulator ignores `page_size` and
+/// answers with every task of the queue in one message (about 1.5 KiB a task with a short body),
+/// far past tonic's default 4 MiB once a queue holds a few thousand tasks: this bound lets a
+/// listing of [`MAX_LIST_TASKS`] tasks with bodies of several KiB through.
+const MAX_LIST_RESPONSE_BYTES: usize = 1 << 30;
+/// Largest `ReadRows` answer `bigtable_read` decodes: one message may carry a whole row, and a
+/// Bigtable row may hold up to 256 MiB.
+const MAX_READ_RESPONSE_BYTES: usize = 264 << 20;
 /// Deadline of each RPC of these functions: an emulator on this machine answers at once.
 const RPC_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -426,7 +434,8 @@ fn protocol_error(what: &str) -> Error {
 
 async fn read_rows(table: &str, max: usize) -> Result<RecordBatch> {
     let mut client =
-        BigtableClient::new(emulator_channel(ConnectorKind::Bigtable, "bigtable_read")?);
+        BigtableClient::new(emulator_channel(ConnectorKind::Bigtable, "bigtable_read")?)
+            .max_decoding_message_size(MAX_READ_RESPONSE_BYTES);
     let mut stream = client
         .read_rows(request(ReadRowsRequest {
             table_name: table.to_string(),
@@ -476,10 +485,10 @@ fn cells_batch(cells: &[Cell]) -> Result<RecordBatch> {
 }
 
 fn tasks_client(function: &str) -> Result<CloudTasksClient<Channel>> {
-    Ok(CloudTasksClient::new(emulator_channel(
-        ConnectorKind::CloudTasks,
-        function,
-    )?))
+    Ok(
+        CloudTasksClient::new(emulator_channel(ConnectorKind::CloudTasks, function)?)
+            .max_decoding_message_size(MAX_LIST_RESPONSE_BYTES),
+    )
 }
 
 /// The `projects/P/locations/L` part of a full queue name.

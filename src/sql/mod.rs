@@ -213,6 +213,8 @@ pub async fn statement_to_dataframe(ctx: &SessionContext, statement: &str) -> Re
     // A sink's MAP(VARCHAR, VARCHAR) columns, which DataFusion's planner refuses (ADR 0029).
     let mut maps = (Vec::new(), String::new());
     if let DFStatement::CreateExternalTable(create) = &mut stmt {
+        let factories = ctx.state().table_factories().clone();
+        factory::check_file_type(&create.file_type, factories.keys().map(String::as_str))?;
         let factory_skipped =
             create.if_not_exists && ctx.table_exist(create.name.to_string().as_str())?;
         factory::check_raw_option_names(&create.file_type, &create.options, factory_skipped)?;

@@ -446,3 +446,41 @@ async fn cloud_tasks_create_queue_can_leave_it_running_and_list_refuses_a_missin
         "{stderr}"
     );
 }
+
+/// The Cloud Tasks emulator ignores `page_size` and answers `ListTasks` with the whole queue in
+/// one message: 6,000 tasks with 1 KiB bodies make about 8 MiB, past tonic's default 4 MiB
+/// decode limit (which failed this listing with `decoded message length too large`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloud_tasks_list_lists_a_queue_whose_listing_exceeds_four_mib() {
+    const TASKS: usize = 6_000;
+    let queue = format!("projects/inspect/locations/here/queues/{}", unique("big"));
+    let create_queue = format!("SELECT * FROM cloud_tasks_create_queue('{queue}')");
+    let sink = format!(
+        "CREATE TABLE jobs (body VARCHAR) WITH (connector = 'cloud_tasks', queue = '{queue}', \
+         url = 'http://localhost:9/run', body_column = 'body')"
+    );
+    let insert = format!(
+        "INSERT INTO jobs SELECT concat(repeat('x', 1024), CAST(value AS VARCHAR)) \
+         FROM generate_series(1, {TASKS})"
+    );
+    let count = format!(
+        "SELECT count(*) AS tasks, count(DISTINCT body) AS bodies \
+         FROM cloud_tasks_list('{queue}', 100000)"
+    );
+    let Run {
+        success,
+        stdout,
+        stderr,
+    } = run_on(
+        EmulatorKind::CloudTasks,
+        &[&create_queue, &sink, &insert, &count],
+    )
+    .await;
+    assert!(success, "{stderr}");
+    let results = results(&stdout);
+    assert_eq!(
+        results.last().unwrap(),
+        &vec![serde_json::json!({"tasks": TASKS, "bodies": TASKS})],
+        "{stdout}"
+    );
+}

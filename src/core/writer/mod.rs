@@ -573,7 +573,9 @@ impl<T: Transport> Shared<T> {
     fn failed(&self, e: Error) -> Error {
         let mut f = lock(&self.failure);
         if f.summary.is_none() {
-            tracing::error!(error = %e, "writer failed");
+            // Debug only: the error is returned to the caller, who reports it (the tool prints it
+            // once as `Error: ...`); an ERROR line here would say it twice.
+            tracing::debug!(error = %e, "writer failed");
             f.summary = Some(e.to_string());
             self.has_failed.store(true, Ordering::Release);
         }
@@ -598,7 +600,9 @@ impl<T: Transport> Shared<T> {
     fn fail(&self, e: Error) {
         let mut f = lock(&self.failure);
         if f.summary.is_none() {
-            tracing::error!(error = %e, "writer failed");
+            // Debug only: the error is returned to the caller, who reports it (the tool prints it
+            // once as `Error: ...`); an ERROR line here would say it twice.
+            tracing::debug!(error = %e, "writer failed");
             f.summary = Some(e.to_string());
             f.first = Some(e);
             self.has_failed.store(true, Ordering::Release);

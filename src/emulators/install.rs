@@ -1,0 +1,307 @@
+//! The private install of the Cloud Tasks emulator (feature `testing`): when
+//! `gcloud-tasks-emulator` is not on the `PATH`, the launcher installs the pinned release into a
+//! Python virtual environment of its own, in a per-user cache folder, once.
+//!
+//! The folder is `$GCP_SQL_CACHE_DIR`, else `$XDG_CACHE_HOME/gcp-sql`, else
+//! `$HOME/.cache/gcp-sql`; the environment is `gcloud-tasks-emulator-<version>` inside it. Two
+//! processes that need it at once (test binaries run concurrently by a build tool, `gcp-sql`
+//! next to `cargo test`) are serialised by an exclusive `flock` on a lock file next to it: the
+//! second waits, then finds the finished environment. An environment counts as finished only
+//! once a marker file is written after `pip` succeeded, so an install that was killed half-way
+//! is removed and redone by the next run rather than used.
+
+use std::ffi::OsString;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use super::launch::{CLOUD_TASKS_EMULATOR_VERSION, EmulatorKind};
+use crate::error::{Error, Result};
+
+/// The variable that names the cache folder, ahead of `XDG_CACHE_HOME` and `HOME`.
+pub const CACHE_DIR_VAR: &str = "GCP_SQL_CACHE_DIR";
+
+/// The variable that, set to `1`, turns the private install off: a missing Cloud Tasks emulator
+/// is then an error naming the `pip install` command.
+pub const NO_INSTALL_VAR: &str = "GCP_SQL_NO_EMULATOR_INSTALL";
+
+/// The file written into the environment once `pip` has installed the emulator into it.
+const COMPLETE_MARKER: &str = ".gcp-sql-complete";
+
+/// How many lines of `pip`'s output a failed install shows.
+const PIP_TAIL_LINES: usize = 15;
+
+/// The cache folder of this crate, from the variables read through `env`:
+/// `$GCP_SQL_CACHE_DIR`, else `$XDG_CACHE_HOME/gcp-sql`, else `$HOME/.cache/gcp-sql`. `None`
+/// when none of them is set (non-empty).
+///
+/// ```
+/// use gcp_sql::emulators::cache_dir;
+/// let dir = cache_dir(|var| (var == "HOME").then(|| "/home/ana".into()));
+/// assert_eq!(dir.unwrap(), std::path::PathBuf::from("/home/ana/.cache/gcp-sql"));
+/// ```
+pub fn cache_dir(env: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    let set = |var: &str| env(var).filter(|v| !v.is_empty()).map(PathBuf::from);
+    set(CACHE_DIR_VAR)
+        .or_else(|| set("XDG_CACHE_HOME").map(|d| d.join("gcp-sql")))
+        .or_else(|| set("HOME").map(|d| d.join(".cache").join("gcp-sql")))
+}
+
+/// The folder of the private virtual environment of the pinned Cloud Tasks emulator inside
+/// the cache folder `cache`.
+pub fn cloud_tasks_venv(cache: &Path) -> PathBuf {
+    cache.join(format!(
+        "gcloud-tasks-emulator-{CLOUD_TASKS_EMULATOR_VERSION}"
+    ))
+}
+
+/// The emulator's program inside a finished private environment under `cache`, if there is one.
+pub(crate) fn installed_program(cache: &Path) -> Option<PathBuf> {
+    let venv = cloud_tasks_venv(cache);
+    let program = venv
+        .join("bin")
+        .join(EmulatorKind::CloudTasks.program_name());
+    (venv.join(COMPLETE_MARKER).is_file() && super::launch::is_executable_file(&program))
+        .then_some(program)
+}
+
+/// The error of an install that cannot be done here: what went wrong and the one command that
+/// fixes it.
+fn cannot_install(why: String, fix: &str) -> Error {
+    Error::Io(io::Error::new(
+        io::ErrorKind::NotFound,
+        format!(
+            "the Cloud Tasks emulator is not installed and gcp-sql cannot install it: {why}; fix: {fix} \
+             (or set {} to its executable)",
+            EmulatorKind::CloudTasks.program_override_var()
+        ),
+    ))
+}
+
+/// Installs the pinned `gcloud-tasks-emulator` into its private environment under the cache
+/// folder (see the module docs), unless a finished one is there, and returns its program.
+///
+/// It prints one line to stderr before installing. It blocks (creating the environment and
+/// downloading the package take tens of seconds); an async caller runs it on a blocking thread.
+///
+/// Errors name the one command that fixes the machine: no cache folder (set
+/// `GCP_SQL_CACHE_DIR`), no `python3`, no `venv` module (`apt-get install python3-venv`), or
+/// `pip` failing (`pip install gcloud-tasks-emulator==0.6.2`, with the tail of pip's output).
+pub fn install_cloud_tasks_emulator(env: impl Fn(&str) -> Option<OsString>) -> Result<PathBuf> {
+    let pip_fix = EmulatorKind::CloudTasks.install_hint();
+    if env(NO_INSTALL_VAR).is_some_and(|v| v == "1") {
+        return Err(cannot_install(
+            format!("{NO_INSTALL_VAR}=1 turns the private install off"),
+            pip_fix,
+        ));
+    }
+    let Some(cache) = cache_dir(&env) else {
+        return Err(cannot_install(
+            format!("none of {CACHE_DIR_VAR}, XDG_CACHE_HOME or HOME is set"),
+            &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
+        ));
+    };
+    if let Some(program) = installed_program(&cache) {
+        return Ok(program);
+    }
+    std::fs::create_dir_all(&cache).map_err(|e| {
+        cannot_install(
+            format!("cannot create the cache folder '{}': {e}", cache.display()),
+            &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
+        )
+    })?;
+    let venv = cloud_tasks_venv(&cache);
+    let _lock = lock(&cache.join(format!(
+        "gcloud-tasks-emulator-{CLOUD_TASKS_EMULATOR_VERSION}.lock"
+    )))?;
+    // Another process may have finished it while this one waited for the lock.
+    if let Some(program) = installed_program(&cache) {
+        return Ok(program);
+    }
+    if venv.exists() {
+        // A half-done install (killed before its marker): start again.
+        std::fs::remove_dir_all(&venv).map_err(|e| {
+            cannot_install(
+                format!(
+                    "cannot remove the unfinished install '{}': {e}",
+                    venv.display()
+                ),
+                &format!("rm -rf '{}'", venv.display()),
+            )
+        })?;
+    }
+    eprintln!(
+        "Installing gcloud-tasks-emulator {CLOUD_TASKS_EMULATOR_VERSION} (not on PATH) into {} \
+         (once; later runs reuse it)...",
+        venv.display()
+    );
+    let python = env("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join("python3"))
+                .find(|p| super::launch::is_executable_file(p))
+        })
+        .ok_or_else(|| {
+            cannot_install(
+                "'python3' is not on PATH".into(),
+                "apt-get install python3 python3-venv",
+            )
+        })?;
+    run_quietly(
+        Command::new(&python).arg("-m").arg("venv").arg(&venv),
+        "python3 -m venv",
+        "apt-get install python3-venv",
+    )
+    .inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(&venv);
+    })?;
+    run_quietly(
+        Command::new(venv.join("bin").join("python"))
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg(format!(
+                "gcloud-tasks-emulator=={CLOUD_TASKS_EMULATOR_VERSION}"
+            )),
+        "pip install",
+        pip_fix,
+    )
+    .inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(&venv);
+    })?;
+    File::create(venv.join(COMPLETE_MARKER)).map_err(|e| {
+        cannot_install(
+            format!("cannot write into '{}': {e}", venv.display()),
+            &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
+        )
+    })?;
+    installed_program(&cache).ok_or_else(|| {
+        cannot_install(
+            format!(
+                "pip succeeded but '{}' has no bin/{}",
+                venv.display(),
+                EmulatorKind::CloudTasks.program_name()
+            ),
+            pip_fix,
+        )
+    })
+}
+
+/// Runs `command` with its output captured; a failure carries the tail of that output.
+fn run_quietly(command: &mut Command, what: &str, fix: &str) -> Result<()> {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| cannot_install(format!("cannot run {what}: {e}"), fix))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(PIP_TAIL_LINES)..].join("\n");
+    Err(cannot_install(
+        format!("{what} failed ({}):\n{tail}\n", output.status),
+        fix,
+    ))
+}
+
+/// An exclusive `flock` on `path`, released when the file is closed.
+fn lock(path: &Path) -> Result<File> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| {
+            cannot_install(
+                format!("cannot open the lock file '{}': {e}", path.display()),
+                &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
+            )
+        })?;
+    loop {
+        // SAFETY: flock only reads the descriptor, which `file` keeps open.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(file);
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(cannot_install(
+                format!("cannot lock '{}': {error}", path.display()),
+                &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_dir_prefers_its_own_variable_then_xdg_then_home() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |var: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == var)
+                    .map(|(_, v)| OsString::from(v))
+            }
+        };
+        assert_eq!(
+            cache_dir(env(&[
+                ("GCP_SQL_CACHE_DIR", "/c"),
+                ("XDG_CACHE_HOME", "/x"),
+                ("HOME", "/h")
+            ])),
+            Some(PathBuf::from("/c"))
+        );
+        assert_eq!(
+            cache_dir(env(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/h")])),
+            Some(PathBuf::from("/x/gcp-sql"))
+        );
+        assert_eq!(
+            cache_dir(env(&[("XDG_CACHE_HOME", ""), ("HOME", "/h")])),
+            Some(PathBuf::from("/h/.cache/gcp-sql"))
+        );
+        assert_eq!(cache_dir(env(&[])), None);
+    }
+
+    #[test]
+    fn an_unfinished_install_is_not_used() {
+        let cache = tempfile::tempdir().unwrap();
+        let bin = cloud_tasks_venv(cache.path()).join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let program = bin.join("gcloud-tasks-emulator");
+        std::fs::write(&program, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(installed_program(cache.path()), None);
+        File::create(cloud_tasks_venv(cache.path()).join(COMPLETE_MARKER)).unwrap();
+        assert_eq!(installed_program(cache.path()), Some(program));
+    }
+
+    #[test]
+    fn turned_off_or_without_a_cache_folder_it_names_the_fix() {
+        let off = install_cloud_tasks_emulator(|var| (var == NO_INSTALL_VAR).then(|| "1".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            off.contains("fix: pip install gcloud-tasks-emulator==0.6.2"),
+            "{off}"
+        );
+        let nowhere = install_cloud_tasks_emulator(|_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            nowhere.contains("fix: export GCP_SQL_CACHE_DIR="),
+            "{nowhere}"
+        );
+    }
+}
