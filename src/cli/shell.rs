@@ -17,6 +17,47 @@ use super::commands::{
 };
 use super::exec::{PrintOptions, run_sql};
 
+/// The options whose values the history does not keep, as `\\d` does not show them: a Cloud
+/// Tasks sink's `headers` (tokens, keys) and `url` (which may carry credentials or a signed
+/// query).
+const SECRET_OPTIONS: [&str; 2] = ["headers", "url"];
+
+/// `statement` as the history keeps it: the quoted value that follows one of
+/// [`SECRET_OPTIONS`] (`headers = '...'`, `'headers' '...'`) becomes `'<redacted>'`; the rest is
+/// kept as typed. A statement that does not tokenize is kept as typed.
+pub(crate) fn history_entry(statement: &str) -> String {
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, statement)
+        .with_unescape(false)
+        .tokenize()
+    else {
+        return statement.to_string();
+    };
+    let is_secret = |token: &Token| match token {
+        Token::Word(word) => SECRET_OPTIONS.contains(&word.value.to_ascii_lowercase().as_str()),
+        Token::SingleQuotedString(name) => {
+            SECRET_OPTIONS.contains(&name.to_ascii_lowercase().as_str())
+        }
+        _ => false,
+    };
+    let mut out = String::with_capacity(statement.len());
+    let mut after_secret = false;
+    for token in &tokens {
+        match token {
+            Token::SingleQuotedString(_) if after_secret => {
+                out.push_str("'<redacted>'");
+                after_secret = false;
+                continue;
+            }
+            Token::Whitespace(_) | Token::Eq => {}
+            other => after_secret = is_secret(other),
+        }
+        out.push_str(&token.to_string());
+    }
+    out
+}
+
 /// The history file name, in `$HOME`.
 pub const HISTORY_FILE: &str = ".gcp_sql_history";
 
@@ -145,7 +186,7 @@ pub async fn run_shell(
         buffer.push('\n');
         if buffer.trim_end().ends_with(';') {
             let statement = std::mem::take(&mut buffer);
-            let _ = editor.add_history_entry(statement.trim());
+            let _ = editor.add_history_entry(history_entry(statement.trim()));
             if !run_one(ctx, &statement, options, interrupts).await {
                 code = ExitCode::FAILURE;
             }
@@ -153,7 +194,7 @@ pub async fn run_shell(
     }
     if !buffer.trim().is_empty() {
         // Input ended in the middle of a statement without ';': run what was typed.
-        let _ = editor.add_history_entry(buffer.trim());
+        let _ = editor.add_history_entry(history_entry(buffer.trim()));
         if !run_one(ctx, &buffer, options, interrupts).await {
             code = ExitCode::FAILURE;
         }
@@ -221,4 +262,31 @@ async fn run_one(
         control.rearm();
     }
     ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::history_entry;
+
+    #[test]
+    fn history_keeps_no_header_or_url_value_in_either_sql_form() {
+        let with = "CREATE TABLE jobs (body VARCHAR) WITH (connector = 'cloud_tasks', \
+                    queue = 'projects/p/locations/l/queues/q', url = 'https://u:pw@h/run?sig=1', \
+                    headers = 'Authorization: Bearer abc')";
+        let kept = history_entry(with);
+        assert!(!kept.contains("Bearer abc"), "{kept}");
+        assert!(!kept.contains("pw@"), "{kept}");
+        assert!(kept.contains("headers = '<redacted>'"), "{kept}");
+        assert!(
+            kept.contains("queue = 'projects/p/locations/l/queues/q'"),
+            "{kept}"
+        );
+        let options = "CREATE EXTERNAL TABLE j (b VARCHAR) STORED AS CLOUD_TASKS LOCATION 'q' \
+                       OPTIONS ('headers' 'X-Key: s3cret', 'url' 'https://h/r')";
+        let kept = history_entry(options);
+        assert!(!kept.contains("s3cret"), "{kept}");
+        assert!(kept.contains("'headers' '<redacted>'"), "{kept}");
+        // Anything else is kept as typed.
+        assert_eq!(history_entry("SELECT 'headers', 1"), "SELECT 'headers', 1");
+    }
 }

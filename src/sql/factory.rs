@@ -209,7 +209,13 @@ impl SinkDeclaration {
     /// unset option, what happens then; for `emulator_host`, the variable of this connector.
     fn default_text(&self, spec: &OptionSpec) -> String {
         if std::ptr::eq(spec, &common::EMULATOR_HOST) {
-            return format!("${} when set", self.kind.emulator_env_var());
+            // The address in force, not the rule: what the variable says now (the tool sets it
+            // once, before any statement, with --emulators).
+            let var = self.kind.emulator_env_var();
+            return match std::env::var(var).ok().filter(|v| !v.trim().is_empty()) {
+                Some(host) => format!("{}, from ${var}", host.trim()),
+                None => format!("none, ${var} is unset: the service's own endpoint"),
+            };
         }
         let text = match spec.default {
             DefaultValue::Unset(what) => what.to_string(),
@@ -424,7 +430,7 @@ mod tests {
                 "emulator_host" => {
                     assert_eq!(
                         option.value,
-                        "(default: $CLOUD_TASKS_EMULATOR_HOST when set)"
+                        "(default: none, $CLOUD_TASKS_EMULATOR_HOST is unset: the service's own endpoint)"
                     )
                 }
                 _ => assert!(option.value.starts_with("(default: "), "{option:?}"),

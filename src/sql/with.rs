@@ -53,10 +53,12 @@ pub(crate) fn rewrite_with_form(stmt: DFStatement) -> Result<DFStatement> {
         ));
     }
     if create.columns.is_empty() {
-        return Err(Error::schema(
-            create.name.to_string(),
-            "a sink table needs its columns declared".to_string(),
-        ));
+        let name = create.name.to_string();
+        return Err(Error::Unsupported(format!(
+            "table '{name}' declares no columns: a sink table needs them, e.g. \
+             CREATE TABLE {name} (data VARCHAR) WITH (connector = '{}', ...)",
+            kind.name()
+        )));
     }
     let options = options
         .into_iter()

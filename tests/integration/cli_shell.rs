@@ -227,7 +227,7 @@ fn backslash_d_describes_a_pubsub_sink() {
     );
     assert_eq!(
         option(&options, "emulator_host"),
-        "(default: $PUBSUB_EMULATOR_HOST when set)"
+        "(default: none, $PUBSUB_EMULATOR_HOST is unset: the service's own endpoint)"
     );
 }
 

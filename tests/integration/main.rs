@@ -18,6 +18,7 @@
 //! | [`quickstart`] | `sql/quickstart.sql` on `--emulators`, and the inspection functions it reads back with |
 //! | [`redaction`] | the `gcp-sql` binary's logs and errors carry no row value (a fake Cloud Tasks) |
 //! | [`errors_help`] | errors that help: a sink whose emulator address refuses, the Pub/Sub inspection functions on a large backlog |
+//! | [`first_hour`] | what a new user meets first: `gcp-sql emulators`, errors printed once, a closed pipe, hints |
 //! | [`streaming`] | unbounded INSERTs from a FIFO: live delivery, flush points, a graceful stop |
 //! | [`transport_faults`] | each sink against its real emulator behind a TCP proxy that resets, stalls and cuts connections |
 //!
@@ -50,6 +51,7 @@ mod dead_letter;
 mod emulator_smoke;
 mod errors_help;
 mod failure_counts;
+mod first_hour;
 mod pubsub_faults;
 mod pubsub_mapping;
 mod pubsub_sink;

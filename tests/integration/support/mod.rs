@@ -413,6 +413,11 @@ pub const TOOL: &str = env!("CARGO_BIN_EXE_gcp-sql");
 #[cfg(feature = "cli")]
 pub fn tool(home: &std::path::Path) -> std::process::Command {
     let mut command = std::process::Command::new(TOOL);
+    // The tool's home is a fresh folder: keep the cache of this process (where a missing Cloud
+    // Tasks emulator was installed once) rather than install it again under every home.
+    if let Some(cache) = gcp_sql::emulators::cache_dir(|var| std::env::var_os(var)) {
+        command.env(gcp_sql::emulators::CACHE_DIR_VAR, cache);
+    }
     command
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("HOME", home)
