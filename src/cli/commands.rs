@@ -29,13 +29,14 @@ Enter SQL statements ended by ';' (they may span lines). Commands (one per line)
   \\d               list the tables: name and kind (the connector of a sink, else the table type)
   \\d NAME          describe table NAME: its columns; for a sink, its connector, its destination
                    and every option in force (the value given, or the default)
-  \\format [FORMAT] show or set the format of results: table, csv, json or ndjson
+  \\format [FORMAT] show or set the format of results: table, automatic (as table), csv, tsv,
+                   json or ndjson (nd-json too); \\pset format [FORMAT] is the same
   \\?               this text (help in the shell, too)
   \\q               stop (in the shell: quit, exit or Ctrl-D, too)
 In the shell, Ctrl-C cancels the running statement or clears the line being typed.";
 
 /// The command names, for the nearest-name hint of an unknown one.
-const NAMES: [&str; 4] = ["\\d", "\\format", "\\?", "\\q"];
+const NAMES: [&str; 5] = ["\\d", "\\format", "\\pset", "\\?", "\\q"];
 
 /// A command read from one line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,12 +106,14 @@ pub(crate) fn parse_command(line: &str) -> Result<BackslashCommand, String> {
         },
         "\\format" => match args.as_slice() {
             [] => Ok(BackslashCommand::Format(None)),
-            [format] => OutputFormat::from_str(format, true)
-                .map(|f| BackslashCommand::Format(Some(f)))
-                .map_err(|_| {
-                    format!("unknown format '{format}': expected table, csv, json or ndjson")
-                }),
+            [format] => format_command(format),
             _ => Err("\\format takes one format name".to_string()),
+        },
+        // datafusion-cli's spelling (and psql's): `\pset format csv`.
+        "\\pset" => match args.as_slice() {
+            ["format"] => Ok(BackslashCommand::Format(None)),
+            ["format", format] => format_command(format),
+            _ => Err("\\pset takes 'format' and a format name (\\pset format csv)".to_string()),
         },
         other => {
             let hint = match nearest_name(other, NAMES.iter().copied()) {
@@ -122,6 +125,29 @@ pub(crate) fn parse_command(line: &str) -> Result<BackslashCommand, String> {
             ))
         }
     }
+}
+
+/// `\format FORMAT`: one of [`OutputFormat`]'s names or aliases, any case; an unknown one is
+/// refused with every name and the nearest one.
+fn format_command(format: &str) -> Result<BackslashCommand, String> {
+    OutputFormat::from_str(format, true)
+        .map(|f| BackslashCommand::Format(Some(f)))
+        .map_err(|_| {
+            let names: Vec<String> = OutputFormat::value_variants()
+                .iter()
+                .filter_map(|f| f.to_possible_value().map(|v| v.get_name().to_string()))
+                .collect();
+            let hint = nearest_name(
+                &format.to_ascii_lowercase(),
+                names.iter().map(String::as_str),
+            )
+            .map(|n| format!(" (did you mean '{n}'?)"))
+            .unwrap_or_default();
+            format!(
+                "unknown format '{format}'{hint}: expected {}",
+                names.join(", ")
+            )
+        })
 }
 
 /// Runs `command`, printing what it shows on stdout in `options.format`.
@@ -273,7 +299,7 @@ async fn describe(
     }
     let provider = ctx.table_provider(name).await.map_err(|e| e.to_string())?;
     let sink = provider.downcast_ref::<SinkTable>();
-    let table_format = format == OutputFormat::Table;
+    let table_format = matches!(format, OutputFormat::Table | OutputFormat::Automatic);
     if table_format {
         let heading = match sink {
             Some(sink) => {
@@ -351,6 +377,31 @@ mod tests {
             parse_command("\\format NDJSON"),
             Ok(BackslashCommand::Format(Some(OutputFormat::Ndjson)))
         );
+    }
+
+    #[test]
+    fn datafusion_cli_format_names_and_pset_are_accepted() {
+        for (word, format) in [
+            ("tsv", OutputFormat::Tsv),
+            ("automatic", OutputFormat::Automatic),
+            ("nd-json", OutputFormat::Ndjson),
+        ] {
+            assert_eq!(
+                parse_command(&format!("\\format {word}")),
+                Ok(BackslashCommand::Format(Some(format)))
+            );
+            assert_eq!(
+                parse_command(&format!("\\pset format {word}")),
+                Ok(BackslashCommand::Format(Some(format)))
+            );
+        }
+        assert_eq!(
+            parse_command("\\pset format"),
+            Ok(BackslashCommand::Format(None))
+        );
+        let bad = parse_command("\\format ndjsn").unwrap_err();
+        assert!(bad.contains("did you mean 'ndjson'?"), "{bad}");
+        assert!(parse_command("\\pset border 2").is_err());
     }
 
     #[test]

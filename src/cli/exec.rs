@@ -23,6 +23,8 @@ pub struct PrintOptions {
     pub format: OutputFormat,
     /// No timing line, no sink summary and no live progress.
     pub quiet: bool,
+    /// How many rows the table format prints per statement.
+    pub maxrows: super::MaxRows,
 }
 
 /// Splits `sql` into statements and runs them in order, printing each result; stops at the
@@ -95,7 +97,7 @@ pub async fn run_statement(
     }
     let batches = outcome?;
     let elapsed = started.elapsed();
-    print_batches(&schema, &batches, options.format)?;
+    let shown = print_batches(&schema, &batches, options)?;
     if !options.quiet {
         let counters = SinkCounters::read(&plan);
         #[cfg(feature = "ballista")]
@@ -107,23 +109,78 @@ pub async fn run_statement(
             eprintln!("{}", counters.summary(elapsed));
         }
         let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        let displayed = if shown < rows {
+            format!(" (First {shown} displayed. Use --maxrows to adjust)")
+        } else {
+            String::new()
+        };
         eprintln!(
-            "{rows} row(s) fetched. Elapsed {:.3} seconds.\n",
+            "{rows} row(s) fetched.{displayed} Elapsed {:.3} seconds.\n",
             elapsed.as_secs_f64()
         );
     }
     Ok(())
 }
 
-/// Writes `batches` to stdout in `format`. A statement without columns (DDL) prints nothing.
-fn print_batches(schema: &SchemaRef, batches: &[RecordBatch], format: OutputFormat) -> Result<()> {
+/// Writes `batches` to stdout in `options.format` and returns how many rows it printed. A
+/// statement without columns (DDL) prints nothing. The table formats print at most
+/// `options.maxrows` rows, then a row of `.` under each column when some were left out.
+fn print_batches(
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    options: PrintOptions,
+) -> Result<usize> {
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     if schema.fields().is_empty() {
-        return Ok(());
+        return Ok(rows);
     }
+    let table = matches!(
+        options.format,
+        OutputFormat::Table | OutputFormat::Automatic
+    );
+    let limit = match options.maxrows {
+        super::MaxRows::Limited(n) if table && n < rows => n,
+        _ => rows,
+    };
     let mut out = std::io::stdout().lock();
-    write_batches(&mut out, schema, batches, format)?;
+    if limit < rows {
+        let mut kept = Vec::new();
+        let mut left = limit;
+        for batch in batches {
+            if left == 0 {
+                break;
+            }
+            let take = left.min(batch.num_rows());
+            kept.push(batch.slice(0, take));
+            left -= take;
+        }
+        // The grid, then its last border line replaced by a row of dots and the border again.
+        let grid = pretty_format_batches_with_schema(Arc::clone(schema), &kept)
+            .map_err(|e| Error::DataFusion(e.into()))?
+            .to_string();
+        let lines: Vec<&str> = grid.lines().collect();
+        let border = lines.last().copied().unwrap_or_default();
+        let dots: String = border
+            .split('+')
+            .map(|cell| {
+                if cell.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {:<width$}", ".", width = cell.len() - 1)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("|");
+        for line in &lines[..lines.len().saturating_sub(1)] {
+            writeln!(out, "{line}")?;
+        }
+        writeln!(out, "{dots}")?;
+        writeln!(out, "{border}")?;
+    } else {
+        write_batches(&mut out, schema, batches, options.format)?;
+    }
     out.flush()?;
-    Ok(())
+    Ok(limit)
 }
 
 /// Writes `batches` in `format` to `out`.
@@ -139,7 +196,7 @@ pub(crate) fn write_batches(
 ) -> Result<()> {
     let arrow_error = |e: arrow::error::ArrowError| Error::DataFusion(e.into());
     match format {
-        OutputFormat::Table => {
+        OutputFormat::Table | OutputFormat::Automatic => {
             writeln!(
                 out,
                 "{}",
@@ -147,9 +204,15 @@ pub(crate) fn write_batches(
                     .map_err(arrow_error)?
             )?;
         }
-        OutputFormat::Csv => {
+        OutputFormat::Csv | OutputFormat::Tsv => {
+            let delimiter = if format == OutputFormat::Tsv {
+                b'\t'
+            } else {
+                b','
+            };
             let mut writer = arrow::csv::WriterBuilder::new()
                 .with_header(true)
+                .with_delimiter(delimiter)
                 .build(&mut *out);
             if batches.is_empty() {
                 writer
@@ -228,6 +291,11 @@ mod tests {
     fn csv_format_has_a_header_and_one_line_per_row() {
         assert_eq!(render(OutputFormat::Csv, false), "id,url\n1,/a\n2,\n");
         assert_eq!(render(OutputFormat::Csv, true), "id,url\n");
+        assert_eq!(render(OutputFormat::Tsv, false), "id\turl\n1\t/a\n2\t\n");
+        assert_eq!(
+            render(OutputFormat::Automatic, false),
+            render(OutputFormat::Table, false)
+        );
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //!   -c, --command SQL      run SQL (repeatable)
 //!       --emulators        start the local emulators and point the sinks at them
 //!   -q, --quiet            print only results and errors
-//!       --format FORMAT    table (default), csv, json or ndjson
+//!       --format FORMAT    table (default), automatic (as table), csv, tsv, json or ndjson (nd-json)
+//!       --maxrows N|inf    rows the table format prints (default 40, as datafusion-cli)
 //! gcp-sql serve-null [--service S] [--port P] [--latency D]   a null Pub/Sub, Bigtable or Cloud Tasks server (see [`serve_null`])
 //! gcp-sql emulators    start the three emulators, print their `export` lines, keep them up until Ctrl-C
 //! gcp-sql scheduler | executor [...]   a Ballista cluster of this crate (feature `ballista`, docs/cluster.md)
@@ -99,8 +100,44 @@ pub enum OutputFormat {
     Csv,
     /// One JSON array of objects per statement.
     Json,
-    /// One JSON object per row and line (newline-delimited JSON).
+    /// One JSON object per row and line (newline-delimited JSON); `nd-json` is
+    /// datafusion-cli's name for it.
+    #[value(alias = "nd-json")]
     Ndjson,
+    /// Tab-separated values with a header line.
+    Tsv,
+    /// datafusion-cli's default name: the grid of `table`.
+    Automatic,
+}
+
+/// How many rows the table format prints (`--maxrows`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxRows {
+    /// Every row.
+    Unlimited,
+    /// At most this many rows; the statement's line on stderr says how many there were.
+    Limited(usize),
+}
+
+impl Default for MaxRows {
+    /// datafusion-cli's default: 40 rows.
+    fn default() -> Self {
+        MaxRows::Limited(DEFAULT_MAXROWS)
+    }
+}
+
+/// The default of `--maxrows`, as in datafusion-cli.
+pub const DEFAULT_MAXROWS: usize = 40;
+
+/// Reads `--maxrows`: a count, or `inf` / `infinite` / `none` for every row.
+fn parse_maxrows(word: &str) -> std::result::Result<MaxRows, String> {
+    match word.to_ascii_lowercase().as_str() {
+        "inf" | "infinite" | "none" => Ok(MaxRows::Unlimited),
+        other => other
+            .parse::<usize>()
+            .map(MaxRows::Limited)
+            .map_err(|_| format!("expected a number of rows or 'inf', found '{word}'")),
+    }
 }
 
 /// The command-line arguments.
@@ -138,6 +175,10 @@ pub struct Args {
     /// statement, or one JSON object per line
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
+    /// Most rows the table format prints per statement (the others are counted); `inf` prints
+    /// every row. As in datafusion-cli
+    #[arg(long, value_name = "N|inf", value_parser = parse_maxrows, default_value = "40")]
+    pub maxrows: MaxRows,
     /// Run the statements on the Ballista cluster whose scheduler is at df://HOST:PORT (a
     /// `gcp-sql scheduler` with `gcp-sql executor`s; docs/cluster.md)
     #[cfg(feature = "ballista")]
@@ -224,6 +265,7 @@ impl Invocation {
             options: PrintOptions {
                 format: args.format,
                 quiet: args.quiet,
+                maxrows: args.maxrows,
             },
             #[cfg(feature = "ballista")]
             cluster: args.cluster,
@@ -696,7 +738,8 @@ mod tests {
             run.options,
             PrintOptions {
                 format: OutputFormat::Table,
-                quiet: false
+                quiet: false,
+                maxrows: MaxRows::Limited(40),
             }
         );
     }
@@ -709,7 +752,8 @@ mod tests {
             run.options,
             PrintOptions {
                 format: OutputFormat::Json,
-                quiet: true
+                quiet: true,
+                maxrows: MaxRows::default(),
             }
         );
     }

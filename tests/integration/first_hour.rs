@@ -219,3 +219,40 @@ fn backslash_d_shows_the_emulator_address_in_force() {
         "{stdout}"
     );
 }
+
+#[test]
+fn datafusion_cli_conventions_maxrows_tsv_automatic_and_nd_json() {
+    let home = tempfile::tempdir().unwrap();
+    let many = "SELECT value AS v FROM generate_series(1, 100)";
+    // The table format shows 40 rows by default, then a row of dots, and says so.
+    let output = run(gcp_sql(home.path()).args(["-c", many]));
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("| 40 |"), "{stdout}");
+    assert!(!stdout.contains("| 41 |"), "{stdout}");
+    assert!(stdout.contains("| .  |"), "{stdout}");
+    assert!(
+        stderr.contains("100 row(s) fetched. (First 40 displayed. Use --maxrows to adjust)"),
+        "{stderr}"
+    );
+    // --maxrows N and inf; automatic is the table.
+    let output =
+        run(gcp_sql(home.path()).args(["--format", "automatic", "--maxrows", "3", "-c", many]));
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.contains("| 3 |") && !stdout.contains("| 4 |"),
+        "{stdout}"
+    );
+    let output = run(gcp_sql(home.path()).args(["--maxrows", "inf", "-c", many]));
+    assert!(text(&output.stdout).contains("| 100 |"));
+    // Other formats print every row.
+    let output =
+        run(gcp_sql(home.path()).args(["--format", "tsv", "-c", "SELECT 1 AS a, 'x' AS b"]));
+    assert_eq!(text(&output.stdout), "a\tb\n1\tx\n");
+    let output = run(gcp_sql(home.path()).args(["--format", "nd-json", "-c", many]));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout).lines().count(), 100);
+    // \pset format in a source.
+    let output = run(gcp_sql(home.path()).args(["-c", "\\pset format csv\nSELECT 1 AS a;"]));
+    assert_eq!(text(&output.stdout), "a\n1\n", "{}", text(&output.stderr));
+}
