@@ -179,7 +179,7 @@ pub fn reference_markdown() -> String {
              ```sql\n\
              CREATE TABLE clicks (user_id BIGINT, url VARCHAR)\n\
              WITH (connector = 'pubsub', topic = 'projects/demo/topics/clicks', batch_element_count_threshold = 500);\n\n\
-             CREATE EXTERNAL TABLE clicks (user_id BIGINT, url VARCHAR) STORED AS PUBSUB\n\
+             CREATE EXTERNAL TABLE clicks_native (user_id BIGINT, url VARCHAR) STORED AS PUBSUB\n\
              LOCATION 'projects/demo/topics/clicks' OPTIONS ('batch_element_count_threshold' '500');\n\
              ```\n\n\
              Names are case-insensitive; DataFusion's `format.` prefix is ignored, and a name given twice \

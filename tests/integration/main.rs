@@ -11,6 +11,7 @@
 //! | [`pubsub_sink`] | the Pub/Sub sink against the Pub/Sub emulator |
 //! | [`pubsub_faults`] | the Pub/Sub sink against a scripted fake Publisher |
 //! | [`cloud_tasks_sink`] | the Cloud Tasks sink against its emulator and a scripted fake |
+//! | [`docs_examples`] | every SQL example of README.md and docs/*.md, run against the emulators |
 //! | [`dead_letter`] | `failure_policy = 'dead_letter'` on each sink: the dead-letter topic and folder, read back |
 //! | [`bigtable_sink`] | the Bigtable sink against `cbtemulator` and a scripted fake |
 //! | [`cli`] | the `gcp-sql` binary as a process |
@@ -48,6 +49,7 @@ mod cli;
 mod cli_shell;
 mod cloud_tasks_sink;
 mod dead_letter;
+mod docs_examples;
 mod emulator_smoke;
 mod errors_help;
 mod failure_counts;
