@@ -288,6 +288,28 @@ mod tests {
     }
 
     #[test]
+    fn the_lookup_finds_a_finished_private_install_after_the_path() {
+        let cache = tempfile::tempdir().unwrap();
+        let empty_path = tempfile::tempdir().unwrap();
+        let bin = cloud_tasks_venv(cache.path()).join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let program = bin.join("gcloud-tasks-emulator");
+        std::fs::write(&program, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        File::create(cloud_tasks_venv(cache.path()).join(COMPLETE_MARKER)).unwrap();
+        let env = |var: &str| match var {
+            "PATH" => Some(empty_path.path().as_os_str().to_owned()),
+            CACHE_DIR_VAR => Some(cache.path().as_os_str().to_owned()),
+            _ => None,
+        };
+        assert_eq!(
+            super::super::launch::locate_program(EmulatorKind::CloudTasks, env).unwrap(),
+            program
+        );
+    }
+
+    #[test]
     fn turned_off_or_without_a_cache_folder_it_names_the_fix() {
         let off = install_cloud_tasks_emulator(|var| (var == NO_INSTALL_VAR).then(|| "1".into()))
             .unwrap_err()
