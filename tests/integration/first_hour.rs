@@ -256,3 +256,59 @@ fn datafusion_cli_conventions_maxrows_tsv_automatic_and_nd_json() {
     let output = run(gcp_sql(home.path()).args(["-c", "\\pset format csv\nSELECT 1 AS a;"]));
     assert_eq!(text(&output.stdout), "a\n1\n", "{}", text(&output.stderr));
 }
+
+/// The main job on a machine without `gcloud-tasks-emulator` on PATH: `--emulators` installs it
+/// into a private virtual environment under a fresh cache folder (one progress line) and the
+/// Cloud Tasks statements run. Needs `python3` with `venv` and access to PyPI, as the README says.
+#[test]
+fn emulators_install_the_cloud_tasks_emulator_when_it_is_not_on_path() {
+    let home = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    // A PATH without the emulator: this Python's interpreter alone, then every folder of the
+    // current PATH that has no gcloud-tasks-emulator (java, the SDK).
+    let python = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 runs");
+    let python = text(&python.stdout).trim().to_string();
+    let python_dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(&python, python_dir.path().join("python3")).unwrap();
+    let mut dirs = vec![python_dir.path().to_path_buf()];
+    dirs.extend(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .filter(|d| !d.join("gcloud-tasks-emulator").exists()),
+    );
+    let path = std::env::join_paths(dirs).unwrap();
+    let queue = "projects/fresh/locations/here/queues/q";
+    let output = run(gcp_sql(home.path())
+        .env("PATH", &path)
+        .env(gcp_sql::emulators::CACHE_DIR_VAR, cache.path())
+        .env_remove(gcp_sql::emulators::NO_INSTALL_VAR)
+        .env_remove("GCP_SQL_CLOUD_TASKS_EMULATOR_BIN")
+        .args([
+            "--emulators",
+            "--format",
+            "csv",
+            "-c",
+            &format!("SELECT state FROM cloud_tasks_create_queue('{queue}')"),
+        ]));
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("Installing gcloud-tasks-emulator 0.6.2")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("Started the Cloud Tasks emulator at 127.0.0.1:"),
+        "{stderr}"
+    );
+    assert_eq!(text(&output.stdout), "state\nPAUSED\n");
+    assert!(
+        gcp_sql::emulators::cloud_tasks_venv(cache.path())
+            .join("bin/gcloud-tasks-emulator")
+            .exists()
+    );
+}
