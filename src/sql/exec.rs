@@ -868,6 +868,7 @@ mod tests {
                         bytes: 10,
                         destination: Arc::from("d"),
                         sequence_key: None,
+                        serial_key: None,
                     }));
                 }
                 Ok(())
@@ -1280,6 +1281,7 @@ mod streaming_tests {
                         bytes: 10,
                         destination: Arc::from(dest.expect("destination")),
                         sequence_key: None,
+                        serial_key: None,
                     }));
                 }
                 Ok(())
