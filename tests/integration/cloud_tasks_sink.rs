@@ -65,7 +65,9 @@ impl TasksAdmin {
             .expect("channel to the Cloud Tasks emulator");
         TasksAdmin {
             host,
-            client: CloudTasksClient::new(channel),
+            // The emulator answers ListTasks with every task in one page, whatever the page
+            // size: 20,000 tasks are about 7 MB, above tonic's 4 MiB default.
+            client: CloudTasksClient::new(channel).max_decoding_message_size(256 << 20),
         }
     }
 
