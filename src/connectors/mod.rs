@@ -416,6 +416,7 @@ mod tests {
                 bytes: 10,
                 destination: Arc::from("d"),
                 sequence_key: None,
+                serial_key: None,
             }));
         }
         Ok(())

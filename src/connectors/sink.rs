@@ -234,8 +234,14 @@ impl<C: Connector> SinkConnector for Sink<C> {
             }
             None => None,
         };
-        let writer =
-            FlowWriter::with_dead_letters(transport, self.flow.clone(), metrics, dead_letters);
+        // The statement's caps are split among its writers (ADR 0030): `ctx.writers` is the
+        // plan's writer count, the same on every executor of a cluster.
+        let writer = FlowWriter::with_dead_letters(
+            transport,
+            self.flow.share_of(ctx.writers),
+            metrics,
+            dead_letters,
+        );
         let run = C::run_options(&self.options);
         let flush = FlushSettings {
             interval: run.flush_interval,

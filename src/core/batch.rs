@@ -11,6 +11,11 @@
 //! admission order, and at most one batch of a key is in flight: the next batch of that key
 //! leaves only when the previous one is fully resolved (acknowledged, or repaired by retries,
 //! recovery or isolation), and then leaves at once, since its records have already waited.
+//!
+//! Unkeyed records may carry a serial key ([`Envelope::serial_key`]): at most one record of a
+//! serial key is in the open batch or in flight at a time. A later record of that key waits,
+//! in admission order, until the earlier one is resolved ([`DestBatches::serial_done`]), then
+//! joins the open batch, which then leaves at once (ADR 0031).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -50,6 +55,9 @@ pub(crate) struct Batch<R> {
     pub(crate) items: Vec<Item<R>>,
     /// The sequence key all of them share, if any.
     pub(crate) key: Option<Arc<str>>,
+    /// The serial keys of its records (each at most once), to hand back to
+    /// [`DestBatches::serial_done`] when the batch is resolved.
+    pub(crate) serial: Vec<Arc<[u8]>>,
 }
 
 /// Which open batch a timer belongs to.
@@ -93,6 +101,9 @@ pub(crate) struct DestBatches<R> {
     thresholds: BatchThresholds,
     free: Open<R>,
     keys: HashMap<Arc<str>, KeyQueue<R>>,
+    /// Serial keys with a record in the open batch or in flight, each with the later records
+    /// of that key waiting for it, in admission order.
+    serial: HashMap<Arc<[u8]>, VecDeque<Item<R>>>,
     next_generation: u64,
 }
 
@@ -111,6 +122,7 @@ impl<R> DestBatches<R> {
                 generation: 0,
             },
             keys: HashMap::new(),
+            serial: HashMap::new(),
             next_generation: 1,
         }
     }
@@ -122,7 +134,7 @@ impl<R> DestBatches<R> {
 
     /// Whether nothing is open, queued or in flight under a key.
     pub(crate) fn is_empty(&self) -> bool {
-        self.free.items.is_empty() && self.keys.is_empty()
+        self.free.items.is_empty() && self.keys.is_empty() && self.serial.is_empty()
     }
 
     /// Adds a record. Returns the batches that must go now and the timer to arm, if any.
@@ -131,36 +143,15 @@ impl<R> DestBatches<R> {
         let t = self.thresholds;
         match item.envelope.sequence_key.clone() {
             None => {
-                if !self.free.items.is_empty()
-                    && self.free.bytes.saturating_add(item.envelope.bytes) > t.max_bytes
-                {
-                    ready.extend(self.take_free());
+                if let Some(key) = &item.envelope.serial_key {
+                    if let Some(waiting) = self.serial.get_mut(key) {
+                        // An earlier record of the key is open or in flight: wait for it.
+                        waiting.push_back(item);
+                        return Pushed { ready, timer: None };
+                    }
+                    self.serial.insert(key.clone(), VecDeque::new());
                 }
-                let opened = self.free.items.is_empty();
-                if opened {
-                    self.free.generation = self.generation();
-                    // Room for a full batch at once (growing by doubling would move each
-                    // record about once more); bounded, since thresholds can be huge, and by
-                    // how many records of this size the byte threshold lets in: a record sent
-                    // alone must not hold room for a thousand (a batch waiting for a send slot
-                    // keeps its allocation, and the byte cap does not count it).
-                    let by_bytes = t.max_bytes / item.envelope.bytes.max(1) + 1;
-                    self.free.items.reserve_exact(
-                        t.max_records
-                            .min(MAX_RESERVED_ITEMS)
-                            .min(usize::try_from(by_bytes).unwrap_or(usize::MAX)),
-                    );
-                }
-                self.free.bytes = self.free.bytes.saturating_add(item.envelope.bytes);
-                self.free.items.push(item);
-                if self.free.items.len() >= t.max_records || self.free.bytes >= t.max_bytes {
-                    ready.extend(self.take_free());
-                    return Pushed { ready, timer: None };
-                }
-                let timer = opened.then_some(TimerTag {
-                    key: None,
-                    generation: self.free.generation,
-                });
+                let timer = self.push_free(item, &mut ready);
                 Pushed { ready, timer }
             }
             Some(key) => {
@@ -198,15 +189,89 @@ impl<R> DestBatches<R> {
         }
     }
 
+    /// Adds an unkeyed record to the open batch; a batch that reaches a threshold goes to
+    /// `ready`. Returns the timer to arm when the record opened the batch.
+    fn push_free(&mut self, item: Item<R>, ready: &mut Vec<Batch<R>>) -> Option<TimerTag> {
+        let t = self.thresholds;
+        if !self.free.items.is_empty()
+            && self.free.bytes.saturating_add(item.envelope.bytes) > t.max_bytes
+        {
+            ready.extend(self.take_free());
+        }
+        let opened = self.free.items.is_empty();
+        if opened {
+            self.free.generation = self.generation();
+            // Room for a full batch at once (growing by doubling would move each
+            // record about once more); bounded, since thresholds can be huge, and by
+            // how many records of this size the byte threshold lets in: a record sent
+            // alone must not hold room for a thousand (a batch waiting for a send slot
+            // keeps its allocation, and the byte cap does not count it).
+            let by_bytes = t.max_bytes / item.envelope.bytes.max(1) + 1;
+            self.free.items.reserve_exact(
+                t.max_records
+                    .min(MAX_RESERVED_ITEMS)
+                    .min(usize::try_from(by_bytes).unwrap_or(usize::MAX)),
+            );
+        }
+        self.free.bytes = self.free.bytes.saturating_add(item.envelope.bytes);
+        self.free.items.push(item);
+        if self.free.items.len() >= t.max_records || self.free.bytes >= t.max_bytes {
+            ready.extend(self.take_free());
+            return None;
+        }
+        opened.then_some(TimerTag {
+            key: None,
+            generation: self.free.generation,
+        })
+    }
+
     fn take_free(&mut self) -> Option<Batch<R>> {
         if self.free.items.is_empty() {
             return None;
         }
         self.free.bytes = 0;
+        let items = std::mem::take(&mut self.free.items);
+        // A serial key is at most once in the open batch, so each appears once here.
+        let serial = if self.serial.is_empty() {
+            Vec::new()
+        } else {
+            items
+                .iter()
+                .filter_map(|item| item.envelope.serial_key.clone())
+                .collect()
+        };
         Some(Batch {
-            items: std::mem::take(&mut self.free.items),
+            items,
             key: None,
+            serial,
         })
+    }
+
+    /// The records of serial keys `keys` (a resolved batch's [`Batch::serial`]) are resolved:
+    /// the next waiting record of each key joins the open batch, which is returned to go now
+    /// (its records have waited), with any batch that reached a threshold on the way.
+    pub(crate) fn serial_done(&mut self, keys: &[Arc<[u8]>]) -> Vec<Batch<R>> {
+        let mut ready = Vec::new();
+        let mut released = false;
+        for key in keys {
+            let Some(waiting) = self.serial.get_mut(key) else {
+                continue;
+            };
+            match waiting.pop_front() {
+                // The key stays taken: its next record is now the open or in-flight one.
+                Some(item) => {
+                    self.push_free(item, &mut ready);
+                    released = true;
+                }
+                None => {
+                    self.serial.remove(key);
+                }
+            }
+        }
+        if released {
+            ready.extend(self.take_free());
+        }
+        ready
     }
 
     /// Takes the next batch of `key` (if it has records and none in flight) and marks it in
@@ -236,6 +301,7 @@ impl<R> DestBatches<R> {
         Some(Batch {
             items,
             key: Some(key.clone()),
+            serial: Vec::new(),
         })
     }
 
@@ -310,8 +376,57 @@ mod tests {
             bytes,
             destination: "d".into(),
             sequence_key: key.map(Arc::from),
+            serial_key: None,
         };
         Item::new(envelope, g.try_admit(bytes).expect("room"))
+    }
+
+    fn serial(g: &Arc<Gate>, n: u32, key: &str) -> Item<u32> {
+        let mut item = item(g, n, 10, None);
+        item.envelope.serial_key = Some(Arc::from(key.as_bytes()));
+        item
+    }
+
+    #[test]
+    fn a_record_of_a_serial_key_waits_until_the_previous_one_of_its_key_resolved() {
+        let g = gate();
+        let mut b = DestBatches::new(thresholds(3, 1_000_000));
+        // a1, b1 and c1 share a batch; a2 and a3 wait for a1, b2 for b1.
+        let mut sent = Vec::new();
+        for (n, key) in [(1, "a"), (2, "b"), (3, "a"), (4, "b"), (5, "a"), (6, "c")] {
+            sent.extend(b.push(serial(&g, n, key)).ready);
+        }
+        assert_eq!(
+            sent.iter().map(records).collect::<Vec<_>>(),
+            vec![vec![1, 2, 6]]
+        );
+        let first = sent.remove(0);
+        assert_eq!(first.serial.len(), 3);
+        assert!(!b.is_empty(), "two keys still have records waiting");
+        // Resolving the first batch releases the next record of each key, sent at once.
+        let next = b.serial_done(&first.serial);
+        assert_eq!(
+            next.iter().map(records).collect::<Vec<_>>(),
+            vec![vec![3, 4]]
+        );
+        // Nothing of key a goes before 3 resolved, however long 5 waits.
+        assert!(b.take_ready().is_empty());
+        let last = b.serial_done(&next[0].serial);
+        assert_eq!(last.iter().map(records).collect::<Vec<_>>(), vec![vec![5]]);
+        assert!(b.serial_done(&last[0].serial).is_empty());
+        assert!(
+            b.is_empty(),
+            "every key is released once its last record resolved"
+        );
+        // Records without a serial key are not held back by them.
+        let mut b = DestBatches::new(thresholds(2, 1_000_000));
+        assert!(b.push(serial(&g, 7, "a")).ready.is_empty());
+        assert!(b.push(serial(&g, 8, "a")).ready.is_empty());
+        let ready = b.push(item(&g, 9, 10, None)).ready;
+        assert_eq!(
+            ready.iter().map(records).collect::<Vec<_>>(),
+            vec![vec![7, 9]]
+        );
     }
 
     fn records(b: &Batch<u32>) -> Vec<u32> {

@@ -63,6 +63,12 @@ pub struct Envelope<R> {
     /// with at most one batch of that key in flight, and a key's failure is repaired before
     /// later records of that key are sent.
     pub sequence_key: Option<Arc<str>>,
+    /// Records without a sequence key that share a serial key (a Bigtable row key under
+    /// `timestamp_column`) are never in flight together: a record of a serial key joins a batch
+    /// only once the previous record of that key is resolved, so they land in admission order.
+    /// Unlike a sequence key, records of different serial keys share batches (see ADR 0031).
+    /// Ignored on a record that has a sequence key (which already keeps that order).
+    pub serial_key: Option<Arc<[u8]>>,
 }
 
 /// What a send returned.
@@ -224,6 +230,31 @@ impl FlowConfig {
             .unwrap_or(usize::MAX)
             .max(MIN_CONCURRENT_SENDS);
         self.max_concurrent_sends.min(by_bytes).max(1)
+    }
+
+    /// The settings one of `writers` writers of a statement runs with: the caps that bound the
+    /// statement (what the service sees and what the process holds) divided among its writers,
+    /// so that together they stay within the configured values whatever the partition count
+    /// (see ADR 0030). Split: `max_in_flight_records`, `max_in_flight_bytes` (a count-only
+    /// gate stays count-only), `max_concurrent_sends` and `max_records_per_second`. A count or
+    /// byte share is the total divided and rounded up (so the writers' shares add up to at most
+    /// `writers - 1` more than the total), and at least 1; the rate share is the rate divided
+    /// exactly. Everything else (batch thresholds, retry budgets, timeouts, the destination
+    /// cap, the breaker) stays per writer. `writers` of 0 or 1 returns the settings unchanged.
+    pub fn share_of(&self, writers: usize) -> FlowConfig {
+        let mut share = self.clone();
+        if writers <= 1 {
+            return share;
+        }
+        let n = writers as u64;
+        let split = |total: usize| total.div_ceil(writers).max(1);
+        share.max_in_flight_records = split(self.max_in_flight_records);
+        share.max_concurrent_sends = split(self.max_concurrent_sends);
+        if self.max_in_flight_bytes != u64::MAX {
+            share.max_in_flight_bytes = self.max_in_flight_bytes.div_ceil(n).max(1);
+        }
+        share.max_records_per_second = self.max_records_per_second.map(|r| r / writers as f64);
+        share
     }
 }
 

@@ -137,7 +137,7 @@ pub static SINK_PARALLELISM: OptionSpec = OptionSpec {
     },
     cross_rule: "at most the input's partition count (the session's `target_partitions` for a sink that routes by key); a larger value runs one writer per partition",
     example: "1",
-    description: "How many writers an INSERT runs at once, each with its own flow-control core: its own in-flight caps, batches and client pool. The caps below are per writer, so the statement holds up to this many times `max_in_flight_*` in memory. `1` runs one writer for the whole statement.",
+    description: "How many writers an INSERT runs at once, each with its own flow-control core: its own batches and client pool, and a 1/N share of the statement's in-flight caps (`max_in_flight_*`) and rate cap, so the statement as a whole stays within them. `1` runs one writer for the whole statement.",
 };
 
 /// `flush_interval`.

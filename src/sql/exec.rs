@@ -869,6 +869,7 @@ mod tests {
                         bytes: 10,
                         destination: Arc::from("d"),
                         sequence_key: None,
+                        serial_key: None,
                     }));
                 }
                 Ok(())
@@ -1281,6 +1282,7 @@ mod streaming_tests {
                         bytes: 10,
                         destination: Arc::from(dest.expect("destination")),
                         sequence_key: None,
+                        serial_key: None,
                     }));
                 }
                 Ok(())

@@ -820,3 +820,60 @@ async fn the_last_row_of_a_key_in_order_by_wins_at_eight_partitions() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_row_of_a_key_wins_with_one_explicit_timestamp_at_eight_partitions() {
+    // Every row of a key carries the same `timestamp_column` value, so all of them write the
+    // same cell version and the one applied last stays: only one row of a key in flight at a
+    // time (ADR 0031) makes that the last row in input order.
+    const KEYS: i64 = 200;
+    const ROWS: i64 = 10;
+    let bt = Bigtable::connect().await;
+    let table = Bigtable::table_name("sametime");
+    bt.create_table(&table, &["cf"]).await;
+    let ctx = gcp_sql::sql::new_context();
+    exec(&ctx, "SET datafusion.execution.target_partitions = 8").await;
+    exec(
+        &ctx,
+        &bt.create_sql(
+            "sametime",
+            "id VARCHAR, version BIGINT, ts BIGINT",
+            &table,
+            &[
+                ("row_key", "id"),
+                ("timestamp_column", "ts"),
+                ("batch_element_count_threshold", "7"),
+            ],
+        ),
+    )
+    .await;
+    let sql = format!(
+        "INSERT INTO sametime SELECT concat('k', CAST(value % {KEYS} AS VARCHAR)) AS id, \
+           value / {KEYS} AS version, CAST(1700000000000000 AS BIGINT) AS ts \
+         FROM generate_series(0, {KEYS} * {ROWS} - 1) ORDER BY version"
+    );
+    let plan = crate::support::explain(&ctx, &sql).await;
+    assert!(
+        plan.contains("SinkWriterExec: connector=bigtable table=sametime writers=8"),
+        "{plan}"
+    );
+    let done = insert(&ctx, &sql).await;
+    assert_eq!(done.count(), (KEYS * ROWS) as u64);
+
+    let rows = bt.read(&table).await;
+    assert_eq!(rows.len(), KEYS as usize);
+    let mut earlier = Vec::new();
+    for (key, cells) in rows {
+        let version: Vec<&Cell> = cells.iter().filter(|c| c.qualifier == b"version").collect();
+        assert_eq!(version.len(), 1, "one version of the cell: {version:?}");
+        assert_eq!(version[0].timestamp, 1_700_000_000_000_000);
+        if version[0].value != be(ROWS - 1) {
+            earlier.push(String::from_utf8_lossy(&key).into_owned());
+        }
+    }
+    assert!(
+        earlier.is_empty(),
+        "{} of {KEYS} keys kept an earlier row than their last: {earlier:?}",
+        earlier.len()
+    );
+}

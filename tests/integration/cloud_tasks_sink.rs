@@ -65,7 +65,9 @@ impl TasksAdmin {
             .expect("channel to the Cloud Tasks emulator");
         TasksAdmin {
             host,
-            client: CloudTasksClient::new(channel),
+            // The emulator answers ListTasks with every task in one page, whatever the page
+            // size: 20,000 tasks are about 7 MB, above tonic's 4 MiB default.
+            client: CloudTasksClient::new(channel).max_decoding_message_size(256 << 20),
         }
     }
 
@@ -722,6 +724,150 @@ async fn max_tasks_per_second_keeps_the_creation_rate_under_its_cap() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_tasks_per_second_holds_for_the_statement_at_four_writers() {
+    // The cap protects the queue, so it is what the queue sees from the whole INSERT: four
+    // writers share 100 per second (25 each), rather than each starting 100.
+    const TASKS: i64 = 400;
+    const RATE: f64 = 100.0;
+    let admin = TasksAdmin::connect().await;
+    let queue = admin.paused_queue("ct-rate", "rate4").await;
+    let ctx = gcp_sql::sql::new_context();
+    exec(&ctx, "SET datafusion.execution.target_partitions = 4").await;
+    // Small input batches, so the round-robin repartition feeds all four writers.
+    exec(&ctx, "SET datafusion.execution.batch_size = 10").await;
+    exec(
+        &ctx,
+        &create_table(
+            "paced4",
+            "id BIGINT",
+            &admin.host,
+            &[
+                ("queue", &queue),
+                ("url", "http://127.0.0.1:9/r"),
+                ("max_tasks_per_second", "100"),
+            ],
+        ),
+    )
+    .await;
+    let sql = format!("INSERT INTO paced4 SELECT value FROM generate_series(1, {TASKS})");
+    let plan = crate::support::explain(&ctx, &sql).await;
+    assert!(plan.contains("writers=4"), "{plan}");
+    let start = std::time::Instant::now();
+    let done = insert(&ctx, &sql).await;
+    let elapsed = start.elapsed().as_secs_f64();
+    assert_eq!(done.count(), TASKS as u64);
+    assert_eq!(admin.list_tasks(&queue).await.len(), TASKS as usize);
+    let sent = done.metric_per_writer(names::RECORDS_SENT);
+    assert!(sent.len() == 4 && sent.iter().all(|n| *n > 0), "{sent:?}");
+    // A lower bound only: at 100/s for the statement, 400 tasks take about 4 s (each writer's
+    // first task goes at once and its bucket holds a tenth of a second of tokens).
+    assert!(
+        elapsed >= 3.5,
+        "{TASKS} tasks in {elapsed:.2} s: faster than {RATE}/s for the statement"
+    );
+    eprintln!(
+        "{TASKS} tasks at 4 writers and max_tasks_per_second = {RATE}: {elapsed:.2} s, {:.1}/s",
+        TASKS as f64 / elapsed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_in_flight_tasks_holds_for_the_statement_at_four_writers() {
+    let admin = TasksAdmin::connect().await;
+    let queue = admin.paused_queue("ct-cap", "cap4").await;
+    let ctx = gcp_sql::sql::new_context();
+    exec(&ctx, "SET datafusion.execution.target_partitions = 4").await;
+    exec(&ctx, "SET datafusion.execution.batch_size = 10").await;
+    exec(
+        &ctx,
+        &create_table(
+            "capped4",
+            "id BIGINT",
+            &admin.host,
+            &[
+                ("queue", &queue),
+                ("url", "http://127.0.0.1:9/r"),
+                ("max_in_flight_tasks", "8"),
+            ],
+        ),
+    )
+    .await;
+    let done = insert(
+        &ctx,
+        "INSERT INTO capped4 SELECT value FROM generate_series(1, 400)",
+    )
+    .await;
+    assert_eq!(done.count(), 400);
+    assert_eq!(admin.list_tasks(&queue).await.len(), 400);
+    // Each writer's peak is at most its share (2 of 8), so their sum bounds what was ever
+    // outstanding at once.
+    let peaks = done.metric_per_writer(names::IN_FLIGHT_RECORDS_HIGH_WATER);
+    assert_eq!(peaks.len(), 4, "{peaks:?}");
+    assert!(peaks.iter().all(|p| *p <= 2), "per-writer peaks {peaks:?}");
+    assert!(peaks.iter().sum::<usize>() <= 8, "{peaks:?}");
+}
+
+/// Inserts `tasks` tasks of about 200 bytes into a new paused queue at `partitions` partitions
+/// with no sink tuning option, and checks that every one was created (listed back).
+async fn default_options_create(admin: &TasksAdmin, tasks: i64, partitions: usize) {
+    let queue = admin.paused_queue("ct-defaults", "defaults").await;
+    let ctx = gcp_sql::sql::new_context();
+    exec(
+        &ctx,
+        &format!("SET datafusion.execution.target_partitions = {partitions}"),
+    )
+    .await;
+    // Input batches of 500 rows, so the round-robin repartition feeds every writer.
+    exec(&ctx, "SET datafusion.execution.batch_size = 500").await;
+    exec(
+        &ctx,
+        &create_table(
+            "plain",
+            "id BIGINT, payload VARCHAR",
+            &admin.host,
+            &[("queue", &queue), ("url", "http://127.0.0.1:9/d")],
+        ),
+    )
+    .await;
+    let done = insert(
+        &ctx,
+        &format!(
+            "INSERT INTO plain SELECT value, repeat('x', 150) FROM generate_series(1, {tasks})"
+        ),
+    )
+    .await;
+    assert_eq!(done.count(), tasks as u64);
+    assert_eq!(admin.list_tasks(&queue).await.len(), tasks as usize);
+    let sent = done.metric_per_writer(names::RECORDS_SENT);
+    assert!(
+        sent.len() == partitions && sent.iter().all(|n| *n > 0),
+        "{sent:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_options_create_every_task_at_two_writers() {
+    // Two writers of 1,000 tasks in flight each made 2,000 calls outstanding at once; the
+    // emulator's gRPC server cancels calls past its 1,000 pending requests (ADR 0032), which
+    // failed the statement with CANCELLED after about 2,000 tasks.
+    let admin = TasksAdmin::connect().await;
+    default_options_create(&admin, 4_000, 2).await;
+}
+
+/// The quickstart's scale, twice in a row on one emulator (about 20 s a run on the debug
+/// build): `cargo test --test integration cloud_tasks_sink::default_options_create_20000 -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "20,000 tasks twice: about a minute against the emulator"]
+async fn default_options_create_20000_tasks_twice_in_a_row() {
+    let admin = TasksAdmin::connect().await;
+    for partitions in [2, 8] {
+        for _ in 0..2 {
+            default_options_create(&admin, 20_000, partitions).await;
+        }
+    }
+}
+
 // --- 2. failures the emulator produces ----------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -998,6 +1144,18 @@ fn attempts_per_row(fake: &FakeTasks) -> BTreeMap<i64, usize> {
 
 pub(crate) fn all_ids(rows: u32) -> Vec<i64> {
     (1..=i64::from(rows)).collect()
+}
+
+#[tokio::test]
+async fn a_cancelled_creation_is_retried_and_created_once() {
+    let fake = FakeTasks::start(|_| None).await;
+    fake.create.push(Reply::code(Code::Cancelled));
+    let done = insert_rows(&fake, 5, false, &[("max_in_flight_tasks", "1")]).await;
+    assert_eq!(done.count(), 5);
+    assert_eq!(done.metric(names::RETRIES), 1);
+    assert_eq!(done.errors_with_code("CANCELLED"), 1);
+    assert_eq!(fake.accepted_ids(), all_ids(5));
+    assert_eq!(fake.create.requests().len(), 6);
 }
 
 #[tokio::test]

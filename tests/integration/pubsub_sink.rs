@@ -1134,3 +1134,43 @@ async fn a_failed_writer_reports_the_rows_every_writer_delivered() {
     assert_eq!(messages.len(), acknowledged, "{error}");
     assert_eq!(done.metric(names::RECORDS_ACKED), acknowledged, "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_byte_cap_is_the_statements_and_a_message_above_a_writers_share_goes_alone() {
+    // 160,000 bytes for the statement at 4 writers: 40,000 each. Every message (60,000 bytes)
+    // is above a writer's share and below the statement's cap: each goes alone.
+    const ROWS: usize = 40;
+    let admin = PubSubAdmin::connect().await;
+    let (topic, subscription) = admin
+        .topic_with_subscription("ps-share", "share", false)
+        .await;
+    let ctx = gcp_sql::sql::new_context();
+    exec(&ctx, "SET datafusion.execution.target_partitions = 4").await;
+    exec(&ctx, "SET datafusion.execution.batch_size = 2").await;
+    exec(
+        &ctx,
+        &create_table(
+            "shared",
+            "data VARCHAR",
+            &admin.host,
+            &[("topic", &topic), ("max_in_flight_bytes", "160000")],
+        ),
+    )
+    .await;
+    let done = insert(
+        &ctx,
+        &format!("INSERT INTO shared SELECT repeat('x', 60000) FROM generate_series(1, {ROWS})"),
+    )
+    .await;
+    assert_eq!(done.count(), ROWS as u64);
+    let peaks = done.metric_per_writer(names::IN_FLIGHT_BYTES_HIGH_WATER);
+    assert_eq!(peaks.len(), 4, "{peaks:?}");
+    // One message at a time per writer: its serialized size, a few bytes above its data.
+    assert!(
+        peaks.iter().all(|p| (60_000..61_000).contains(p)),
+        "per-writer in-flight peaks {peaks:?}"
+    );
+    let records = done.metric_per_writer(names::IN_FLIGHT_RECORDS_HIGH_WATER);
+    assert!(records.iter().all(|r| *r == 1), "{records:?}");
+    assert_eq!(admin.pull_all(&subscription, ROWS).await.len(), ROWS);
+}

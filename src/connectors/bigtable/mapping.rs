@@ -646,11 +646,19 @@ impl BigtableMapping {
                         versions.as_mut(),
                         &mut scratch,
                     )?;
+                    // With data versions, two rows of a key may write the same cells at the
+                    // same version: only one of them in flight at a time keeps the last row
+                    // the one a read sees (ADR 0031). Clock versions already order them.
+                    let serial_key = self
+                        .timestamp
+                        .is_some()
+                        .then(|| Arc::<[u8]>::from(record.row_key()));
                     Ok(Envelope {
                         record,
                         bytes,
                         destination,
                         sequence_key: None,
+                        serial_key,
                     })
                 });
             out.push(encoded.map_err(|reason| Error::Encode {

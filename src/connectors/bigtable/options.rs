@@ -306,7 +306,7 @@ writer_options! {
             bound: Bound::Positive,
             cross_rule: "above 20,000 the table is declared with a warning (the client's own flow-control budget)",
             example: "5000",
-            description: "Entries the writer keeps unacknowledged. At the cap the writer waits for completions before taking more input. The cap is per writer: an INSERT with N writers (`sink_parallelism`, by default one per input partition) holds up to N times this.",
+            description: "Entries the INSERT keeps unacknowledged. At its share of the cap a writer waits for completions before taking more input. The cap is per statement: an INSERT with N writers (`sink_parallelism`, by default one per input partition, also across a cluster's tasks) gives each writer 1/N of it, rounded up, at least 1.",
         };
         /// In-flight byte cap.
         max_in_flight_bytes: i64 => MAX_IN_FLIGHT_BYTES {
@@ -315,7 +315,7 @@ writer_options! {
             bound: Bound::Positive,
             cross_rule: "above 100 MiB the table is declared with a warning (the client's own flow-control budget)",
             example: "33554432",
-            description: "Serialized bytes of the entries the writer keeps unacknowledged: the bound that limits memory, since one entry may be megabytes. The cap is per writer: an INSERT with N writers (`sink_parallelism`, by default one per input partition) holds up to N times this.",
+            description: "Serialized bytes of the entries the INSERT keeps unacknowledged: the bound that limits memory, since one entry may be megabytes. The cap is per statement: an INSERT with N writers (`sink_parallelism`, by default one per input partition, also across a cluster's tasks) gives each writer 1/N of it, rounded up, at least 1.",
         };
         /// Consecutive confirmed rejections that fail the statement; [`UNBOUNDED`] never does.
         max_consecutive_rejections: i32 => MAX_CONSECUTIVE_REJECTIONS;

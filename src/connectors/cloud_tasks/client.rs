@@ -29,7 +29,7 @@
 //!
 //! | status | class |
 //! |---|---|
-//! | `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` | [`Class::Retryable`] (the option contract's transient-failure retry, `recovery_*`) |
+//! | `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`, `CANCELLED` | [`Class::Retryable`] (the option contract's transient-failure retry, `recovery_*`; `CANCELLED` is what a gRPC C-core server answers to a call it drops from an overfull queue of unstarted calls, see ADR 0032) |
 //! | `NOT_FOUND` | [`Class::NotFound`] (the queue is missing: re-sent under `not_found_recovery_*`; never created) |
 //! | `FAILED_PRECONDITION` whose message says the queue does not exist | [`Class::NotFound`]: how `gcloud-tasks-emulator` answers for a missing queue |
 //! | `ALREADY_EXISTS` | [`Class::Duplicate`]: a named task that exists or ran recently, i.e. delivered before (only named tasks can collide) |
@@ -253,6 +253,9 @@ pub fn classify_create_task_status(status: &tonic::Status) -> Class {
     match status.code() {
         Code::Ok => Class::Ok,
         Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted => Class::Retryable,
+        // A server that cancels a call it had not started (gRPC C-core drops calls past its
+        // pending-request limit): transient, and a named task stays idempotent (ADR 0032).
+        Code::Cancelled => Class::Retryable,
         Code::NotFound => Class::NotFound,
         Code::FailedPrecondition if says_queue_is_missing(status.message()) => Class::NotFound,
         Code::AlreadyExists => Class::Duplicate,
@@ -380,6 +383,7 @@ mod tests {
             (Code::Unavailable, "", Class::Retryable),
             (Code::DeadlineExceeded, "", Class::Retryable),
             (Code::ResourceExhausted, "", Class::Retryable),
+            (Code::Cancelled, "CANCELLED", Class::Retryable),
             (Code::NotFound, "Queue not found", Class::NotFound),
             (
                 Code::FailedPrecondition,

@@ -649,6 +649,7 @@ impl CloudTasksMapping {
             },
             destination: queue,
             sequence_key: None,
+            serial_key: None,
         })
     }
 

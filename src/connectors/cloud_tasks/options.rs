@@ -341,7 +341,7 @@ writer_options! {
             bound: Bound::Positive,
             cross_rule: "",
             example: "200",
-            description: "Task creations the writer keeps outstanding, in flight or waiting out a retry backoff. At the cap the writer waits for creations to complete before taking more input. The cap is per writer: an INSERT with N writers (`sink_parallelism`, by default one per input partition) holds up to N times this.",
+            description: "Task creations the INSERT keeps outstanding, in flight or waiting out a retry backoff. At its share of the cap a writer waits for creations to complete before taking more input. The cap is per statement: an INSERT with N writers (`sink_parallelism`, by default one per input partition, also across a cluster's tasks) gives each writer 1/N of it, rounded up, at least 1.",
         };
         /// gRPC channels of the client; `None` leaves the client's single channel.
         channel_pool_size: Option<i32> => CHANNEL_POOL_SIZE {
@@ -359,7 +359,7 @@ writer_options! {
             bound: Bound::PositiveNumber,
             cross_rule: "",
             example: "100",
-            description: "Task creations the writer starts per second at most (a number above 0, `'0.5'` or `'500'`); retries of a creation do not count. The rate is per writer: an INSERT with N writers (`sink_parallelism`) creates up to N times this. Use it to follow the queue's ramp-up guidance: at most 500 creations per second on a new or quiet queue, then at most +50% every 5 minutes.",
+            description: "Task creations the INSERT starts per second at most (a number above 0, `'0.5'` or `'500'`); retries of a creation do not count. The rate is per statement: an INSERT with N writers (`sink_parallelism`, by default one per input partition, also across a cluster's tasks) gives each writer 1/N of it. Use it to follow the queue's ramp-up guidance: at most 500 creations per second on a new or quiet queue, then at most +50% every 5 minutes.",
         };
         /// First backoff of the transient-failure retry.
         recovery_initial_backoff: Duration => RECOVERY_INITIAL_BACKOFF {

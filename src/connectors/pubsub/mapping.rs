@@ -810,6 +810,7 @@ impl PubSubMapping {
                     .or_insert_with(|| Arc::from(key))
                     .clone()
             }),
+            serial_key: None,
         })
     }
 

@@ -334,7 +334,7 @@ writer_options! {
             bound: Bound::Positive,
             cross_rule: "",
             example: "2000",
-            description: "Messages the writer keeps published but not yet acknowledged. At the cap the writer waits (without blocking a thread) for acknowledgements before taking more input. The cap is per writer: an INSERT with N writers (`sink_parallelism`, by default one per input partition) holds up to N times this.",
+            description: "Messages the INSERT keeps published but not yet acknowledged. At its share of the cap a writer waits (without blocking a thread) for acknowledgements before taking more input. The cap is per statement: an INSERT with N writers (`sink_parallelism`, by default one per input partition, also across a cluster's tasks) gives each writer 1/N of it, rounded up, at least 1.",
         };
         /// In-flight byte cap; [`COUNT_ONLY`] bounds by message count only.
         max_in_flight_bytes: i64 => MAX_IN_FLIGHT_BYTES {
@@ -343,7 +343,7 @@ writer_options! {
             bound: Bound::Positive,
             cross_rule: "",
             example: "134217728",
-            description: "Serialized bytes of the messages the writer keeps unacknowledged; this is what bounds memory, since one message may hold up to 10 MiB. A single message larger than the cap is still sent, alone. `9223372036854775807` bounds by message count only. The cap is per writer: an INSERT with N writers (`sink_parallelism`, by default one per input partition) holds up to N times this.",
+            description: "Serialized bytes of the messages the INSERT keeps unacknowledged; this is what bounds memory, since one message may hold up to 10 MiB. A single message larger than the cap is still sent, alone. `9223372036854775807` bounds by message count only. The cap is per statement: an INSERT with N writers (`sink_parallelism`, by default one per input partition, also across a cluster's tasks) gives each writer 1/N of it, rounded up, at least 1.",
         };
         /// First backoff of the topic auto-creation recovery.
         recovery_initial_backoff: Duration => RECOVERY_INITIAL_BACKOFF {

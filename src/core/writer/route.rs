@@ -110,6 +110,22 @@ impl<T: Transport> Shared<T> {
         });
     }
 
+    /// A batch holding records of serial keys `keys` resolved: the next waiting record of each
+    /// key goes, unless the writer has failed (the waiting records then count as not
+    /// delivered, as an unsent open batch does).
+    pub(super) fn serial_done(self: &Arc<Self>, name: &Destination, keys: &[Arc<[u8]>]) {
+        if self.is_failed() {
+            return;
+        }
+        self.dispatch(|pool, out| {
+            if let Some(dest) = pool.dests.get_mut(name) {
+                for batch in dest.batches.serial_done(keys) {
+                    out.send(name, dest, batch);
+                }
+            }
+        });
+    }
+
     /// Makes sure `name` has an open client, evicting the LRU clean destination at the cap.
     pub(super) async fn ensure_open(self: &Arc<Self>, name: &Destination) -> Result<()> {
         if lock(&self.pool).dests.contains_key(name) {

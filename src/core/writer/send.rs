@@ -127,6 +127,9 @@ impl<T: Transport> Shared<T> {
         if let Some(key) = &batch.key {
             self.key_done(&destination, key);
         }
+        if !batch.serial.is_empty() {
+            self.serial_done(&destination, &batch.serial);
+        }
         drop(lease);
     }
 
@@ -299,6 +302,7 @@ mod tests {
                 bytes,
                 destination: Arc::from("d"),
                 sequence_key: None,
+                serial_key: None,
             };
             writer.write(envelope).await.expect("write");
         }

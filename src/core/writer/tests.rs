@@ -98,6 +98,7 @@ fn envelope(n: u32, destination: &str, key: Option<&str>) -> Envelope<u32> {
         bytes: 10,
         destination: Arc::from(destination),
         sequence_key: key.map(Arc::from),
+        serial_key: None,
     }
 }
 
@@ -1554,4 +1555,33 @@ async fn a_dropped_writer_still_finishes_its_dead_letters() {
     tokio::task::yield_now().await;
     assert_eq!(sink.finished.load(Ordering::Relaxed), 1);
     assert_eq!(lock(&sink.rows).len(), 1);
+}
+
+#[test]
+fn a_statements_caps_are_split_among_its_writers() {
+    let mut c = config();
+    c.max_in_flight_records = 1000;
+    c.max_in_flight_bytes = 64 << 20;
+    c.max_concurrent_sends = 1000;
+    c.max_records_per_second = Some(100.0);
+    let share = c.share_of(3);
+    assert_eq!(share.max_in_flight_records, 334);
+    assert_eq!(share.max_in_flight_bytes, (64u64 << 20).div_ceil(3));
+    assert_eq!(share.max_concurrent_sends, 334);
+    let rate = share.max_records_per_second.expect("a rate");
+    assert!((rate * 3.0 - 100.0).abs() < 1e-9, "{rate}");
+    // Per-writer settings stay as they are.
+    assert_eq!(share.batch, c.batch);
+    assert_eq!(share.retry, c.retry);
+    assert_eq!(share.max_active_destinations, c.max_active_destinations);
+    // One writer (or none known) keeps the whole; a share is never 0; count-only stays so.
+    assert_eq!(c.share_of(1), c);
+    assert_eq!(c.share_of(0), c);
+    c.max_in_flight_records = 2;
+    c.max_in_flight_bytes = u64::MAX;
+    c.max_records_per_second = None;
+    let share = c.share_of(8);
+    assert_eq!(share.max_in_flight_records, 1);
+    assert_eq!(share.max_in_flight_bytes, u64::MAX);
+    assert_eq!(share.max_records_per_second, None);
 }
