@@ -652,7 +652,7 @@ impl BigtableMapping {
                     let serial_key = self
                         .timestamp
                         .is_some()
-                        .then(|| Arc::<[u8]>::from(record.row_key()));
+                        .then(|| self.serial_key(record.row_key(), ts));
                     Ok(Envelope {
                         record,
                         bytes,
@@ -767,6 +767,22 @@ impl BigtableMapping {
                     })
             })
             .clone()
+    }
+
+    /// The key under which a writer keeps one record in flight when the data gives the
+    /// versions (ADR 0031). Set cells of different versions never overwrite each other, so
+    /// under `null_handling = 'ignore'` only rows of a key at one timestamp conflict: the key is
+    /// the row key followed by the 8 bytes of the version (the version has a fixed length, so
+    /// two pairs never make the same key). A `DeleteFromColumn` removes every version of a
+    /// cell, so under `'delete'` any two rows of a key conflict and the key is the row key.
+    fn serial_key(&self, row_key: &[u8], version_micros: i64) -> Arc<[u8]> {
+        if self.null_handling == NullHandling::Delete {
+            return Arc::from(row_key);
+        }
+        let mut key = Vec::with_capacity(row_key.len() + 8);
+        key.extend_from_slice(row_key);
+        key.extend_from_slice(&version_micros.to_be_bytes());
+        Arc::from(key)
     }
 
     fn row_timestamp(

@@ -650,3 +650,53 @@ fn clock_versions_never_go_back_from_one_batch_to_the_next() {
         }
     }
 }
+
+#[test]
+fn rows_of_a_key_are_serial_only_where_their_writes_can_overwrite_each_other() {
+    // ADR 0031: with data versions, a writer keeps one record of a serial key in flight.
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("at", DataType::Int64, false),
+        Field::new("v", DataType::Utf8, true),
+    ]);
+    // Rows: a@1ms, a@1ms, a@2ms, b@1ms.
+    let b = batch(vec![
+        (
+            "id",
+            Arc::new(StringArray::from(vec!["a", "a", "a", "b"])) as ArrayRef,
+        ),
+        ("at", Arc::new(Int64Array::from(vec![1_000, 1_000, 2_000, 1_000]))),
+        ("v", Arc::new(StringArray::from(vec!["w", "x", "y", "z"]))),
+    ]);
+    let keys = |pairs: &[(&str, &str)]| -> Vec<Option<Arc<[u8]>>> {
+        encode(&mapping(&schema, pairs).unwrap(), &b)
+            .into_iter()
+            .map(|r| r.expect("row encodes").serial_key)
+            .collect()
+    };
+    let base = [
+        ("table", TABLE),
+        ("row_key", "id"),
+        ("timestamp_column", "at"),
+    ];
+
+    // Under 'ignore' only one key at one version conflicts: set cells of different versions
+    // never overwrite each other.
+    let ignore = keys(&base);
+    assert!(ignore.iter().all(Option::is_some));
+    assert_eq!(ignore[0], ignore[1], "a@1ms twice");
+    assert_ne!(ignore[0], ignore[2], "a@1ms and a@2ms");
+    assert_ne!(ignore[0], ignore[3], "a@1ms and b@1ms");
+
+    // Under 'delete' a DeleteFromColumn removes every version: every row of a key conflicts.
+    let mut with_delete = base.to_vec();
+    with_delete.push(("null_handling", "delete"));
+    let delete = keys(&with_delete);
+    assert_eq!(delete[0], delete[1]);
+    assert_eq!(delete[0], delete[2], "a@1ms and a@2ms under delete");
+    assert_ne!(delete[0], delete[3]);
+
+    // Clock versions already order a key's rows: no serial key.
+    let clock = keys(&[("table", TABLE), ("row_key", "id")]);
+    assert!(clock.iter().all(Option::is_none));
+}
