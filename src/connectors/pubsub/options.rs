@@ -638,10 +638,35 @@ mod tests {
 
     #[test]
     fn builder_defaults_equal_documented_defaults() {
-        assert_eq!(
-            PubSubPublisherOptions::builder().build().unwrap(),
-            PubSubPublisherOptions::default()
-        );
+        let built = PubSubPublisherOptions::builder().build().unwrap();
+        assert_eq!(built, PubSubPublisherOptions::default());
+        // The documented defaults (docs/options.md, ADRs 0024 and 0025), written out here rather
+        // than read from the specs the builder starts from, so a changed spec default fails.
+        let ms = Duration::from_millis;
+        let s = Duration::from_secs;
+        assert_eq!(built.batch_element_count_threshold(), 100);
+        assert_eq!(built.batch_request_byte_threshold(), 1_000_000);
+        assert_eq!(built.batch_delay_threshold(), ms(10));
+        assert_eq!(built.retry_total_timeout(), s(600));
+        assert_eq!(built.retry_initial_delay(), ms(100));
+        assert_eq!(built.retry_delay_multiplier(), 4.0);
+        assert_eq!(built.retry_max_delay(), s(60));
+        assert_eq!(built.retry_initial_rpc_timeout(), s(5));
+        assert_eq!(built.retry_rpc_timeout_multiplier(), 4.0);
+        assert_eq!(built.retry_max_rpc_timeout(), s(60));
+        assert_eq!(built.retry_max_attempts(), 0);
+        assert!(!built.enable_message_ordering());
+        assert_eq!(built.max_in_flight_messages(), 1_000);
+        assert_eq!(built.max_in_flight_bytes(), 64 << 20);
+        assert_eq!(built.recovery_initial_backoff(), ms(500));
+        assert_eq!(built.recovery_max_backoff(), s(10));
+        assert_eq!(built.recovery_max_attempts(), 10);
+        assert_eq!(built.publish_progress_timeout(), s(600));
+        assert_eq!(built.shutdown_timeout(), s(30));
+        assert_eq!(built.max_active_publishers(), 100);
+        assert_eq!(built.destination_idle_timeout(), s(600));
+        assert!(!built.per_destination_metrics());
+        assert_eq!(built.max_consecutive_rejections(), 100);
     }
 
     #[test]

@@ -665,7 +665,10 @@ fn rows_of_a_key_are_serial_only_where_their_writes_can_overwrite_each_other() {
             "id",
             Arc::new(StringArray::from(vec!["a", "a", "a", "b"])) as ArrayRef,
         ),
-        ("at", Arc::new(Int64Array::from(vec![1_000, 1_000, 2_000, 1_000]))),
+        (
+            "at",
+            Arc::new(Int64Array::from(vec![1_000, 1_000, 2_000, 1_000])),
+        ),
         ("v", Arc::new(StringArray::from(vec!["w", "x", "y", "z"]))),
     ]);
     let keys = |pairs: &[(&str, &str)]| -> Vec<Option<Arc<[u8]>>> {
