@@ -33,7 +33,8 @@ use datafusion::physical_expr::{
     Partitioning, PhysicalExpr,
 };
 use datafusion::physical_plan::execution_plan::{
-    Boundedness, ChildrenPropertiesMode, ReplaceChildrenOptions, execute_input_stream,
+    Boundedness, ChildrenPropertiesMode, ReplaceChildrenOptions, check_not_null_constraints,
+    execute_input_stream,
 };
 use datafusion::physical_plan::expressions::Column;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
@@ -174,6 +175,9 @@ pub struct SinkWriterExec {
     routing: Routing,
     key_exprs: Vec<Arc<dyn PhysicalExpr>>,
     ordering: Option<LexOrdering>,
+    /// Columns after the table's that carry the ordering to the writers (see
+    /// [`super::order`]); dropped before a row is encoded.
+    hidden: usize,
     writers: usize,
     metrics: ExecutionPlanMetricsSet,
     statement: Arc<Statement>,
@@ -251,6 +255,14 @@ impl SinkWriterExec {
                 Ok(Arc::new(Column::new(name, index)) as Arc<dyn PhysicalExpr>)
             })
             .collect::<DFResult<Vec<_>>>()?;
+        let visible = sink.schema().fields().len();
+        if schema.fields().len() < visible {
+            return Err(DataFusionError::Plan(format!(
+                "the INSERT's input of table '{table}' has {} column(s), the table {visible}",
+                schema.fields().len()
+            )));
+        }
+        let hidden = schema.fields().len() - visible;
         let partitions = input.output_partitioning().partition_count().max(1);
         let writers = sink
             .parallelism()
@@ -276,6 +288,7 @@ impl SinkWriterExec {
             routing,
             key_exprs,
             ordering,
+            hidden,
             writers,
             metrics: ExecutionPlanMetricsSet::new(),
             statement: Arc::default(),
@@ -307,6 +320,45 @@ impl SinkWriterExec {
     /// The input: the rows to write.
     pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
         &self.input
+    }
+
+    /// How many columns after the table's the input carries (the `ORDER BY` expressions the
+    /// INSERT does not write, see [`super::order`]).
+    pub fn hidden_columns(&self) -> usize {
+        self.hidden
+    }
+
+    /// Input partition `partition` as the sink reads it: the table's columns only (the hidden
+    /// ordering columns dropped), and no null in a column the table declares `NOT NULL`.
+    fn input_stream(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
+        let schema = self.sink.schema().clone();
+        if self.hidden == 0 {
+            return execute_input_stream(self.input.clone(), schema, partition, context);
+        }
+        let visible: Vec<usize> = (0..schema.fields().len()).collect();
+        let risky: Vec<usize> = schema
+            .fields()
+            .iter()
+            .zip(self.input.schema().fields().iter())
+            .enumerate()
+            .filter_map(|(i, (table, input))| {
+                (!table.is_nullable() && input.is_nullable()).then_some(i)
+            })
+            .collect();
+        let stream = self.input.execute(partition, context)?;
+        let out = schema.clone();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            stream.map(move |batch| {
+                let batch = batch?.project(&visible)?;
+                let batch = check_not_null_constraints(batch, &risky)?;
+                Ok(RecordBatch::try_new(out.clone(), batch.columns().to_vec())?)
+            }),
+        )))
     }
 
     /// Writes the input partitions of writer `ctx.writer` and returns the rows acknowledged.
@@ -425,6 +477,9 @@ impl DisplayAs for SinkWriterExec {
         }
         if let Some(ordering) = &self.ordering {
             write!(f, " order=[{ordering}]")?;
+        }
+        if self.hidden > 0 {
+            write!(f, " hidden_order_columns={}", self.hidden)?;
         }
         if matches!(t, DisplayFormatType::Verbose) {
             write!(
@@ -554,7 +609,7 @@ impl ExecutionPlan for SinkWriterExec {
         let schema = self.sink.schema().clone();
         let streams = (partition..input_partitions)
             .step_by(self.writers)
-            .map(|p| execute_input_stream(self.input.clone(), schema.clone(), p, context.clone()))
+            .map(|p| self.input_stream(p, context.clone()))
             .collect::<DFResult<Vec<_>>>()?;
         let input: SendableRecordBatchStream = if streams.len() == 1 {
             streams.into_iter().next().expect("one stream")
@@ -1103,6 +1158,106 @@ mod plan_tests {
             "{plan}"
         );
         assert!(plan.contains("SinkCountExec"), "{plan}");
+    }
+
+    const ORDERED_TOPIC: &str = "CREATE TABLE t (payload VARCHAR, ordering_key VARCHAR) WITH \
+        (connector = 'pubsub', emulator_host = 'localhost:8085', \
+        topic = 'projects/p/topics/events', enable_message_ordering = 'true')";
+
+    /// Right below the writers, a sort of each partition or an order-keeping hash
+    /// repartition by the ordering key (no round-robin spread).
+    fn assert_sorted_and_hashed(plan: &str) {
+        let below = plan
+            .lines()
+            .skip_while(|l| !l.contains("SinkWriterExec"))
+            .nth(1)
+            .unwrap_or_default();
+        assert!(
+            below.contains("SortExec")
+                || (below.contains("RepartitionExec: partitioning=Hash([ordering_key@1], 4)")
+                    && below.contains("maintains_sort_order=true")),
+            "{plan}"
+        );
+        assert!(
+            plan.contains("RepartitionExec: partitioning=Hash([ordering_key@1], 4)"),
+            "{plan}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_order_by_on_a_column_the_insert_does_not_write_is_kept_in_a_hidden_column() {
+        let plan = explain(
+            ORDERED_TOPIC,
+            &format!(
+                "INSERT INTO t SELECT CAST(value AS VARCHAR) AS payload, \
+                 'k' || CAST(value % 16 AS VARCHAR) AS ordering_key {ROWS} ORDER BY value"
+            ),
+        )
+        .await;
+        assert!(
+            plan.contains(
+                "SinkWriterExec: connector=pubsub table=t writers=4 routing=hash(ordering_key) \
+                 order=[__order_0(value)@2 ASC NULLS LAST] hidden_order_columns=1"
+            ),
+            "{plan}"
+        );
+        assert_sorted_and_hashed(&plan);
+    }
+
+    #[tokio::test]
+    async fn an_order_by_on_expressions_and_desc_over_several_keys_is_kept() {
+        let plan = explain(
+            ORDERED_TOPIC,
+            &format!(
+                "INSERT INTO t SELECT CAST(value AS VARCHAR) AS payload, \
+                 'k' || CAST(value % 16 AS VARCHAR) AS ordering_key \
+                 {ROWS} ORDER BY ordering_key, value % 7 DESC, value"
+            ),
+        )
+        .await;
+        // The first key is written; the rest are not: all three reach the writers.
+        assert!(
+            plan.contains(
+                "order=[__order_0(ordering_key)@2 ASC NULLS LAST, \
+                 __order_1(value % 7)@3 DESC, __order_2(value)@4 ASC NULLS LAST] \
+                 hidden_order_columns=3"
+            ),
+            "{plan}"
+        );
+        assert_sorted_and_hashed(&plan);
+    }
+
+    #[tokio::test]
+    async fn an_order_by_under_a_limit_is_kept() {
+        let plan = explain(
+            ORDERED_TOPIC,
+            &format!(
+                "INSERT INTO t SELECT CAST(value AS VARCHAR) AS payload, \
+                 'k' || CAST(value % 16 AS VARCHAR) AS ordering_key {ROWS} \
+                 ORDER BY value DESC LIMIT 5000"
+            ),
+        )
+        .await;
+        assert!(
+            plan.contains("order=[__order_0(value)@2 DESC] hidden_order_columns=1"),
+            "{plan}"
+        );
+        assert!(plan.contains("SortExec: TopK(fetch=5000)"), "{plan}");
+    }
+
+    #[tokio::test]
+    async fn a_sink_that_keeps_no_order_gets_no_hidden_column() {
+        let plan = explain(
+            "CREATE TABLE t (body VARCHAR) WITH (connector = 'cloud_tasks', \
+             emulator_host = 'localhost:8123', queue = 'projects/p/locations/l/queues/q', \
+             url = 'https://worker.example.com/run')",
+            &format!(
+                "INSERT INTO t SELECT CAST(value AS VARCHAR) AS body {ROWS} ORDER BY value DESC"
+            ),
+        )
+        .await;
+        assert!(!plan.contains("hidden_order_columns"), "{plan}");
+        assert!(!plan.contains("__order_"), "{plan}");
     }
 
     #[tokio::test]
