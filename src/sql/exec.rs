@@ -651,8 +651,60 @@ impl ExecutionPlan for SinkWriterExec {
             // The session's stop requests reach this writer for as long as it runs.
             let _forward = user_stop.map(|from| Forward::start(from, ctx.stop.clone()));
             let _counted = counted;
-            let result = Self::run_writer(sink, input, metrics, running, ctx).await;
-            task.log(&result);
+            let distributed = task.task.is_some();
+            if !distributed {
+                let result = Self::run_writer(sink, input, metrics, running, ctx).await;
+                task.log(&result);
+                return count_batch(&out, task.for_the_engine(result)?);
+            }
+            // A cluster's executor cancels a task (its job was cancelled, or another task of
+            // the job failed) by dropping it. The writer therefore runs as a task of its own,
+            // and a drop of this stream asks it to drain: read nothing more, deliver what it
+            // admitted within `shutdown_timeout`, and log its counts, instead of dropping the
+            // rows it has on the wire unaccounted for.
+            task.started();
+            let cancel = CancelOnDrop::new(ctx.stop.clone());
+            let cancelled = cancel.cancelled.clone();
+            // Ballista's cancel may not drop this stream (the task's work can run on a task of
+            // its own), so the writer also watches its job and drains when the job ended.
+            let job_watch = task
+                .task
+                .as_deref()
+                .and_then(job_of_task)
+                .zip(JOB_END_WATCH.get().cloned())
+                .map(|(job, watch)| {
+                    let (stop, cancelled) = (ctx.stop.clone(), cancelled.clone());
+                    tokio::spawn(async move {
+                        watch(job).await;
+                        cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
+                        stop.stop(
+                            StopKind::Drain,
+                            "the job ended on the cluster (it was cancelled, or another task \
+                             failed)",
+                        );
+                    })
+                });
+            let log = task.clone();
+            let writer = tokio::spawn(async move {
+                let result = Self::run_writer(sink, input, metrics, running, ctx).await;
+                if let Some(watch) = job_watch {
+                    watch.abort();
+                }
+                if cancelled.load(std::sync::atomic::Ordering::SeqCst) {
+                    log.log_cancelled(&result);
+                } else {
+                    log.log(&result);
+                }
+                result
+            });
+            let joined = writer.await;
+            cancel.disarm();
+            let result = joined.map_err(|e| {
+                DataFusionError::Execution(format!(
+                    "the writer of partition {partition} of table '{}' ended abnormally: {e}",
+                    task.table
+                ))
+            })?;
             count_batch(&out, task.for_the_engine(result)?)
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -682,7 +734,64 @@ impl TaskLog {
     }
 }
 
+/// Waits until the cluster job of the given id has ended (cancelled, failed or done).
+pub type JobEndWatch = Arc<dyn Fn(String) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
+static JOB_END_WATCH: std::sync::OnceLock<JobEndWatch> = std::sync::OnceLock::new();
+
+/// Installs, once per process, how a sink task of a cluster job learns that its job ended
+/// while it runs: an executor of this crate asks its scheduler (Ballista's own cancel does not
+/// reach a running sink writer). A sink writer whose job ended drains.
+pub fn install_job_end_watch(watch: JobEndWatch) {
+    let _ = JOB_END_WATCH.set(watch);
+}
+
+/// The job id in a Ballista task id (`TID <job>/<stage>.<attempt>/<partition>...`).
+fn job_of_task(task: &str) -> Option<String> {
+    task.strip_prefix("TID ")?
+        .split('/')
+        .next()
+        .filter(|job| !job.is_empty())
+        .map(str::to_string)
+}
+
+/// Raises a drain on a writer's statement when the engine drops the writer's stream before it
+/// ended (a cluster's task cancelled by its scheduler).
+struct CancelOnDrop {
+    stop: Option<StopSignal>,
+    cancelled: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl CancelOnDrop {
+    fn new(stop: StopSignal) -> Self {
+        CancelOnDrop {
+            stop: Some(stop),
+            cancelled: Arc::default(),
+        }
+    }
+
+    /// The writer ended: a drop no longer means a cancel.
+    fn disarm(mut self) {
+        self.stop = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            self.cancelled
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            stop.stop(
+                StopKind::Drain,
+                "the task was cancelled by the cluster (its job was cancelled, or another task \
+                 of the job failed)",
+            );
+        }
+    }
+}
+
 /// What the log line of one sink task (one writer: a partition of the sink node) says.
+#[derive(Clone)]
 struct TaskLog {
     table: String,
     destination: Option<String>,
@@ -692,6 +801,46 @@ struct TaskLog {
 }
 
 impl TaskLog {
+    /// On a cluster: one info line per writer of a sink task as it starts.
+    fn started(&self) {
+        tracing::info!(
+            table = %self.table,
+            partition = self.partition,
+            writers = self.writers,
+            destination = self.destination.as_deref().unwrap_or("(declared in Rust)"),
+            task = self.task.as_deref().unwrap_or("-"),
+            "sink task started"
+        );
+    }
+
+    /// On a cluster: the line of a writer whose task was cancelled and that drained, with the
+    /// rows it had acknowledged (and, when the drain did not deliver everything it admitted,
+    /// the error that counts them).
+    fn log_cancelled(&self, result: &DFResult<u64>) {
+        let destination = self.destination.as_deref().unwrap_or("(declared in Rust)");
+        let task = self.task.as_deref().unwrap_or("-");
+        match result {
+            Ok(rows) => tracing::warn!(
+                table = %self.table,
+                partition = self.partition,
+                writers = self.writers,
+                rows,
+                destination,
+                task,
+                "sink task cancelled: it read no more input and delivered what it had read"
+            ),
+            Err(error) => tracing::warn!(
+                table = %self.table,
+                partition = self.partition,
+                writers = self.writers,
+                destination,
+                task,
+                %error,
+                "sink task cancelled: it read no more input and did not deliver everything it had read"
+            ),
+        }
+    }
+
     /// One info line per writer that ended (on a cluster: per writer of each sink task an
     /// executor ran); for one that failed, a warning on a cluster and a debug line in this
     /// process (whose statement error says it). Names no row value.
