@@ -14,9 +14,10 @@ use datafusion_proto::bytes::logical_plan_to_bytes_with_extension_codec;
 
 use super::progress::SinkCounters;
 use crate::cluster::{
-    ClusterAddress, ExecutorSettings, SINK_OPERATOR, SchedulerSettings, SinkLogicalCodec, job_id,
-    job_metrics, operator_metrics,
+    ClusterAddress, ExecutorSettings, SINK_OPERATOR, SchedulerSettings, SinkLogicalCodec,
+    cancel_job, job_id, job_metrics, operator_metrics,
 };
+use crate::core::StopKind;
 use crate::error::Result;
 use crate::sql::StatementControl;
 
@@ -177,5 +178,95 @@ pub(super) async fn job_counters(
             tracing::warn!(job = %job, error = %e, "no sink summary: the job's metrics are not available");
             None
         }
+    }
+}
+
+/// A statement running as a cluster job, watched for the tool's stop requests: while it runs it
+/// counts as a running sink statement (so the first Ctrl-C / SIGTERM is a graceful stop, not an
+/// exit), and a stop cancels the job through the scheduler. Dropped when the statement ended.
+pub(super) struct JobWatch {
+    _running: crate::sql::control::WriterRunning,
+    watcher: tokio::task::JoinHandle<()>,
+    cancelled: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl JobWatch {
+    /// Watches `plan` if it runs on a cluster (the session has a [`ClusterAddress`] and a
+    /// [`StatementControl`]); `None` otherwise.
+    pub(super) fn start(ctx: &SessionContext, plan: &Arc<dyn ExecutionPlan>) -> Option<Self> {
+        if !crate::cluster::runs_as_job(plan) {
+            return None;
+        }
+        let config = ctx.state().config().clone();
+        let address = config.get_extension::<ClusterAddress>()?;
+        let control = config.get_extension::<StatementControl>()?;
+        let cancelled: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+        let (plan, signal, noted) = (plan.clone(), control.signal(), cancelled.clone());
+        let watcher = tokio::spawn(async move {
+            tracing::debug!("watching the cluster job for a stop request");
+            signal.reaches(StopKind::Drain).await;
+            tracing::debug!("stop requested: cancelling the cluster job");
+            // The job id is known once the scheduler accepted the job.
+            let job = loop {
+                if let Some(job) = job_id(&plan) {
+                    break job;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            };
+            eprintln!(
+                "Cancelling job {job} on the cluster: its sink tasks read no more input and \
+                 deliver what they read (within shutdown_timeout); each logs its counts on its \
+                 executor."
+            );
+            match cancel_job(&address.scheduler_url, &job).await {
+                Ok(()) => {
+                    *noted.lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
+                }
+                Err(e) => eprintln!("Error: cannot cancel job {job}: {e}"),
+            }
+        });
+        Some(JobWatch {
+            _running: control.writer_running(),
+            watcher,
+            cancelled,
+        })
+    }
+
+    /// The job this watch cancelled on a stop request, if it did.
+    pub(super) fn cancelled(&self) -> Option<String> {
+        self.cancelled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for JobWatch {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+/// The error of a statement whose cluster job `job` was cancelled on a stop request: what the
+/// sink tasks that had finished acknowledged (from the job's metrics), and where the cancelled
+/// tasks' own counts are (Ballista reports no metrics of a cancelled task).
+pub(super) async fn cancelled_job_error(
+    ctx: &SessionContext,
+    plan: &Arc<dyn ExecutionPlan>,
+    job: &str,
+) -> crate::Error {
+    let reason = ctx
+        .state()
+        .config()
+        .get_extension::<StatementControl>()
+        .and_then(|c| c.reason())
+        .unwrap_or_else(|| "stop requested".into());
+    let finished = job_counters(ctx, plan).await.map_or(0, |c| c.acked);
+    crate::Error::Stopped {
+        reason: format!(
+            "{reason}: job {job} was cancelled on the cluster; the sink tasks that had finished \
+         acknowledged {finished} row(s); each cancelled sink task logged on its executor the \
+         rows it acknowledged ('sink task cancelled'), and rows it had not read were not sent"
+        ),
     }
 }

@@ -91,9 +91,17 @@ pub async fn run_statement(
     let plan = frame.create_physical_plan().await?;
     let schema = plan.schema();
     let progress = LiveProgress::start(&plan, !options.quiet);
+    #[cfg(feature = "ballista")]
+    let watch = super::cluster::JobWatch::start(ctx, &plan);
     let outcome = collect(Arc::clone(&plan), ctx.task_ctx()).await;
     if let Some(progress) = progress {
         progress.finish().await;
+    }
+    #[cfg(feature = "ballista")]
+    if let Some(job) = watch.as_ref().and_then(|w| w.cancelled())
+        && outcome.is_err()
+    {
+        return Err(super::cluster::cancelled_job_error(ctx, &plan, &job).await);
     }
     let batches = outcome?;
     let elapsed = started.elapsed();

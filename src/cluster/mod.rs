@@ -87,6 +87,20 @@ pub async fn remote_context(url: &str, state: SessionState) -> Result<SessionCon
         configure_config(state.config().clone()).with_extension(Arc::new(ClusterAddress {
             scheduler_url: scheduler_url.clone(),
         }));
+    // The client polls the job's status (Ballista's pull mode) rather than waiting for the
+    // scheduler to push it: in push mode the job id reaches the client only with the job's
+    // end, and a stop request needs it while the job runs (to cancel it).
+    let config = if config
+        .options()
+        .extensions
+        .get::<ballista_core::config::BallistaConfig>()
+        .is_some()
+    {
+        config
+    } else {
+        config.with_option_extension(ballista_core::config::BallistaConfig::default())
+    }
+    .set_str(ballista_core::config::BALLISTA_CLIENT_PULL, "true");
     let state = SessionStateBuilder::new_from_existing(state)
         .with_config(config)
         .build();
@@ -258,6 +272,11 @@ impl ExecutorSettings {
             "gcp-sql executor starting (Ballista {})",
             ballista_core::BALLISTA_VERSION
         );
+        let scheduler_url = format!("http://{}:{}", self.scheduler_host, self.scheduler_port);
+        crate::sql::exec::install_job_end_watch(Arc::new(move |job| {
+            let url = scheduler_url.clone();
+            Box::pin(async move { wait_for_job_end(&url, &job).await })
+        }));
         start_executor_process(Arc::new(self.config()))
             .await
             .map_err(|e| ballista_error("the executor stopped", e))
@@ -311,6 +330,69 @@ pub fn operator_metrics(metrics: &GetJobMetricsResult, operator: &str) -> Vec<Me
             set.ok()
         })
         .collect()
+}
+
+/// Asks the scheduler at `scheduler_url` to cancel job `job_id`. Ballista's scheduler marks the
+/// job failed and has the executors cancel its running tasks; a cancelled sink task drains (it
+/// reads no more input, delivers what it read within `shutdown_timeout`) and logs its counts on
+/// its executor (docs/cluster.md).
+pub async fn cancel_job(scheduler_url: &str, job_id: &str) -> Result<()> {
+    let mut client = SchedulerGrpcClient::connect(scheduler_url.to_string())
+        .await
+        .map_err(|e| {
+            ballista_error(&format!("cannot reach the scheduler at {scheduler_url}"), e)
+        })?;
+    let result = client
+        .cancel_job(ballista_core::serde::protobuf::CancelJobParams {
+            job_id: job_id.to_string(),
+        })
+        .await
+        .map_err(|e| ballista_error(&format!("job {job_id}: cannot cancel it"), e))?
+        .into_inner();
+    if !result.cancelled {
+        tracing::warn!(job = %job_id, "the scheduler did not cancel the job (it may have ended)");
+    }
+    Ok(())
+}
+
+/// Returns once the scheduler at `scheduler_url` reports job `job_id` ended (failed, which a
+/// cancel is, or successful), asking every half second; an unreachable scheduler is asked
+/// again.
+async fn wait_for_job_end(scheduler_url: &str, job_id: &str) {
+    use ballista_core::serde::protobuf::{GetJobStatusParams, job_status};
+    let mut client = None;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        if client.is_none() {
+            client = SchedulerGrpcClient::connect(scheduler_url.to_string())
+                .await
+                .ok();
+        }
+        let Some(c) = client.as_mut() else { continue };
+        match c
+            .get_job_status(GetJobStatusParams {
+                job_id: job_id.to_string(),
+            })
+            .await
+        {
+            Ok(reply) => {
+                let status = reply.into_inner().status.and_then(|s| s.status);
+                if matches!(
+                    status,
+                    Some(job_status::Status::Failed(_) | job_status::Status::Successful(_))
+                ) {
+                    return;
+                }
+            }
+            Err(_) => client = None,
+        }
+    }
+}
+
+/// Whether `plan` runs as a cluster job (its root is Ballista's distributed query node).
+pub fn runs_as_job(plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>) -> bool {
+    plan.downcast_ref::<ballista_core::execution_plans::DistributedQueryExec<LogicalPlanNode>>()
+        .is_some()
 }
 
 /// The job id of a plan the cluster ran (its root is Ballista's distributed query node).

@@ -240,6 +240,42 @@ async fn the_sink_nodes_survive_the_physical_codec() {
     }
 }
 
+#[tokio::test]
+async fn an_order_by_a_column_not_inserted_keeps_its_hidden_columns_through_the_physical_codec() {
+    let ctx = session();
+    let (name, _, sql) = DECLARATIONS
+        .iter()
+        .find(|(_, kind, _)| *kind == ConnectorKind::PubSub)
+        .expect("a Pub/Sub declaration");
+    declared(&ctx, sql, name).await;
+    // `ts` is not inserted: the writers keep its order in a hidden column.
+    let plan = ctx
+        .sql(
+            "INSERT INTO clicks SELECT CAST(id AS VARCHAR) AS k, id AS seq, 'n' AS note \
+             FROM (SELECT id, (id * 7) % 5 AS ts FROM (SELECT unnest(range(1, 5)) AS id)) \
+             ORDER BY ts DESC",
+        )
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let codec = SinkPhysicalCodec::default();
+    let bytes = physical_plan_to_bytes_with_extension_codec(plan.clone(), &codec).unwrap();
+    let back =
+        physical_plan_from_bytes_with_extension_codec(&bytes, &ctx.task_ctx(), &codec).unwrap();
+    let shown = |p: &Arc<dyn ExecutionPlan>| displayable(p.as_ref()).indent(true).to_string();
+    assert_eq!(shown(&plan), shown(&back));
+    let after = find_writer(&back).unwrap();
+    assert_eq!(after.hidden_columns(), 1, "{}", shown(&back));
+    assert_eq!(
+        after.ordering().map(|o| o.to_string()),
+        Some("__order_0(ts)@3 DESC".to_string()),
+        "{}",
+        shown(&back)
+    );
+}
+
 #[test]
 fn cluster_addresses_are_df_or_http_with_a_host_and_a_port() {
     assert_eq!(

@@ -33,7 +33,8 @@ use datafusion::physical_expr::{
     Partitioning, PhysicalExpr,
 };
 use datafusion::physical_plan::execution_plan::{
-    Boundedness, ChildrenPropertiesMode, ReplaceChildrenOptions, execute_input_stream,
+    Boundedness, ChildrenPropertiesMode, ReplaceChildrenOptions, check_not_null_constraints,
+    execute_input_stream,
 };
 use datafusion::physical_plan::expressions::Column;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
@@ -174,6 +175,9 @@ pub struct SinkWriterExec {
     routing: Routing,
     key_exprs: Vec<Arc<dyn PhysicalExpr>>,
     ordering: Option<LexOrdering>,
+    /// Columns after the table's that carry the ordering to the writers (see
+    /// [`super::order`]); dropped before a row is encoded.
+    hidden: usize,
     writers: usize,
     metrics: ExecutionPlanMetricsSet,
     statement: Arc<Statement>,
@@ -251,6 +255,14 @@ impl SinkWriterExec {
                 Ok(Arc::new(Column::new(name, index)) as Arc<dyn PhysicalExpr>)
             })
             .collect::<DFResult<Vec<_>>>()?;
+        let visible = sink.schema().fields().len();
+        if schema.fields().len() < visible {
+            return Err(DataFusionError::Plan(format!(
+                "the INSERT's input of table '{table}' has {} column(s), the table {visible}",
+                schema.fields().len()
+            )));
+        }
+        let hidden = schema.fields().len() - visible;
         let partitions = input.output_partitioning().partition_count().max(1);
         let writers = sink
             .parallelism()
@@ -276,6 +288,7 @@ impl SinkWriterExec {
             routing,
             key_exprs,
             ordering,
+            hidden,
             writers,
             metrics: ExecutionPlanMetricsSet::new(),
             statement: Arc::default(),
@@ -307,6 +320,45 @@ impl SinkWriterExec {
     /// The input: the rows to write.
     pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
         &self.input
+    }
+
+    /// How many columns after the table's the input carries (the `ORDER BY` expressions the
+    /// INSERT does not write, see [`super::order`]).
+    pub fn hidden_columns(&self) -> usize {
+        self.hidden
+    }
+
+    /// Input partition `partition` as the sink reads it: the table's columns only (the hidden
+    /// ordering columns dropped), and no null in a column the table declares `NOT NULL`.
+    fn input_stream(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
+        let schema = self.sink.schema().clone();
+        if self.hidden == 0 {
+            return execute_input_stream(self.input.clone(), schema, partition, context);
+        }
+        let visible: Vec<usize> = (0..schema.fields().len()).collect();
+        let risky: Vec<usize> = schema
+            .fields()
+            .iter()
+            .zip(self.input.schema().fields().iter())
+            .enumerate()
+            .filter_map(|(i, (table, input))| {
+                (!table.is_nullable() && input.is_nullable()).then_some(i)
+            })
+            .collect();
+        let stream = self.input.execute(partition, context)?;
+        let out = schema.clone();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            stream.map(move |batch| {
+                let batch = batch?.project(&visible)?;
+                let batch = check_not_null_constraints(batch, &risky)?;
+                Ok(RecordBatch::try_new(out.clone(), batch.columns().to_vec())?)
+            }),
+        )))
     }
 
     /// Writes the input partitions of writer `ctx.writer` and returns the rows acknowledged.
@@ -426,6 +478,9 @@ impl DisplayAs for SinkWriterExec {
         }
         if let Some(ordering) = &self.ordering {
             write!(f, " order=[{ordering}]")?;
+        }
+        if self.hidden > 0 {
+            write!(f, " hidden_order_columns={}", self.hidden)?;
         }
         if matches!(t, DisplayFormatType::Verbose) {
             write!(
@@ -555,7 +610,7 @@ impl ExecutionPlan for SinkWriterExec {
         let schema = self.sink.schema().clone();
         let streams = (partition..input_partitions)
             .step_by(self.writers)
-            .map(|p| execute_input_stream(self.input.clone(), schema.clone(), p, context.clone()))
+            .map(|p| self.input_stream(p, context.clone()))
             .collect::<DFResult<Vec<_>>>()?;
         let input: SendableRecordBatchStream = if streams.len() == 1 {
             streams.into_iter().next().expect("one stream")
@@ -597,8 +652,60 @@ impl ExecutionPlan for SinkWriterExec {
             // The session's stop requests reach this writer for as long as it runs.
             let _forward = user_stop.map(|from| Forward::start(from, ctx.stop.clone()));
             let _counted = counted;
-            let result = Self::run_writer(sink, input, metrics, running, ctx).await;
-            task.log(&result);
+            let distributed = task.task.is_some();
+            if !distributed {
+                let result = Self::run_writer(sink, input, metrics, running, ctx).await;
+                task.log(&result);
+                return count_batch(&out, task.for_the_engine(result)?);
+            }
+            // A cluster's executor cancels a task (its job was cancelled, or another task of
+            // the job failed) by dropping it. The writer therefore runs as a task of its own,
+            // and a drop of this stream asks it to drain: read nothing more, deliver what it
+            // admitted within `shutdown_timeout`, and log its counts, instead of dropping the
+            // rows it has on the wire unaccounted for.
+            task.started();
+            let cancel = CancelOnDrop::new(ctx.stop.clone());
+            let cancelled = cancel.cancelled.clone();
+            // Ballista's cancel may not drop this stream (the task's work can run on a task of
+            // its own), so the writer also watches its job and drains when the job ended.
+            let job_watch = task
+                .task
+                .as_deref()
+                .and_then(job_of_task)
+                .zip(JOB_END_WATCH.get().cloned())
+                .map(|(job, watch)| {
+                    let (stop, cancelled) = (ctx.stop.clone(), cancelled.clone());
+                    tokio::spawn(async move {
+                        watch(job).await;
+                        cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
+                        stop.stop(
+                            StopKind::Drain,
+                            "the job ended on the cluster (it was cancelled, or another task \
+                             failed)",
+                        );
+                    })
+                });
+            let log = task.clone();
+            let writer = tokio::spawn(async move {
+                let result = Self::run_writer(sink, input, metrics, running, ctx).await;
+                if let Some(watch) = job_watch {
+                    watch.abort();
+                }
+                if cancelled.load(std::sync::atomic::Ordering::SeqCst) {
+                    log.log_cancelled(&result);
+                } else {
+                    log.log(&result);
+                }
+                result
+            });
+            let joined = writer.await;
+            cancel.disarm();
+            let result = joined.map_err(|e| {
+                DataFusionError::Execution(format!(
+                    "the writer of partition {partition} of table '{}' ended abnormally: {e}",
+                    task.table
+                ))
+            })?;
             count_batch(&out, task.for_the_engine(result)?)
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -628,7 +735,64 @@ impl TaskLog {
     }
 }
 
+/// Waits until the cluster job of the given id has ended (cancelled, failed or done).
+pub type JobEndWatch = Arc<dyn Fn(String) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
+static JOB_END_WATCH: std::sync::OnceLock<JobEndWatch> = std::sync::OnceLock::new();
+
+/// Installs, once per process, how a sink task of a cluster job learns that its job ended
+/// while it runs: an executor of this crate asks its scheduler (Ballista's own cancel does not
+/// reach a running sink writer). A sink writer whose job ended drains.
+pub fn install_job_end_watch(watch: JobEndWatch) {
+    let _ = JOB_END_WATCH.set(watch);
+}
+
+/// The job id in a Ballista task id (`TID <job>/<stage>.<attempt>/<partition>...`).
+fn job_of_task(task: &str) -> Option<String> {
+    task.strip_prefix("TID ")?
+        .split('/')
+        .next()
+        .filter(|job| !job.is_empty())
+        .map(str::to_string)
+}
+
+/// Raises a drain on a writer's statement when the engine drops the writer's stream before it
+/// ended (a cluster's task cancelled by its scheduler).
+struct CancelOnDrop {
+    stop: Option<StopSignal>,
+    cancelled: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl CancelOnDrop {
+    fn new(stop: StopSignal) -> Self {
+        CancelOnDrop {
+            stop: Some(stop),
+            cancelled: Arc::default(),
+        }
+    }
+
+    /// The writer ended: a drop no longer means a cancel.
+    fn disarm(mut self) {
+        self.stop = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            self.cancelled
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            stop.stop(
+                StopKind::Drain,
+                "the task was cancelled by the cluster (its job was cancelled, or another task \
+                 of the job failed)",
+            );
+        }
+    }
+}
+
 /// What the log line of one sink task (one writer: a partition of the sink node) says.
+#[derive(Clone)]
 struct TaskLog {
     table: String,
     destination: Option<String>,
@@ -638,6 +802,46 @@ struct TaskLog {
 }
 
 impl TaskLog {
+    /// On a cluster: one info line per writer of a sink task as it starts.
+    fn started(&self) {
+        tracing::info!(
+            table = %self.table,
+            partition = self.partition,
+            writers = self.writers,
+            destination = self.destination.as_deref().unwrap_or("(declared in Rust)"),
+            task = self.task.as_deref().unwrap_or("-"),
+            "sink task started"
+        );
+    }
+
+    /// On a cluster: the line of a writer whose task was cancelled and that drained, with the
+    /// rows it had acknowledged (and, when the drain did not deliver everything it admitted,
+    /// the error that counts them).
+    fn log_cancelled(&self, result: &DFResult<u64>) {
+        let destination = self.destination.as_deref().unwrap_or("(declared in Rust)");
+        let task = self.task.as_deref().unwrap_or("-");
+        match result {
+            Ok(rows) => tracing::warn!(
+                table = %self.table,
+                partition = self.partition,
+                writers = self.writers,
+                rows,
+                destination,
+                task,
+                "sink task cancelled: it read no more input and delivered what it had read"
+            ),
+            Err(error) => tracing::warn!(
+                table = %self.table,
+                partition = self.partition,
+                writers = self.writers,
+                destination,
+                task,
+                %error,
+                "sink task cancelled: it read no more input and did not deliver everything it had read"
+            ),
+        }
+    }
+
     /// One info line per writer that ended (on a cluster: per writer of each sink task an
     /// executor ran); for one that failed, a warning on a cluster and a debug line in this
     /// process (whose statement error says it). Names no row value.
@@ -1105,6 +1309,106 @@ mod plan_tests {
             "{plan}"
         );
         assert!(plan.contains("SinkCountExec"), "{plan}");
+    }
+
+    const ORDERED_TOPIC: &str = "CREATE TABLE t (payload VARCHAR, ordering_key VARCHAR) WITH \
+        (connector = 'pubsub', emulator_host = 'localhost:8085', \
+        topic = 'projects/p/topics/events', enable_message_ordering = 'true')";
+
+    /// Right below the writers, a sort of each partition or an order-keeping hash
+    /// repartition by the ordering key (no round-robin spread).
+    fn assert_sorted_and_hashed(plan: &str) {
+        let below = plan
+            .lines()
+            .skip_while(|l| !l.contains("SinkWriterExec"))
+            .nth(1)
+            .unwrap_or_default();
+        assert!(
+            below.contains("SortExec")
+                || (below.contains("RepartitionExec: partitioning=Hash([ordering_key@1], 4)")
+                    && below.contains("maintains_sort_order=true")),
+            "{plan}"
+        );
+        assert!(
+            plan.contains("RepartitionExec: partitioning=Hash([ordering_key@1], 4)"),
+            "{plan}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_order_by_on_a_column_the_insert_does_not_write_is_kept_in_a_hidden_column() {
+        let plan = explain(
+            ORDERED_TOPIC,
+            &format!(
+                "INSERT INTO t SELECT CAST(value AS VARCHAR) AS payload, \
+                 'k' || CAST(value % 16 AS VARCHAR) AS ordering_key {ROWS} ORDER BY value"
+            ),
+        )
+        .await;
+        assert!(
+            plan.contains(
+                "SinkWriterExec: connector=pubsub table=t writers=4 routing=hash(ordering_key) \
+                 order=[__order_0(value)@2 ASC NULLS LAST] hidden_order_columns=1"
+            ),
+            "{plan}"
+        );
+        assert_sorted_and_hashed(&plan);
+    }
+
+    #[tokio::test]
+    async fn an_order_by_on_expressions_and_desc_over_several_keys_is_kept() {
+        let plan = explain(
+            ORDERED_TOPIC,
+            &format!(
+                "INSERT INTO t SELECT CAST(value AS VARCHAR) AS payload, \
+                 'k' || CAST(value % 16 AS VARCHAR) AS ordering_key \
+                 {ROWS} ORDER BY ordering_key, value % 7 DESC, value"
+            ),
+        )
+        .await;
+        // The first key is written; the rest are not: all three reach the writers.
+        assert!(
+            plan.contains(
+                "order=[__order_0(ordering_key)@2 ASC NULLS LAST, \
+                 __order_1(value % 7)@3 DESC, __order_2(value)@4 ASC NULLS LAST] \
+                 hidden_order_columns=3"
+            ),
+            "{plan}"
+        );
+        assert_sorted_and_hashed(&plan);
+    }
+
+    #[tokio::test]
+    async fn an_order_by_under_a_limit_is_kept() {
+        let plan = explain(
+            ORDERED_TOPIC,
+            &format!(
+                "INSERT INTO t SELECT CAST(value AS VARCHAR) AS payload, \
+                 'k' || CAST(value % 16 AS VARCHAR) AS ordering_key {ROWS} \
+                 ORDER BY value DESC LIMIT 5000"
+            ),
+        )
+        .await;
+        assert!(
+            plan.contains("order=[__order_0(value)@2 DESC] hidden_order_columns=1"),
+            "{plan}"
+        );
+        assert!(plan.contains("SortExec: TopK(fetch=5000)"), "{plan}");
+    }
+
+    #[tokio::test]
+    async fn a_sink_that_keeps_no_order_gets_no_hidden_column() {
+        let plan = explain(
+            "CREATE TABLE t (body VARCHAR) WITH (connector = 'cloud_tasks', \
+             emulator_host = 'localhost:8123', queue = 'projects/p/locations/l/queues/q', \
+             url = 'https://worker.example.com/run')",
+            &format!(
+                "INSERT INTO t SELECT CAST(value AS VARCHAR) AS body {ROWS} ORDER BY value DESC"
+            ),
+        )
+        .await;
+        assert!(!plan.contains("hidden_order_columns"), "{plan}");
+        assert!(!plan.contains("__order_"), "{plan}");
     }
 
     #[tokio::test]

@@ -20,11 +20,12 @@
 //! # Ok(()) }
 //! ```
 
-mod control;
+pub(crate) mod control;
 pub mod exec;
 mod factory;
 pub mod inspect;
 pub mod map_columns;
+pub mod order;
 mod spec;
 mod table;
 mod with;

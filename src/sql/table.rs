@@ -13,6 +13,7 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::exec::{SinkCountExec, SinkWriterExec};
+use super::order::carry_ordering;
 use crate::connectors::SinkConnector;
 use crate::error::Error;
 
@@ -114,8 +115,20 @@ impl TableProvider for SinkTable {
             ))
             .into());
         }
-        let writers = SinkWriterExec::try_new(self.name.clone(), self.sink.clone(), input)?
-            .with_spec(self.spec.clone());
+        let writers = if self.sink.routing().keep_order {
+            // The ORDER BY, whatever it sorts by, reaches the writers (hidden columns carry
+            // what the INSERT does not write).
+            let carried = carry_ordering(input, self.sink.schema().fields().len())?;
+            SinkWriterExec::try_new_with_ordering(
+                self.name.clone(),
+                self.sink.clone(),
+                carried.input,
+                carried.ordering,
+            )?
+        } else {
+            SinkWriterExec::try_new(self.name.clone(), self.sink.clone(), input)?
+        }
+        .with_spec(self.spec.clone());
         Ok(Arc::new(SinkCountExec::new(Arc::new(writers))))
     }
 }

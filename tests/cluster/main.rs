@@ -581,3 +581,172 @@ async fn the_tool_runs_an_insert_on_its_own_scheduler_and_two_executors() {
     assert!(!stderr.contains("bug"), "{stderr}");
     drop(processes);
 }
+
+/// `needle` lines over every executor log.
+fn count_in_logs(logs: &std::path::Path, needle: &str) -> usize {
+    ["executor1.log", "executor2.log"]
+        .iter()
+        .map(|name| {
+            std::fs::read_to_string(logs.join(name))
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains(needle))
+                .count()
+        })
+        .sum()
+}
+
+/// Waits until `done()` holds; panics with `what` past a bound only a hang reaches.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_under_the_tool_on_a_cluster_cancels_the_job_reports_and_ends_the_sink_tasks() {
+    const SLOW_ROWS: i64 = 200_000;
+    let admin = PubSubAdmin::connect().await;
+    let (topic, _subscription) = admin.topic_with_subscription("cluster", "stop", true).await;
+    let home = tempfile::tempdir().expect("a home");
+    let logs = home.path().to_path_buf();
+    let log = |name: &str| std::fs::File::create(logs.join(name)).expect("a log file");
+    let scheduler_port = free_port().to_string();
+    let mut processes = Processes(Vec::new());
+    processes.0.push(
+        support::tool(home.path())
+            .args(["scheduler", "--bind-host", "127.0.0.1", "--bind-port"])
+            .arg(&scheduler_port)
+            .stderr(log("scheduler.log"))
+            .spawn()
+            .expect("the scheduler starts"),
+    );
+    wait_for(
+        &logs.join("scheduler.log"),
+        "gcp-sql scheduler listening",
+        1,
+    );
+    for name in ["executor1.log", "executor2.log"] {
+        let (flight, grpc) = (free_port().to_string(), free_port().to_string());
+        processes.0.push(
+            support::tool(home.path())
+                .args(["executor", "--scheduler-host", "127.0.0.1"])
+                .args([
+                    "--scheduler-port",
+                    &scheduler_port,
+                    "--bind-host",
+                    "127.0.0.1",
+                ])
+                .args(["--bind-port", &flight, "--grpc-port", &grpc])
+                .args(["--concurrent-tasks", "4"])
+                .stderr(log(name))
+                .spawn()
+                .expect("an executor starts"),
+        );
+    }
+    wait_for(
+        &logs.join("scheduler.log"),
+        "Received register executor request",
+        2,
+    );
+
+    // One message per publish and one publish in flight per writer: the INSERT runs for
+    // far longer than the test waits before its Ctrl-C.
+    let sql = format!(
+        "SET datafusion.execution.target_partitions = 8;
+         SET datafusion.execution.batch_size = 64;
+         CREATE TABLE events (id BIGINT, k VARCHAR) WITH (connector = 'pubsub', \
+           topic = '{topic}', enable_message_ordering = 'true', ordering_key_column = 'k', \
+           batch_element_count_threshold = '1', max_in_flight_messages = '1', \
+           shutdown_timeout = '5s');
+         INSERT INTO events SELECT id, concat('key-', CAST(id % {KEYS} AS VARCHAR)) AS k \
+           FROM (SELECT unnest(range(1, {})) AS id);",
+        SLOW_ROWS + 1
+    );
+    processes.0.push(
+        support::tool(home.path())
+            .env("PUBSUB_EMULATOR_HOST", &admin.host)
+            .args(["--cluster", &format!("df://127.0.0.1:{scheduler_port}")])
+            .args(["--format", "csv", "-c", &sql])
+            .stdout(log("client.out"))
+            .stderr(log("client.err"))
+            .spawn()
+            .expect("the client starts"),
+    );
+    let client_pid = processes.0.last().expect("the client").id();
+    wait_until("no sink task started", || {
+        count_in_logs(&logs, "sink task started") >= 1
+    });
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &client_pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let mut status = None;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while status.is_none() {
+        let client = processes.0.last_mut().expect("the client");
+        status = client.try_wait().expect("the client's status");
+        if std::time::Instant::now() > deadline {
+            panic!(
+                "the client did not exit after SIGINT:\n{}\n{}",
+                std::fs::read_to_string(logs.join("client.err")).unwrap_or_default(),
+                std::fs::read_to_string(logs.join("scheduler.log")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let stderr = std::fs::read_to_string(logs.join("client.err")).unwrap();
+    // As a local run whose graceful stop could not confirm every row: exit code 1, with the
+    // stop and the counts named.
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{stderr}");
+    assert!(stderr.contains("Ctrl-C: stopping"), "{stderr}");
+    assert!(stderr.contains("Cancelling job"), "{stderr}");
+    assert!(
+        stderr.contains("stop requested (Ctrl-C): job ")
+            && stderr.contains("was cancelled on the cluster")
+            && stderr.contains("row(s)"),
+        "{stderr}"
+    );
+    // Every sink writer that started on an executor ends: drained on the cancel (or done, had
+    // it finished first), each with its line.
+    let sink_lines = || {
+        ["executor1.log", "executor2.log"]
+            .iter()
+            .flat_map(|name| {
+                std::fs::read_to_string(logs.join(name))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.contains("sink task") || l.contains("ancel"))
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let started = count_in_logs(&logs, "sink task started");
+        let ended = count_in_logs(&logs, "sink task cancelled")
+            + count_in_logs(&logs, "sink task done")
+            + count_in_logs(&logs, "sink task failed");
+        if ended >= started {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{started} sink writer(s) started, {ended} ended:\n{}",
+            sink_lines()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        count_in_logs(&logs, "sink task cancelled") >= 1,
+        "{}",
+        sink_lines()
+    );
+    drop(processes);
+}

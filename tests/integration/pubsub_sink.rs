@@ -1085,6 +1085,93 @@ async fn eight_writers_keep_each_ordering_keys_order_from_order_by() {
     support::assert_each_key_once_in_order(&messages, &order, KEYS);
 }
 
+/// Rows of the ORDER BY tests: `seq` (published as `id`, ordering key `key-{seq % 16}`) and
+/// `t`, a permutation of `seq` that the INSERT does not write, so the order comes from the
+/// ORDER BY and from nothing the published columns show.
+const SCRAMBLED: &str = "(SELECT value AS seq, (value * 7919) % 100003 AS t \
+                         FROM generate_series(1, 100000))";
+
+/// `t` of row `seq` in [`SCRAMBLED`].
+fn scrambled(seq: i64) -> i64 {
+    (seq * 7919) % 100_003
+}
+
+/// Publishes 100,000 rows of [`SCRAMBLED`] at 8 partitions with `order_by` (over `seq` and
+/// `t`), reads them back through an ordered subscription, and checks each key against
+/// `expected` (the ids in that order).
+async fn publish_scrambled_in_order(name: &str, order_by: &str, expected: Vec<i64>) {
+    const KEYS: i64 = 16;
+    let admin = PubSubAdmin::connect().await;
+    let (topic, subscription) = admin.topic_with_subscription(name, name, true).await;
+    let ctx = gcp_sql::sql::new_context();
+    exec(&ctx, "SET datafusion.execution.target_partitions = 8").await;
+    exec(
+        &ctx,
+        &create_table(
+            name,
+            "id BIGINT, ordering_key VARCHAR",
+            &admin.host,
+            &[
+                ("topic", &topic),
+                ("enable_message_ordering", "true"),
+                ("batch_element_count_threshold", "100"),
+            ],
+        ),
+    )
+    .await;
+    let sql = format!(
+        "INSERT INTO {name} SELECT seq AS id, \
+           concat('key-', CAST(seq % {KEYS} AS VARCHAR)) AS ordering_key \
+         FROM {SCRAMBLED} ORDER BY {order_by}"
+    );
+    let plan = crate::support::explain(&ctx, &sql).await;
+    assert!(
+        plan.contains(&format!(
+            "SinkWriterExec: connector=pubsub table={name} writers=8 routing=hash(ordering_key) \
+             order=[__order_0("
+        )),
+        "{plan}"
+    );
+    // Right below the writers: a sort of each partition, or a hash repartition that keeps the
+    // order (a round-robin spread may only come before the sort).
+    let below = plan
+        .lines()
+        .skip_while(|l| !l.contains("SinkWriterExec"))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        below.contains("SortExec")
+            || (below.contains("RepartitionExec: partitioning=Hash([ordering_key@1], 8)")
+                && below.contains("maintains_sort_order=true")),
+        "{plan}"
+    );
+    let done = insert(&ctx, &sql).await;
+    assert_eq!(done.count(), expected.len() as u64);
+    let messages = admin.pull_all(&subscription, expected.len()).await;
+    // The columns that carried the order were not published.
+    for m in &messages {
+        assert!(
+            !String::from_utf8_lossy(&m.data).contains("__order"),
+            "a hidden column in a payload"
+        );
+    }
+    support::assert_each_key_once_in_order(&messages, &expected, KEYS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_writers_keep_the_order_of_an_order_by_on_a_column_not_inserted() {
+    let mut expected: Vec<i64> = (1..=100_000).collect();
+    expected.sort_by_key(|&seq| scrambled(seq));
+    publish_scrambled_in_order("notinserted", "t", expected).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_writers_keep_the_order_of_an_order_by_on_expressions_desc_and_several_keys() {
+    let mut expected: Vec<i64> = (1..=100_000).collect();
+    expected.sort_by_key(|&seq| (std::cmp::Reverse(scrambled(seq) % 1000), scrambled(seq)));
+    publish_scrambled_in_order("exprdesc", "t % 1000 DESC, t", expected).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_writer_reports_the_rows_every_writer_delivered() {
     const ROWS: i64 = 20_000;
