@@ -218,11 +218,12 @@ impl JobWatch {
                  deliver what they read (within shutdown_timeout); each logs its counts on its \
                  executor."
             );
-            match cancel_job(&address.scheduler_url, &job).await {
-                Ok(()) => {
-                    *noted.lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
-                }
-                Err(e) => eprintln!("Error: cannot cancel job {job}: {e}"),
+            // Noted before the call: the client's poll can see the job end before this task
+            // sees the scheduler's answer, and the statement must then still report the stop.
+            *noted.lock().unwrap_or_else(|p| p.into_inner()) = Some(job.clone());
+            if let Err(e) = cancel_job(&address.scheduler_url, &job).await {
+                *noted.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                eprintln!("Error: cannot cancel job {job}: {e}");
             }
         });
         Some(JobWatch {
