@@ -660,14 +660,16 @@ impl ExecutionPlan for SinkWriterExec {
             }
             // A cluster's executor cancels a task (its job was cancelled, or another task of
             // the job failed) by dropping it. The writer therefore runs as a task of its own,
-            // and a drop of this stream asks it to drain: read nothing more, deliver what it
-            // admitted within `shutdown_timeout`, and log its counts, instead of dropping the
-            // rows it has on the wire unaccounted for.
+            // and a drop of this stream asks it to settle: read and send nothing more, wait for
+            // the sends on the wire within `shutdown_timeout`, and log its counts, instead of
+            // dropping the rows it has on the wire unaccounted for. Not a drain: a drain also
+            // takes the rows its input holds ready, and a shuffle reader holds its whole
+            // partition ready, so a drained writer went on sending for a minute after a cancel.
             task.started();
             let cancel = CancelOnDrop::new(ctx.stop.clone());
             let cancelled = cancel.cancelled.clone();
             // Ballista's cancel may not drop this stream (the task's work can run on a task of
-            // its own), so the writer also watches its job and drains when the job ended.
+            // its own), so the writer also watches its job and settles when the job ended.
             let job_watch = task
                 .task
                 .as_deref()
@@ -679,7 +681,7 @@ impl ExecutionPlan for SinkWriterExec {
                         watch(job).await;
                         cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
                         stop.stop(
-                            StopKind::Drain,
+                            StopKind::Settle,
                             "the job ended on the cluster (it was cancelled, or another task \
                              failed)",
                         );
@@ -756,7 +758,7 @@ fn job_of_task(task: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Raises a drain on a writer's statement when the engine drops the writer's stream before it
+/// Settles a writer's statement when the engine drops the writer's stream before it
 /// ended (a cluster's task cancelled by its scheduler).
 struct CancelOnDrop {
     stop: Option<StopSignal>,
@@ -783,7 +785,7 @@ impl Drop for CancelOnDrop {
             self.cancelled
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             stop.stop(
-                StopKind::Drain,
+                StopKind::Settle,
                 "the task was cancelled by the cluster (its job was cancelled, or another task \
                  of the job failed)",
             );
@@ -814,9 +816,9 @@ impl TaskLog {
         );
     }
 
-    /// On a cluster: the line of a writer whose task was cancelled and that drained, with the
-    /// rows it had acknowledged (and, when the drain did not deliver everything it admitted,
-    /// the error that counts them).
+    /// On a cluster: the line of a writer whose task was cancelled and that settled, with the
+    /// rows it had acknowledged (and, when what was on the wire did not all land, the error
+    /// that counts them).
     fn log_cancelled(&self, result: &DFResult<u64>) {
         let destination = self.destination.as_deref().unwrap_or("(declared in Rust)");
         let task = self.task.as_deref().unwrap_or("-");
@@ -828,7 +830,7 @@ impl TaskLog {
                 rows,
                 destination,
                 task,
-                "sink task cancelled: it read no more input and delivered what it had read"
+                "sink task cancelled: it sent nothing new and what was on the wire landed"
             ),
             Err(error) => tracing::warn!(
                 table = %self.table,
@@ -837,7 +839,7 @@ impl TaskLog {
                 destination,
                 task,
                 %error,
-                "sink task cancelled: it read no more input and did not deliver everything it had read"
+                "sink task cancelled: it sent nothing new and not everything on the wire landed"
             ),
         }
     }

@@ -606,7 +606,6 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the cancelled writers' drain is not bounded yet (docs/cluster.md): their end can come             later than this test waits on a loaded machine"]
 async fn sigint_under_the_tool_on_a_cluster_cancels_the_job_reports_and_ends_the_sink_tasks() {
     const SLOW_ROWS: i64 = 200_000;
     let admin = PubSubAdmin::connect().await;
