@@ -413,6 +413,47 @@ async fn a_table_without_a_declaration_is_refused_before_the_job() {
     assert!(err.contains("cannot be sent to a cluster"), "{err}");
 }
 
+/// Starts the tool's scheduler and two executors (`--concurrent-tasks concurrent_tasks` each)
+/// as processes whose logs are `scheduler.log`, `executor1.log` and `executor2.log` in `logs`,
+/// and waits until both executors registered. Returns the processes and the scheduler's port.
+fn start_tool_cluster(logs: &std::path::Path, concurrent_tasks: &str) -> (Processes, String) {
+    let log = |name: &str| std::fs::File::create(logs.join(name)).expect("a log file");
+    let scheduler_port = free_port().to_string();
+    let mut processes = Processes(Vec::new());
+    processes.0.push(
+        support::tool(logs)
+            .args(["scheduler", "--bind-host", "127.0.0.1", "--bind-port"])
+            .arg(&scheduler_port)
+            .stderr(log("scheduler.log"))
+            .spawn()
+            .expect("the scheduler starts"),
+    );
+    wait_for(
+        &logs.join("scheduler.log"),
+        "gcp-sql scheduler listening",
+        1,
+    );
+    for name in ["executor1.log", "executor2.log"] {
+        let (flight, grpc) = (free_port().to_string(), free_port().to_string());
+        processes.0.push(
+            support::tool(logs)
+                .args(["executor", "--scheduler-host", "127.0.0.1"])
+                .args(["--scheduler-port", &scheduler_port])
+                .args(["--bind-host", "127.0.0.1", "--bind-port", &flight])
+                .args(["--grpc-port", &grpc, "--concurrent-tasks", concurrent_tasks])
+                .stderr(log(name))
+                .spawn()
+                .expect("an executor starts"),
+        );
+    }
+    wait_for(
+        &logs.join("scheduler.log"),
+        "Received register executor request",
+        2,
+    );
+    (processes, scheduler_port)
+}
+
 /// Processes this test started, killed (by their own handles) when it ends.
 struct Processes(Vec<std::process::Child>);
 
@@ -450,55 +491,7 @@ async fn the_tool_runs_an_insert_on_its_own_scheduler_and_two_executors() {
     let (topic, subscription) = admin.topic_with_subscription("cluster", "tool", true).await;
     let home = tempfile::tempdir().expect("a home");
     let logs = home.path();
-    let log = |name: &str| std::fs::File::create(logs.join(name)).expect("a log file");
-    let scheduler_port = free_port().to_string();
-    let mut processes = Processes(Vec::new());
-    processes.0.push(
-        support::tool(home.path())
-            .args([
-                "scheduler",
-                "--bind-host",
-                "127.0.0.1",
-                "--bind-port",
-                &scheduler_port,
-            ])
-            .stderr(log("scheduler.log"))
-            .spawn()
-            .expect("the scheduler starts"),
-    );
-    wait_for(
-        &logs.join("scheduler.log"),
-        "gcp-sql scheduler listening",
-        1,
-    );
-    for name in ["executor1.log", "executor2.log"] {
-        let (flight, grpc) = (free_port().to_string(), free_port().to_string());
-        processes.0.push(
-            support::tool(home.path())
-                .args([
-                    "executor",
-                    "--scheduler-host",
-                    "127.0.0.1",
-                    "--scheduler-port",
-                ])
-                .args([
-                    &scheduler_port,
-                    "--bind-host",
-                    "127.0.0.1",
-                    "--bind-port",
-                    &flight,
-                ])
-                .args(["--grpc-port", &grpc, "--concurrent-tasks", "2"])
-                .stderr(log(name))
-                .spawn()
-                .expect("an executor starts"),
-        );
-    }
-    wait_for(
-        &logs.join("scheduler.log"),
-        "Received register executor request",
-        2,
-    );
+    let (processes, scheduler_port) = start_tool_cluster(logs, "2");
 
     // The emulator address comes from the client's environment only: the executors have no
     // emulator variable, so they write where the client's declaration resolved.
@@ -613,44 +606,7 @@ async fn sigint_under_the_tool_on_a_cluster_cancels_the_job_reports_and_ends_the
     let home = tempfile::tempdir().expect("a home");
     let logs = home.path().to_path_buf();
     let log = |name: &str| std::fs::File::create(logs.join(name)).expect("a log file");
-    let scheduler_port = free_port().to_string();
-    let mut processes = Processes(Vec::new());
-    processes.0.push(
-        support::tool(home.path())
-            .args(["scheduler", "--bind-host", "127.0.0.1", "--bind-port"])
-            .arg(&scheduler_port)
-            .stderr(log("scheduler.log"))
-            .spawn()
-            .expect("the scheduler starts"),
-    );
-    wait_for(
-        &logs.join("scheduler.log"),
-        "gcp-sql scheduler listening",
-        1,
-    );
-    for name in ["executor1.log", "executor2.log"] {
-        let (flight, grpc) = (free_port().to_string(), free_port().to_string());
-        processes.0.push(
-            support::tool(home.path())
-                .args(["executor", "--scheduler-host", "127.0.0.1"])
-                .args([
-                    "--scheduler-port",
-                    &scheduler_port,
-                    "--bind-host",
-                    "127.0.0.1",
-                ])
-                .args(["--bind-port", &flight, "--grpc-port", &grpc])
-                .args(["--concurrent-tasks", "4"])
-                .stderr(log(name))
-                .spawn()
-                .expect("an executor starts"),
-        );
-    }
-    wait_for(
-        &logs.join("scheduler.log"),
-        "Received register executor request",
-        2,
-    );
+    let (mut processes, scheduler_port) = start_tool_cluster(&logs, "4");
 
     // One message per publish and one publish in flight per writer: the INSERT runs for
     // far longer than the test waits before its Ctrl-C.
