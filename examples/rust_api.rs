@@ -15,7 +15,7 @@ use gcp_sql::connectors::pubsub::options::{
     PubSubMappingOptions, PubSubPublisherOptions, PubSubSinkOptions,
 };
 use gcp_sql::connectors::pubsub::writer::PubSubSink;
-use gcp_sql::core::FailurePolicy;
+use gcp_sql::connectors::shared::SharedOptions;
 use gcp_sql::emulators::{Emulator, EmulatorKind};
 use gcp_sql::options::ConnectionOptions;
 use gcp_sql::sql::SinkTable;
@@ -38,13 +38,11 @@ async fn main() -> gcp_sql::Result<()> {
         .max_in_flight_bytes(16 << 20)
         .build()?;
     let options = PubSubSinkOptions {
-        connection: ConnectionOptions::emulator("demo", host),
+        // The `fail` policy, no dead letters, one writer per input partition.
+        shared: SharedOptions::with_connection(ConnectionOptions::emulator("demo", host)),
         topic: Some("projects/demo/topics/rust-api".into()),
         mapping: PubSubMappingOptions::default(),
         auto_create_topic: true,
-        failure_policy: FailurePolicy::Fail,
-        dead_letter: None,
-        run: Default::default(),
         publisher,
     };
     let schema = Arc::new(Schema::new(vec![

@@ -763,7 +763,7 @@ fn rejects_channel_pool_size_with_emulator_environment_variable() {
     // Without the pool, the same environment gives an emulator connection.
     pairs.pop();
     let o = CloudTasksSinkOptions::from_raw_with_env(Some(QUEUE), &raw(&pairs), &env).unwrap();
-    let emulator = o.connection.emulator.unwrap();
+    let emulator = o.shared.connection.emulator.unwrap();
     assert_eq!(
         emulator.source,
         EmulatorSource::EnvVar("CLOUD_TASKS_EMULATOR_HOST")
@@ -780,7 +780,7 @@ fn accepts_channel_pool_size_when_an_explicit_endpoint_overrides_the_emulator_va
         ("endpoint", "https://cloudtasks.googleapis.com"),
     ];
     let o = CloudTasksSinkOptions::from_raw_with_env(Some(QUEUE), &raw(&pairs), &env).unwrap();
-    assert_eq!(o.connection.emulator, None);
+    assert_eq!(o.shared.connection.emulator, None);
 }
 
 type TasksSetter =
@@ -1227,13 +1227,20 @@ fn rejects_unknown_option_with_the_nearest_name() {
 
 #[test]
 fn rejects_an_option_of_another_connector() {
-    let err = validate_names(ConnectorKind::PubSub, &raw(&[("row_key", "id")])).unwrap_err();
+    let err = validate_names(
+        gcp_sql::connectors::pubsub::KIND,
+        &raw(&[("row_key", "id")]),
+    )
+    .unwrap_err();
     assert!(
         matches!(err, Error::UnknownOption { ref option, .. } if option == "row_key"),
         "{err}"
     );
-    let err =
-        validate_names(ConnectorKind::Bigtable, &raw(&[("channel_pool_size", "2")])).unwrap_err();
+    let err = validate_names(
+        gcp_sql::connectors::bigtable::KIND,
+        &raw(&[("channel_pool_size", "2")]),
+    )
+    .unwrap_err();
     assert!(matches!(err, Error::UnknownOption { .. }), "{err}");
 }
 
@@ -1445,7 +1452,7 @@ fn rejects_topic_ids_the_service_refuses() {
 fn reads_emulator_host_from_the_environment_variable() {
     let env = |k: &str| (k == "PUBSUB_EMULATOR_HOST").then(|| "localhost:8085".to_string());
     let o = PubSubSinkOptions::from_raw_with_env(Some(TOPIC), &raw(&[]), &env).unwrap();
-    let e = o.connection.emulator.unwrap();
+    let e = o.shared.connection.emulator.unwrap();
     assert_eq!(e.host, "localhost:8085");
     assert_eq!(e.source, EmulatorSource::EnvVar("PUBSUB_EMULATOR_HOST"));
     assert!(e.describe().contains("PUBSUB_EMULATOR_HOST"));
@@ -1460,7 +1467,7 @@ fn prefers_emulator_host_option_over_the_environment() {
         &env,
     )
     .unwrap();
-    let e = o.connection.emulator.unwrap();
+    let e = o.shared.connection.emulator.unwrap();
     assert_eq!(
         (e.host.as_str(), e.source),
         ("localhost:2222", EmulatorSource::Option)
@@ -1476,7 +1483,7 @@ fn reads_bigtable_emulator_host_from_the_real_process_environment() {
     let o = BigtableSinkOptions::from_raw(Some(TABLE), &raw(&[("row_key", "id")])).unwrap();
     // SAFETY: as above.
     unsafe { std::env::remove_var("BIGTABLE_EMULATOR_HOST") };
-    let e = o.connection.emulator.unwrap();
+    let e = o.shared.connection.emulator.unwrap();
     assert_eq!(
         (e.host.as_str(), e.source),
         (
@@ -1556,10 +1563,10 @@ fn accepts_https_endpoint_with_credentials_file() {
     ])
     .unwrap();
     assert_eq!(
-        o.connection.endpoint.as_deref(),
+        o.shared.connection.endpoint.as_deref(),
         Some("https://pubsub.googleapis.com")
     );
-    assert!(o.connection.emulator.is_none());
+    assert!(o.shared.connection.emulator.is_none());
 }
 
 #[test]
@@ -1571,7 +1578,7 @@ fn accepts_loopback_emulator_hosts() {
         "[::1]:8085",
     ] {
         let o = pubsub(&[("emulator_host", host)]).unwrap();
-        assert_eq!(o.connection.emulator.unwrap().host, host);
+        assert_eq!(o.shared.connection.emulator.unwrap().host, host);
     }
 }
 
@@ -1601,13 +1608,24 @@ fn accepts_remote_emulator_host_with_allow_remote_emulator() {
         ("allow_remote_emulator", "true"),
     ];
     let o = pubsub(&pairs).unwrap();
-    assert_eq!(o.connection.emulator.unwrap().host, "pubsub-emulator:8085");
-    assert!(tasks(&pairs).unwrap().connection.emulator.is_some());
-    assert!(bigtable(&pairs).unwrap().connection.emulator.is_some());
+    assert_eq!(
+        o.shared.connection.emulator.unwrap().host,
+        "pubsub-emulator:8085"
+    );
+    assert!(tasks(&pairs).unwrap().shared.connection.emulator.is_some());
+    assert!(
+        bigtable(&pairs)
+            .unwrap()
+            .shared
+            .connection
+            .emulator
+            .is_some()
+    );
     // Without an emulator the option changes nothing.
     assert!(
         pubsub(&[("allow_remote_emulator", "true")])
             .unwrap()
+            .shared
             .connection
             .emulator
             .is_none()
@@ -1659,7 +1677,7 @@ fn accepts_remote_emulator_host_from_the_environment_with_allow_remote_emulator(
         &env,
     )
     .unwrap();
-    let e = o.connection.emulator.unwrap();
+    let e = o.shared.connection.emulator.unwrap();
     assert_eq!(
         (e.host.as_str(), e.source),
         (
@@ -1677,10 +1695,14 @@ fn rejects_connector_option_naming_another_connector() {
 
 #[test]
 fn reads_failure_policy() {
-    assert_eq!(pubsub(&[]).unwrap().failure_policy, FailurePolicy::Fail);
+    assert_eq!(
+        pubsub(&[]).unwrap().shared.failure_policy,
+        FailurePolicy::Fail
+    );
     assert_eq!(
         pubsub(&[("failure_policy", "drop")])
             .unwrap()
+            .shared
             .failure_policy,
         FailurePolicy::Drop
     );
@@ -2102,19 +2124,20 @@ fn companions(name: &str) -> Vec<(&'static str, &'static str)> {
 
 #[test]
 fn every_registered_option_is_accepted_by_its_connector_with_its_example() {
-    for kind in ConnectorKind::ALL {
+    for kind in gcp_sql::connectors::registry::kinds() {
         for spec in options_for(kind) {
             let mut pairs: Vec<(&str, &str)> = companions(spec.name);
-            let location = match (kind, spec.name) {
-                (ConnectorKind::PubSub, "topic_column") => None,
-                (ConnectorKind::CloudTasks, "queue_column") => None,
-                (ConnectorKind::Bigtable, "table_column" | "instance_column") => None,
-                (ConnectorKind::PubSub, "topic") => None,
-                (ConnectorKind::CloudTasks, "queue") => None,
-                (ConnectorKind::Bigtable, "table") => None,
-                (ConnectorKind::PubSub, _) => Some(TOPIC),
-                (ConnectorKind::CloudTasks, _) => Some(QUEUE),
-                (ConnectorKind::Bigtable, _) => Some(TABLE),
+            let location = match (kind.name(), spec.name) {
+                ("pubsub", "topic_column") => None,
+                ("cloud_tasks", "queue_column") => None,
+                ("bigtable", "table_column" | "instance_column") => None,
+                ("pubsub", "topic") => None,
+                ("cloud_tasks", "queue") => None,
+                ("bigtable", "table") => None,
+                ("pubsub", _) => Some(TOPIC),
+                ("cloud_tasks", _) => Some(QUEUE),
+                ("bigtable", _) => Some(TABLE),
+                (other, _) => panic!("no case for connector {other}"),
             };
             if spec.name == "instance_column" {
                 pairs.push(("table_column", "t"));
@@ -2126,34 +2149,37 @@ fn every_registered_option_is_accepted_by_its_connector_with_its_example() {
             if matches!(spec.name, "dead_letter_topic" | "dead_letter_path") {
                 pairs.push(("failure_policy", "dead_letter"));
             }
-            let example = if kind == ConnectorKind::CloudTasks && spec.name == "connector" {
-                "cloud_tasks"
-            } else {
-                spec.example
-            };
-            let example = if kind == ConnectorKind::Bigtable && spec.name == "connector" {
+            let example =
+                if kind == gcp_sql::connectors::cloud_tasks::KIND && spec.name == "connector" {
+                    "cloud_tasks"
+                } else {
+                    spec.example
+                };
+            let example = if kind == gcp_sql::connectors::bigtable::KIND && spec.name == "connector"
+            {
                 "bigtable"
             } else {
                 example
             };
             pairs.push((spec.name, example));
-            if kind == ConnectorKind::CloudTasks && !matches!(spec.name, "url" | "url_column") {
+            if kind == gcp_sql::connectors::cloud_tasks::KIND
+                && !matches!(spec.name, "url" | "url_column")
+            {
                 pairs.push(("url", "https://worker.example.com/run"));
             }
-            if kind == ConnectorKind::Bigtable && spec.name != "row_key" {
+            if kind == gcp_sql::connectors::bigtable::KIND && spec.name != "row_key" {
                 pairs.push(("row_key", "id"));
             }
             let r = raw(&pairs);
-            let result = match kind {
-                ConnectorKind::PubSub => {
-                    PubSubSinkOptions::from_raw_with_env(location, &r, &no_env).map(|_| ())
-                }
-                ConnectorKind::CloudTasks => {
+            let result = match kind.name() {
+                "pubsub" => PubSubSinkOptions::from_raw_with_env(location, &r, &no_env).map(|_| ()),
+                "cloud_tasks" => {
                     CloudTasksSinkOptions::from_raw_with_env(location, &r, &no_env).map(|_| ())
                 }
-                ConnectorKind::Bigtable => {
+                "bigtable" => {
                     BigtableSinkOptions::from_raw_with_env(location, &r, &no_env).map(|_| ())
                 }
+                other => panic!("no case for connector {other}"),
             };
             assert!(
                 result.is_ok(),
@@ -2259,7 +2285,7 @@ fn every_option_that_can_be_refused_has_a_passing_and_a_failing_boundary_case() 
         failing.len()
     );
     let mut missing = Vec::new();
-    for kind in ConnectorKind::ALL {
+    for kind in gcp_sql::connectors::registry::kinds() {
         for spec in options_for(kind).filter(|s| can_be_refused(s)) {
             if !passing.iter().any(|c| sets_option(c, spec.name)) {
                 missing.push(format!("{kind}: {} has no passing case", spec.name));
@@ -2274,7 +2300,7 @@ fn every_option_that_can_be_refused_has_a_passing_and_a_failing_boundary_case() 
 
 #[test]
 fn every_spec_example_parses_and_passes_its_bound() {
-    for kind in ConnectorKind::ALL {
+    for kind in gcp_sql::connectors::registry::kinds() {
         for spec in options_for(kind) {
             let value = spec.parse_checked(spec.example);
             assert!(value.is_ok(), "{kind}: example of {}: {value:?}", spec.name);
@@ -2299,26 +2325,33 @@ fn default_as_text(default: &DefaultValue) -> Option<String> {
 fn every_builder_default_equals_the_spec_default() {
     // Writing an option's documented default explicitly changes nothing: the typed default the
     // builder starts from is the value the spec documents.
-    for kind in ConnectorKind::ALL {
+    for kind in gcp_sql::connectors::registry::kinds() {
         let writer = options_for(kind).filter(|s| s.group == OptionGroup::Writer);
         for spec in writer {
             let Some(text) = default_as_text(&spec.default) else {
                 continue;
             };
             let pair = [(spec.name, text.as_str())];
-            let same = match kind {
-                ConnectorKind::PubSub => {
-                    pubsub(&pair).ok().map(|o| (o.publisher, o.failure_policy))
+            let same = match kind.name() {
+                "pubsub" => {
+                    pubsub(&pair)
+                        .ok()
+                        .map(|o| (o.publisher, o.shared.failure_policy))
                         == Some((PubSubPublisherOptions::default(), FailurePolicy::Fail))
                 }
-                ConnectorKind::CloudTasks => {
-                    tasks(&pair).ok().map(|o| (o.writer, o.failure_policy))
+                "cloud_tasks" => {
+                    tasks(&pair)
+                        .ok()
+                        .map(|o| (o.writer, o.shared.failure_policy))
                         == Some((CloudTasksWriterOptions::default(), FailurePolicy::Fail))
                 }
-                ConnectorKind::Bigtable => {
-                    bigtable(&pair).ok().map(|o| (o.writer, o.failure_policy))
+                "bigtable" => {
+                    bigtable(&pair)
+                        .ok()
+                        .map(|o| (o.writer, o.shared.failure_policy))
                         == Some((BigtableWriterOptions::default(), FailurePolicy::Fail))
                 }
+                other => panic!("no case for connector {other}"),
             };
             assert!(same, "{kind}: {} = '{text}' is not the default", spec.name);
         }
@@ -2343,9 +2376,18 @@ fn every_writer_option_is_a_builder_option_of_its_connector() {
     // failure policy (and its dead-letter destination) and how a statement runs (writer count, flush points: sink-level
     // choices), in the builder's declaration order.
     let builders: [(ConnectorKind, &[&OptionSpec]); 3] = [
-        (ConnectorKind::PubSub, PubSubPublisherOptions::specs()),
-        (ConnectorKind::CloudTasks, CloudTasksWriterOptions::specs()),
-        (ConnectorKind::Bigtable, BigtableWriterOptions::specs()),
+        (
+            gcp_sql::connectors::pubsub::KIND,
+            PubSubPublisherOptions::specs(),
+        ),
+        (
+            gcp_sql::connectors::cloud_tasks::KIND,
+            CloudTasksWriterOptions::specs(),
+        ),
+        (
+            gcp_sql::connectors::bigtable::KIND,
+            BigtableWriterOptions::specs(),
+        ),
     ];
     for (kind, specs) in builders {
         let writer: Vec<&str> = options_for(kind)
@@ -2398,7 +2440,7 @@ fn docs_options_md_matches_the_connector_list() {
 #[test]
 fn reference_lists_every_option_with_its_default_and_bounds() {
     let md = reference_markdown();
-    for spec in ConnectorKind::ALL.into_iter().flat_map(options_for) {
+    for spec in gcp_sql::connectors::registry::kinds().flat_map(options_for) {
         assert!(
             md.contains(&format!("| `{}` |", spec.name)),
             "{} missing from the reference",

@@ -119,7 +119,7 @@ fn encode_spec(spec: &SinkSpec) -> DFResult<SinkTableNode> {
 }
 
 fn decode_spec(node: SinkTableNode) -> DFResult<SinkSpec> {
-    let kind = ConnectorKind::parse(&node.connector)
+    let kind = crate::connectors::registry::kind_named(&node.connector)
         .map_err(|e| codec_error("decoding the connector", e))?;
     let schema = node
         .schema

@@ -22,7 +22,7 @@ use crate::sql::{SinkTable, SinkWriterExec};
 const DECLARATIONS: [(&str, ConnectorKind, &str); 3] = [
     (
         "clicks",
-        ConnectorKind::PubSub,
+        crate::connectors::pubsub::KIND,
         "CREATE EXTERNAL TABLE clicks (k VARCHAR, seq BIGINT, note VARCHAR) STORED AS PUBSUB \
          LOCATION 'projects/demo/topics/clicks' OPTIONS ('enable_message_ordering' 'true', \
          'ordering_key_column' 'k', 'emulator_host' 'localhost:8085', \
@@ -30,7 +30,7 @@ const DECLARATIONS: [(&str, ConnectorKind, &str); 3] = [
     ),
     (
         "jobs",
-        ConnectorKind::CloudTasks,
+        crate::connectors::cloud_tasks::KIND,
         "CREATE EXTERNAL TABLE jobs (body VARCHAR) STORED AS CLOUD_TASKS \
          LOCATION 'projects/demo/locations/us-central1/queues/jobs' OPTIONS ('url' \
          'https://worker.example.com/run', 'emulator_host' 'localhost:8123', \
@@ -38,7 +38,7 @@ const DECLARATIONS: [(&str, ConnectorKind, &str); 3] = [
     ),
     (
         "profiles",
-        ConnectorKind::Bigtable,
+        crate::connectors::bigtable::KIND,
         "CREATE EXTERNAL TABLE profiles (k VARCHAR, name VARCHAR) STORED AS BIGTABLE \
          LOCATION 'projects/demo/instances/main-instance/tables/profiles' OPTIONS ('row_key' 'k', \
          'column_family' 'cf', 'emulator_host' 'localhost:8086', 'sink_parallelism' '3')",
@@ -202,14 +202,15 @@ async fn the_sink_nodes_survive_the_physical_codec() {
     let ctx = session();
     for (name, kind, sql) in DECLARATIONS {
         declared(&ctx, sql, name).await;
-        let insert = match kind {
+        let insert = match kind.name() {
             // Ordered by the key: the writers require that order of their input.
-            ConnectorKind::PubSub => {
+            "pubsub" => {
                 "INSERT INTO clicks SELECT k, seq, note FROM (VALUES ('a', 1, 'x'), ('b', 2, 'y')) \
                  AS v(k, seq, note) ORDER BY k, seq"
             }
-            ConnectorKind::CloudTasks => "INSERT INTO jobs VALUES ('{}')",
-            ConnectorKind::Bigtable => "INSERT INTO profiles VALUES ('k1', 'n1'), ('k2', 'n2')",
+            "cloud_tasks" => "INSERT INTO jobs VALUES ('{}')",
+            "bigtable" => "INSERT INTO profiles VALUES ('k1', 'n1'), ('k2', 'n2')",
+            other => panic!("no case for connector {other}"),
         };
         let plan = ctx
             .sql(insert)
@@ -233,7 +234,7 @@ async fn the_sink_nodes_survive_the_physical_codec() {
             after.ordering().map(|o| o.to_string()),
             "{kind}"
         );
-        if kind == ConnectorKind::PubSub {
+        if kind == crate::connectors::pubsub::KIND {
             assert!(after.ordering().is_some(), "{}", shown(&back));
         }
         assert!(shown(&back).contains("SinkCountExec"), "{}", shown(&back));
@@ -245,7 +246,7 @@ async fn an_order_by_a_column_not_inserted_keeps_its_hidden_columns_through_the_
     let ctx = session();
     let (name, _, sql) = DECLARATIONS
         .iter()
-        .find(|(_, kind, _)| *kind == ConnectorKind::PubSub)
+        .find(|(_, kind, _)| *kind == crate::connectors::pubsub::KIND)
         .expect("a Pub/Sub declaration");
     declared(&ctx, sql, name).await;
     // `ts` is not inserted: the writers keep its order in a hidden column.

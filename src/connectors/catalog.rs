@@ -1,12 +1,12 @@
-//! The connector list: every connector with the options it accepts.
+//! Every registered connector with the options it accepts.
 //!
 //! Each connector declares its option specs beside its typed options
-//! (`connectors/<connector>/options.rs`); this list gathers them, so that one path turns the
-//! pairs of a statement into parsed options (names checked with the nearest-name hint, values
+//! (`connectors/<connector>/options.rs`) and lists them in its descriptor; this file gathers
+//! them from the registry, with the registry's `connector` option first, so that the SQL front
+//! end checks a statement's pairs against one list (names with the nearest-name hint, values
 //! by type and bound), and so that `docs/options.md` is rendered from the same lists.
 //!
 //! ```
-//! use gcp_sql::connectors::ConnectorKind;
 //! use gcp_sql::connectors::catalog::{parse_options, validate_names};
 //! use gcp_sql::options::RawOptions;
 //!
@@ -15,101 +15,44 @@
 //!     ("BATCH_ELEMENT_COUNT_THRESHOLD".to_string(), "500".to_string()),
 //! ])?;
 //! assert_eq!(raw.get("batch_element_count_threshold"), Some("500"));
-//! let parsed = parse_options(ConnectorKind::PubSub, &raw)?;
+//! let parsed = parse_options(crate::connectors::pubsub::KIND, &raw)?;
 //! assert!(parsed.text_as_written(&gcp_sql::connectors::pubsub::options::TOPIC).is_some());
 //!
 //! let err = RawOptions::from_pairs([("topc".to_string(), "x".to_string())])
-//!     .and_then(|raw| validate_names(ConnectorKind::PubSub, &raw))
+//!     .and_then(|raw| validate_names(crate::connectors::pubsub::KIND, &raw))
 //!     .unwrap_err();
 //! assert!(err.to_string().contains("did you mean 'topic'"));
 //! # Ok::<(), gcp_sql::Error>(())
 //! ```
 
+use std::sync::LazyLock;
+
 use crate::error::Result;
-use crate::options::docs::{FixedBudget, Reference, Section, render};
-use crate::options::{OptionGroup, OptionSpec, ParsedOptions, RawOptions, Value, common};
+use crate::options::docs::{Reference, Section, render};
+use crate::options::{OptionSpec, ParsedOptions, RawOptions};
 
-use super::kind::{CONNECTOR, ConnectorKind};
-use super::{bigtable, cloud_tasks, pubsub};
+use super::descriptor::ConnectorKind;
+use super::registry::{self, CONNECTOR, CONNECTORS};
 
-/// The options every connector accepts, first in each connector's list: which connector, the
-/// connection, the failure policy, and how a statement runs (writers, flush points).
-pub static SHARED_OPTIONS: [&OptionSpec; 12] = [
-    &CONNECTOR,
-    &common::PROJECT,
-    &common::ENDPOINT,
-    &common::EMULATOR_HOST,
-    &common::ALLOW_REMOTE_EMULATOR,
-    &common::CREDENTIALS_FILE,
-    &common::FAILURE_POLICY,
-    &common::DEAD_LETTER_TOPIC,
-    &common::DEAD_LETTER_PATH,
-    &common::SINK_PARALLELISM,
-    &common::FLUSH_INTERVAL,
-    &common::FLUSH_ROWS,
-];
+/// Each connector's options with `connector` first, in the order of [`CONNECTORS`].
+static FULL_LISTS: LazyLock<Vec<Vec<&'static OptionSpec>>> = LazyLock::new(|| {
+    CONNECTORS
+        .iter()
+        .map(|d| {
+            std::iter::once(&CONNECTOR)
+                .chain((d.options)().iter().copied())
+                .collect()
+        })
+        .collect()
+});
 
-/// One connector as the option layer sees it.
-#[derive(Debug)]
-pub struct Connector {
-    /// Which connector.
-    pub kind: ConnectorKind,
-    /// What `LOCATION` names (`topic`, `queue`, `table`).
-    pub destination: &'static str,
-    /// Every option it accepts, in the order the reference lists them.
-    pub options: fn() -> &'static [&'static OptionSpec],
-    /// Paragraphs the reference shows above a group's table.
-    pub group_notes: &'static [(OptionGroup, &'static str)],
-    /// Settings that are not options, documented beside them.
-    pub fixed_budgets: &'static [FixedBudget],
-}
-
-static CONNECTORS: [Connector; 3] = [
-    Connector {
-        kind: ConnectorKind::PubSub,
-        destination: "topic",
-        options: pubsub::options::options,
-        group_notes: &[(
-            OptionGroup::Writer,
-            "Where a default says *Java SDK default*, it is the default of the official Java client's \
-             publisher settings, which this connector takes over so that a pipeline moved from Java \
-             behaves the same.",
-        )],
-        fixed_budgets: &[],
-    },
-    Connector {
-        kind: ConnectorKind::CloudTasks,
-        destination: "queue",
-        options: cloud_tasks::options::options,
-        group_notes: &[],
-        fixed_budgets: cloud_tasks::options::FIXED_BUDGETS,
-    },
-    Connector {
-        kind: ConnectorKind::Bigtable,
-        destination: "table",
-        options: bigtable::options::options,
-        group_notes: &[],
-        fixed_budgets: bigtable::options::FIXED_BUDGETS,
-    },
-];
-
-/// Every connector, in the order of [`ConnectorKind::ALL`].
-pub fn connectors() -> &'static [Connector] {
-    &CONNECTORS
-}
-
-/// The entry of `kind`.
-pub fn connector(kind: ConnectorKind) -> &'static Connector {
-    match kind {
-        ConnectorKind::PubSub => &CONNECTORS[0],
-        ConnectorKind::CloudTasks => &CONNECTORS[1],
-        ConnectorKind::Bigtable => &CONNECTORS[2],
-    }
-}
-
-/// The options `kind` accepts, in the order the reference lists them.
+/// The options `kind` accepts, `connector` first, in the order the reference lists them.
 pub fn options_for(kind: ConnectorKind) -> impl Iterator<Item = &'static OptionSpec> + Clone {
-    (connector(kind).options)().iter().copied()
+    let index = CONNECTORS
+        .iter()
+        .position(|d| d.name == kind.name())
+        .expect("every ConnectorKind is in the registry");
+    FULL_LISTS[index].iter().copied()
 }
 
 /// The spec of option `name` for connector `kind`, if it has one.
@@ -119,25 +62,16 @@ pub fn lookup(kind: ConnectorKind, name: &str) -> Option<&'static OptionSpec> {
 
 /// Checks the names of `raw` against `kind`'s options ([`crate::Error::UnknownOption`] with the
 /// nearest valid name) and parses every value by its type and value-level bound. A `connector`
-/// option must name `kind` itself.
+/// option must be one of the registered names, and name `kind` itself.
 ///
-/// This is the one path from a statement's pairs to parsed options: each connector's
-/// `*SinkOptions::from_raw` starts here and builds its typed options from the result.
+/// The connector's own `*SinkOptions::from_raw` runs the same checks through
+/// [`ConnectorKind::parse_options`]; this adds the list of registered names to the message of
+/// an unknown `connector` word.
 pub fn parse_options(kind: ConnectorKind, raw: &RawOptions) -> Result<ParsedOptions> {
-    let parsed = ParsedOptions::parse(kind.name(), (connector(kind).options)(), raw)?;
-    if let Some(value) = parsed.value(&CONNECTOR)
-        && *value != Value::Text(kind.name().to_string())
-    {
-        return Err(CONNECTOR.invalid(
-            parsed.text_as_written(&CONNECTOR).unwrap_or_default(),
-            format!(
-                "the table is declared for connector '{}' (STORED AS {}); the two must agree",
-                kind.name(),
-                kind.stored_as()
-            ),
-        ));
+    if let Some(word) = raw.get(CONNECTOR.name) {
+        CONNECTOR.parse_checked(word)?;
     }
-    Ok(parsed)
+    kind.parse_options(raw)
 }
 
 /// [`parse_options`] without the result: whether `raw` names only options of `kind`, with
@@ -151,27 +85,27 @@ pub fn validate_names(kind: ConnectorKind, raw: &RawOptions) -> Result<()> {
 
 /// The text of `docs/options.md`, rendered from the connector list.
 pub fn reference_markdown() -> String {
-    let sections = CONNECTORS
-        .iter()
-        .map(|c| Section {
-            heading: format!(
-                "{} (`connector = '{}'`, `STORED AS {}`)",
-                c.kind.display_name(),
-                c.kind.name(),
-                c.kind.stored_as()
-            ),
-            intro: format!(
-                "`LOCATION` carries the {} (an empty `LOCATION ''` means none). The emulator variable is `{}`.",
-                c.destination,
-                c.kind.emulator_env_var()
-            ),
-            options: (c.options)(),
-            group_notes: c.group_notes,
-            fixed_budgets: c.fixed_budgets,
+    let sections = registry::kinds()
+        .zip(FULL_LISTS.iter())
+        .map(|(kind, options)| {
+            let c = kind.descriptor();
+            Section {
+                heading: format!(
+                    "{} (`connector = '{}'`, `STORED AS {}`)",
+                    c.display_name, c.name, c.stored_as
+                ),
+                intro: format!(
+                    "`LOCATION` carries the {} (an empty `LOCATION ''` means none). The emulator variable is `{}`.",
+                    c.destination, c.service.emulator_env_var
+                ),
+                options: options.as_slice(),
+                group_notes: c.group_notes,
+                fixed_budgets: c.fixed_budgets,
+            }
         })
         .collect();
     render(&Reference {
-        generated_by: "Generated from the connector list (src/connectors/catalog.rs) and each \
+        generated_by: "Generated from the connector registry (src/connectors/registry.rs) and each \
              connector's options.rs by gcp_sql::connectors::catalog::reference_markdown(). Do not \
              edit by hand: run `GCP_SQL_BLESS=1 cargo test --test options` to regenerate.",
         introduction: "Every option below is accepted by both SQL forms, and by the typed builders of the Rust API \
@@ -207,21 +141,28 @@ mod tests {
     }
 
     #[test]
-    fn the_list_follows_connector_kind_all() {
-        let kinds: Vec<ConnectorKind> = connectors().iter().map(|c| c.kind).collect();
-        assert_eq!(kinds, ConnectorKind::ALL);
-        for kind in ConnectorKind::ALL {
-            assert_eq!(connector(kind).kind, kind);
+    fn every_registered_connector_lists_the_connector_option_first() {
+        let names: Vec<&str> = registry::kinds().map(|k| k.name()).collect();
+        assert_eq!(names, ["pubsub", "cloud_tasks", "bigtable"]);
+        for kind in registry::kinds() {
             assert!(
-                options_for(kind).any(|s| std::ptr::eq(s, &CONNECTOR)),
-                "{kind} lists the connector option"
+                options_for(kind)
+                    .next()
+                    .is_some_and(|s| std::ptr::eq(s, &CONNECTOR)),
+                "{kind} lists the connector option first"
+            );
+            assert!(
+                !(kind.descriptor().options)()
+                    .iter()
+                    .any(|s| s.name == CONNECTOR.name),
+                "{kind}'s own list leaves `connector` to the registry"
             );
         }
     }
 
     #[test]
     fn no_two_specs_share_a_name_for_one_connector() {
-        for kind in ConnectorKind::ALL {
+        for kind in registry::kinds() {
             let names: Vec<&str> = options_for(kind).map(|s| s.name).collect();
             for (i, n) in names.iter().enumerate() {
                 assert!(
@@ -234,7 +175,7 @@ mod tests {
 
     #[test]
     fn every_example_passes_its_own_checks() {
-        for kind in ConnectorKind::ALL {
+        for kind in registry::kinds() {
             for spec in options_for(kind) {
                 assert!(
                     spec.parse_checked(spec.example).is_ok(),
@@ -261,7 +202,7 @@ mod tests {
                 DefaultValue::None | DefaultValue::Unset(_) | DefaultValue::Bool(_) => {}
             }
         }
-        for kind in ConnectorKind::ALL {
+        for kind in registry::kinds() {
             for spec in options_for(kind) {
                 check(spec, &spec.default);
             }
@@ -271,9 +212,9 @@ mod tests {
     #[test]
     fn every_writer_default_fits_its_field() {
         // The typed defaults are read from the specs; a default of the wrong type would panic.
-        let _ = pubsub::options::PubSubPublisherOptions::default();
-        let _ = cloud_tasks::options::CloudTasksWriterOptions::default();
-        let _ = bigtable::options::BigtableWriterOptions::default();
+        let _ = crate::connectors::pubsub::options::PubSubPublisherOptions::default();
+        let _ = crate::connectors::cloud_tasks::options::CloudTasksWriterOptions::default();
+        let _ = crate::connectors::bigtable::options::BigtableWriterOptions::default();
         assert_eq!(
             <Option<i32> as OptionField>::from_default(&DefaultValue::Unset("x")),
             Some(None)
@@ -286,8 +227,11 @@ mod tests {
 
     #[test]
     fn suggests_nearest_name_for_a_misspelling() {
-        let err = validate_names(ConnectorKind::PubSub, &raw(&[("retry_total_timout", "1s")]))
-            .unwrap_err();
+        let err = validate_names(
+            crate::connectors::pubsub::KIND,
+            &raw(&[("retry_total_timout", "1s")]),
+        )
+        .unwrap_err();
         assert!(
             matches!(err, Error::UnknownOption { ref suggestion, .. } if suggestion.as_deref() == Some("retry_total_timeout")),
             "{err}"
@@ -297,7 +241,7 @@ mod tests {
     #[test]
     fn suggests_the_same_knob_of_this_connector() {
         let err = validate_names(
-            ConnectorKind::Bigtable,
+            crate::connectors::bigtable::KIND,
             &raw(&[("max_active_publishers", "3")]),
         )
         .unwrap_err();
@@ -310,7 +254,8 @@ mod tests {
 
     #[test]
     fn gives_no_suggestion_for_a_far_name() {
-        let err = validate_names(ConnectorKind::Bigtable, &raw(&[("zzzzzz", "1")])).unwrap_err();
+        let err = validate_names(crate::connectors::bigtable::KIND, &raw(&[("zzzzzz", "1")]))
+            .unwrap_err();
         assert!(
             matches!(
                 err,
@@ -325,14 +270,21 @@ mod tests {
 
     #[test]
     fn rejects_connector_option_that_disagrees_with_the_table() {
-        let err =
-            validate_names(ConnectorKind::PubSub, &raw(&[("connector", "bigtable")])).unwrap_err();
+        let err = validate_names(
+            crate::connectors::pubsub::KIND,
+            &raw(&[("connector", "bigtable")]),
+        )
+        .unwrap_err();
         assert!(
             matches!(err, Error::InvalidOption { ref option, .. } if option == "connector"),
             "{err}"
         );
         assert!(
-            validate_names(ConnectorKind::Bigtable, &raw(&[("connector", "BIGTABLE")])).is_ok()
+            validate_names(
+                crate::connectors::bigtable::KIND,
+                &raw(&[("connector", "BIGTABLE")])
+            )
+            .is_ok()
         );
     }
 }

@@ -20,16 +20,16 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::SendableRecordBatchStream;
 
-use crate::connectors::ConnectorKind;
-use crate::connectors::dead_letter::{self, DeadLetterContext, DeadLetterTarget};
-use crate::connectors::{Routing, SinkConnector, write_stream};
+use super::dead_letter::{self, DeadLetterContext};
+use super::descriptor::{ConnectorKind, Declared};
+use super::shared::SharedOptions;
+use super::{Routing, SinkConnector, write_stream};
 use crate::core::run::{FlushSettings, WriterContext};
 use crate::core::{
     DeadLetters, DeadPayload, Envelope, FlowConfig, FlowWriter, SinkMetrics, Transport,
 };
 use crate::error::{Error, Result};
-use crate::options::RawOptions;
-use crate::options::common::RunOptions;
+use crate::options::{EnvLookup, RawOptions};
 
 /// The record type a connector's transport sends.
 pub type RecordOf<C> = <<C as Connector>::Transport as Transport>::Record;
@@ -51,8 +51,13 @@ pub trait Connector: Send + Sync + 'static {
     /// The gRPC side: a core [`Transport`].
     type Transport: Transport;
 
-    /// Parses the options of a declared table (`LOCATION` and `OPTIONS`); contacts no service.
-    fn options_from_raw(location: Option<&str>, raw: &RawOptions) -> Result<Self::Options>;
+    /// Parses the options of a declared table (`LOCATION` and `OPTIONS`), the emulator
+    /// variable read through `env`; contacts no service.
+    fn options_from_raw(
+        location: Option<&str>,
+        raw: &RawOptions,
+        env: EnvLookup<'_>,
+    ) -> Result<Self::Options>;
 
     /// Checks the options (the rules between them that the connector checks here) and the
     /// schema against them, and builds the row mapping.
@@ -70,11 +75,9 @@ pub trait Connector: Send + Sync + 'static {
         Routing::any()
     }
 
-    /// How a statement runs (`sink_parallelism`, `flush_interval`, `flush_rows`).
-    fn run_options(options: &Self::Options) -> &RunOptions;
-
-    /// Where the `dead_letter` policy puts rows (`dead_letter_topic`, `dead_letter_path`).
-    fn dead_letter(options: &Self::Options) -> Option<&DeadLetterTarget>;
+    /// The options every connector shares: the connection, the failure policy, where dead
+    /// rows go, and how a statement runs.
+    fn shared(options: &Self::Options) -> &SharedOptions;
 
     /// A record the service refused, as its dead letter carries it: its payload where it has
     /// one, and the rest of it as a JSON object.
@@ -108,14 +111,22 @@ pub struct Sink<C: Connector> {
 impl<C: Connector> Sink<C> {
     /// Checks the options and the schema; contacts no service.
     pub fn try_new(schema: SchemaRef, location: Option<&str>, raw: &RawOptions) -> Result<Self> {
-        Self::from_options(schema, C::options_from_raw(location, raw)?)
+        Self::from_options(
+            schema,
+            C::options_from_raw(
+                location,
+                raw,
+                &crate::options::ConnectionOptions::process_env,
+            )?,
+        )
     }
 
     /// Builds the sink from typed options (the Rust API, without SQL). Checks the schema
     /// against the mapping; contacts no service.
     pub fn from_options(schema: SchemaRef, options: C::Options) -> Result<Self> {
         let mapping = C::mapping(&options, &schema)?;
-        let flow = C::flow_config(&options, &mapping);
+        let mut flow = C::flow_config(&options, &mapping);
+        C::shared(&options).apply(&mut flow);
         Ok(Self {
             schema,
             options,
@@ -178,7 +189,7 @@ impl<C: Connector> SinkConnector for Sink<C> {
     }
 
     fn parallelism(&self) -> Option<usize> {
-        C::run_options(&self.options).sink_parallelism
+        C::shared(&self.options).run.sink_parallelism
     }
 
     /// Connects the transport, writes every row through the core and returns how many the
@@ -209,7 +220,7 @@ impl<C: Connector> SinkConnector for Sink<C> {
             Ok(transport) => Arc::new(transport),
             Err(error) => return Err(incomplete(error)),
         };
-        let dead_letters = match C::dead_letter(&self.options) {
+        let dead_letters = match &C::shared(&self.options).dead_letter {
             Some(target) => {
                 let context = DeadLetterContext {
                     connector: C::KIND,
@@ -242,7 +253,7 @@ impl<C: Connector> SinkConnector for Sink<C> {
             metrics,
             dead_letters,
         );
-        let run = C::run_options(&self.options);
+        let run = &C::shared(&self.options).run;
         let flush = FlushSettings {
             interval: run.flush_interval,
             rows: run.flush_rows,
@@ -254,12 +265,29 @@ impl<C: Connector> SinkConnector for Sink<C> {
     }
 }
 
+/// Declares a sink of connector `C` (what each connector's descriptor calls): parses the
+/// options with the environment read through `env`, checks them and the schema, and returns
+/// the sink with the connection its options resolved to.
+pub fn declare<C: Connector>(
+    schema: SchemaRef,
+    location: Option<&str>,
+    raw: &RawOptions,
+    env: EnvLookup<'_>,
+) -> Result<Declared> {
+    let options = C::options_from_raw(location, raw, env)?;
+    let connection = C::shared(&options).connection.clone();
+    Ok(Declared {
+        sink: Arc::new(Sink::<C>::from_options(schema, options)?),
+        connection,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
-    use crate::connectors::build_sink;
+    use crate::connectors::registry::build_sink;
 
     fn raw(pairs: &[(&str, &str)]) -> RawOptions {
         RawOptions::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap()
@@ -273,7 +301,7 @@ mod tests {
         ]));
         let cases = [
             (
-                ConnectorKind::PubSub,
+                crate::connectors::pubsub::KIND,
                 raw(&[
                     ("topic", "projects/p/topics/clicks"),
                     ("data_column", "data"),
@@ -281,14 +309,14 @@ mod tests {
                 ]),
             ),
             (
-                ConnectorKind::CloudTasks,
+                crate::connectors::cloud_tasks::KIND,
                 raw(&[
                     ("queue", "projects/p/locations/l/queues/q"),
                     ("url", "https://w.example.com/"),
                 ]),
             ),
             (
-                ConnectorKind::Bigtable,
+                crate::connectors::bigtable::KIND,
                 raw(&[
                     ("table", "projects/p/instances/i/tables/t"),
                     ("row_key", "id"),

@@ -134,11 +134,10 @@ impl EmulatorKind {
 
     /// The connector this emulator serves.
     pub fn connector(self) -> crate::connectors::ConnectorKind {
-        use crate::connectors::ConnectorKind;
         match self {
-            EmulatorKind::PubSub => ConnectorKind::PubSub,
-            EmulatorKind::Bigtable => ConnectorKind::Bigtable,
-            EmulatorKind::CloudTasks => ConnectorKind::CloudTasks,
+            EmulatorKind::PubSub => crate::connectors::pubsub::KIND,
+            EmulatorKind::Bigtable => crate::connectors::bigtable::KIND,
+            EmulatorKind::CloudTasks => crate::connectors::cloud_tasks::KIND,
         }
     }
 

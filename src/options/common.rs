@@ -19,6 +19,24 @@ pub struct RunOptions {
     pub flush_rows: Option<u64>,
 }
 
+/// The options every connector accepts, first in each connector's list (after `connector`,
+/// which the registry adds): the connection, the failure policy, and how a statement runs
+/// (writers, flush points). Each connector parses them once, into its
+/// [`SharedOptions`](crate::connectors::shared::SharedOptions).
+pub static SHARED_OPTIONS: [&OptionSpec; 11] = [
+    &PROJECT,
+    &ENDPOINT,
+    &EMULATOR_HOST,
+    &ALLOW_REMOTE_EMULATOR,
+    &CREDENTIALS_FILE,
+    &FAILURE_POLICY,
+    &DEAD_LETTER_TOPIC,
+    &DEAD_LETTER_PATH,
+    &SINK_PARALLELISM,
+    &FLUSH_INTERVAL,
+    &FLUSH_ROWS,
+];
+
 /// Default of [`MAX_CONSECUTIVE_REJECTIONS`].
 pub const DEFAULT_MAX_CONSECUTIVE_REJECTIONS: i32 = 100;
 

@@ -78,6 +78,30 @@ pub struct ConnectionOptions {
     pub credentials_file: Option<PathBuf>,
 }
 
+/// Where a client connects, as every connector's client settings carry it: the endpoint, the
+/// emulator address and the credentials file, resolved from [`ConnectionOptions`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientCore {
+    /// The service endpoint (`endpoint`); the service's public endpoint when `None`.
+    pub endpoint: Option<String>,
+    /// An emulator address, `host:port` (`emulator_host`, or the connector's environment
+    /// variable as the table options resolved it).
+    pub emulator_host: Option<String>,
+    /// A credentials JSON file (`credentials_file`); Application Default Credentials when `None`.
+    pub credentials_file: Option<PathBuf>,
+}
+
+impl ClientCore {
+    /// The emulator address in effect (an empty one counts as none).
+    ///
+    /// The emulator variable is not read here: the table options resolved it when the table
+    /// was declared, where an explicit `endpoint` turns it off. Reading it again at connect
+    /// time would send a table with an explicit endpoint to the emulator.
+    pub fn effective_emulator_host(&self) -> Option<String> {
+        self.emulator_host.clone().filter(|h| !h.trim().is_empty())
+    }
+}
+
 /// Checks `host:port` (a `http://` prefix is tolerated and dropped).
 fn parse_emulator_host(text: &str) -> std::result::Result<String, String> {
     let t = text.trim();
@@ -161,6 +185,15 @@ fn remote_emulator_rule() -> String {
 }
 
 impl ConnectionOptions {
+    /// Where a client of these options connects.
+    pub fn client_core(&self) -> ClientCore {
+        ClientCore {
+            endpoint: self.endpoint.clone(),
+            emulator_host: self.emulator.as_ref().map(|e| e.host.clone()),
+            credentials_file: self.credentials_file.clone(),
+        }
+    }
+
     /// Options for an emulator at `host:port`, as a Rust program would set them.
     pub fn emulator(project: impl Into<String>, host: impl Into<String>) -> Self {
         ConnectionOptions {

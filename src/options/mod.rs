@@ -46,7 +46,8 @@ mod typed;
 use std::time::Duration;
 
 pub use connection::{
-    ConnectionOptions, EmulatorHost, EmulatorSource, EnvLookup, Service, is_loopback_host,
+    ClientCore, ConnectionOptions, EmulatorHost, EmulatorSource, EnvLookup, Service,
+    is_loopback_host,
 };
 pub use spec::{Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec, Value};
 pub(crate) use typed::writer_options;

@@ -1041,7 +1041,7 @@ mod tests {
     #[async_trait]
     impl SinkConnector for FakeSink {
         fn kind(&self) -> ConnectorKind {
-            ConnectorKind::PubSub
+            crate::connectors::pubsub::KIND
         }
 
         fn schema(&self) -> &SchemaRef {
@@ -1549,7 +1549,7 @@ mod streaming_tests {
     #[async_trait]
     impl SinkConnector for RoutedSink {
         fn kind(&self) -> ConnectorKind {
-            ConnectorKind::PubSub
+            crate::connectors::pubsub::KIND
         }
 
         fn schema(&self) -> &SchemaRef {

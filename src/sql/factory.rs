@@ -10,8 +10,8 @@ use datafusion::sql::sqlparser::ast::Value;
 
 use crate::connectors;
 use crate::connectors::ConnectorKind;
-use crate::connectors::catalog;
 use crate::connectors::cloud_tasks::options::{HEADERS, URL};
+use crate::connectors::{catalog, registry};
 use crate::error::{Error, Result};
 use crate::options::{
     ConnectionOptions, DefaultValue, OptionSpec, RawOptions, common, spec::parse_headers,
@@ -90,7 +90,7 @@ impl SinkTableFactory {
 ///     ("url".to_string(), "https://user:pw@worker.example.com/run?key=SECRET".to_string()),
 ///     ("headers".to_string(), "Authorization: Bearer SECRET; X-Source: demo".to_string()),
 /// ])?;
-/// let d = SinkDeclaration::new(ConnectorKind::CloudTasks, Some("projects/p/locations/l/queues/q"), &raw);
+/// let d = SinkDeclaration::new(crate::connectors::cloud_tasks::KIND, Some("projects/p/locations/l/queues/q"), &raw);
 /// assert_eq!(d.given("url"), Some("https://worker.example.com/... (rest hidden)"));
 /// assert_eq!(d.given("headers"), Some("Authorization, X-Source (values hidden)"));
 /// let queue = d.in_force().into_iter().find(|o| o.name == "queue").unwrap();
@@ -164,7 +164,7 @@ impl SinkDeclaration {
     /// the column that names one per row (`topic from column 'name' per row`), or `None`
     /// when neither was given (the declaration would have been refused).
     pub fn destination(&self) -> Option<String> {
-        let word = catalog::connector(self.kind).destination;
+        let word = self.kind.descriptor().destination;
         if let Some(fixed) = self.location().or_else(|| self.given(word)) {
             return Some(format!("{word} {fixed}"));
         }
@@ -177,10 +177,10 @@ impl SinkDeclaration {
     /// value given or its default. `connector` shows the table's connector; the destination
     /// option (`topic`, `queue`, `table`) shows the `LOCATION` when that was given instead.
     pub fn in_force(&self) -> Vec<OptionInForce> {
-        let destination = catalog::connector(self.kind).destination;
+        let destination = self.kind.descriptor().destination;
         catalog::options_for(self.kind)
             .map(|spec| {
-                let given = if std::ptr::eq(spec, &crate::connectors::kind::CONNECTOR) {
+                let given = if std::ptr::eq(spec, &registry::CONNECTOR) {
                     Some(self.kind.name())
                 } else if spec.name == destination {
                     self.given(spec.name).or(self.location())
@@ -278,7 +278,7 @@ pub(crate) fn check_raw_option_names(
     options: &[(String, Value)],
     factory_skipped: bool,
 ) -> Result<()> {
-    let Ok(kind) = ConnectorKind::parse(file_type) else {
+    let Ok(kind) = registry::kind_named(file_type) else {
         return Ok(()); // not one of ours
     };
     let raw = RawOptions::from_pairs(options.iter().map(|(k, v)| (k.clone(), value_text(v))))?;
@@ -388,7 +388,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(with.kind(), ConnectorKind::PubSub);
+        assert_eq!(with.kind(), crate::connectors::pubsub::KIND);
         assert_eq!(with.location(), None);
         assert_eq!(with.given("max_in_flight_messages"), Some("10"));
         assert_eq!(
@@ -415,10 +415,10 @@ mod tests {
         let raw =
             RawOptions::from_pairs([("format.max_in_flight_tasks".to_string(), "7".to_string())])
                 .unwrap();
-        let declaration = SinkDeclaration::new(ConnectorKind::CloudTasks, None, &raw);
+        let declaration = SinkDeclaration::new(crate::connectors::cloud_tasks::KIND, None, &raw);
         let in_force = declaration.in_force();
         let names: Vec<&str> = in_force.iter().map(|o| o.name).collect();
-        let expected: Vec<&str> = catalog::options_for(ConnectorKind::CloudTasks)
+        let expected: Vec<&str> = catalog::options_for(crate::connectors::cloud_tasks::KIND)
             .map(|s| s.name)
             .collect();
         assert_eq!(names, expected);

@@ -433,9 +433,11 @@ fn protocol_error(what: &str) -> Error {
 }
 
 async fn read_rows(table: &str, max: usize) -> Result<RecordBatch> {
-    let mut client =
-        BigtableClient::new(emulator_channel(ConnectorKind::Bigtable, "bigtable_read")?)
-            .max_decoding_message_size(MAX_READ_RESPONSE_BYTES);
+    let mut client = BigtableClient::new(emulator_channel(
+        crate::connectors::bigtable::KIND,
+        "bigtable_read",
+    )?)
+    .max_decoding_message_size(MAX_READ_RESPONSE_BYTES);
     let mut stream = client
         .read_rows(request(ReadRowsRequest {
             table_name: table.to_string(),
@@ -485,10 +487,11 @@ fn cells_batch(cells: &[Cell]) -> Result<RecordBatch> {
 }
 
 fn tasks_client(function: &str) -> Result<CloudTasksClient<Channel>> {
-    Ok(
-        CloudTasksClient::new(emulator_channel(ConnectorKind::CloudTasks, function)?)
-            .max_decoding_message_size(MAX_LIST_RESPONSE_BYTES),
-    )
+    Ok(CloudTasksClient::new(emulator_channel(
+        crate::connectors::cloud_tasks::KIND,
+        function,
+    )?)
+    .max_decoding_message_size(MAX_LIST_RESPONSE_BYTES))
 }
 
 /// The `projects/P/locations/L` part of a full queue name.

@@ -26,7 +26,7 @@ use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::sql::parser::CreateExternalTable;
 use datafusion::sql::sqlparser::ast::DataType as SqlType;
 
-use crate::connectors::ConnectorKind;
+use crate::connectors::registry;
 use crate::error::{Error, Result};
 
 /// A column whose declared `MAP` type was replaced before planning.
@@ -38,9 +38,7 @@ pub(crate) struct MapColumn {
 
 /// Whether `file_type` (the `STORED AS` word) is one of our connectors.
 fn is_ours(file_type: &str) -> bool {
-    ConnectorKind::ALL
-        .iter()
-        .any(|k| k.stored_as().eq_ignore_ascii_case(file_type))
+    registry::kinds().any(|k| k.stored_as().eq_ignore_ascii_case(file_type))
 }
 
 fn is_sql_string(t: &SqlType) -> bool {

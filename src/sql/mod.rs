@@ -42,8 +42,7 @@ use datafusion::sql::parser::{DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
-use crate::connectors::ConnectorKind;
-use crate::connectors::pubsub::inspect::{PubSubPullFunction, PubSubSubscribeFunction};
+use crate::connectors::registry;
 use crate::error::{Error, Result};
 use inspect::{BigtableReadFunction, CloudTasksCreateQueueFunction, CloudTasksListFunction};
 
@@ -52,13 +51,6 @@ pub use exec::{SinkCountExec, SinkWriterExec};
 pub use factory::{OptionInForce, SinkDeclaration, SinkTableFactory};
 pub use spec::SinkSpec;
 pub use table::SinkTable;
-
-/// Every connector this crate registers.
-pub const CONNECTORS: [ConnectorKind; 3] = [
-    ConnectorKind::PubSub,
-    ConnectorKind::CloudTasks,
-    ConnectorKind::Bigtable,
-];
 
 /// Installs the three sink factories (`STORED AS PUBSUB | CLOUD_TASKS | BIGTABLE`) into an
 /// existing context. Nothing else of the session changes: the emulator helpers of
@@ -71,7 +63,7 @@ pub const CONNECTORS: [ConnectorKind; 3] = [
 pub fn register(ctx: &SessionContext) {
     let state = ctx.state_ref();
     let mut state = state.write();
-    for kind in CONNECTORS {
+    for kind in registry::kinds() {
         state.table_factories_mut().insert(
             kind.stored_as().to_string(),
             Arc::new(SinkTableFactory::new(kind)),
@@ -105,21 +97,24 @@ pub fn register_inspection(ctx: &SessionContext) {
     }
 }
 
-/// The inspection table functions, see [`register_inspection`].
+/// The inspection table functions, see [`register_inspection`]: each connector's, from the
+/// registry, and the ones `sql::inspect` still keeps.
 fn inspection_functions() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
-    vec![
+    let mut functions: Vec<(&'static str, Arc<dyn TableFunctionImpl>)> = registry::kinds()
+        .flat_map(|kind| (kind.descriptor().inspection)())
+        .collect();
+    functions.extend([
         (
-            "pubsub_subscribe",
-            Arc::new(PubSubSubscribeFunction::default()),
+            "bigtable_read",
+            Arc::new(BigtableReadFunction) as Arc<dyn TableFunctionImpl>,
         ),
-        ("pubsub_pull", Arc::new(PubSubPullFunction::default())),
-        ("bigtable_read", Arc::new(BigtableReadFunction)),
         (
             "cloud_tasks_create_queue",
             Arc::new(CloudTasksCreateQueueFunction),
         ),
         ("cloud_tasks_list", Arc::new(CloudTasksListFunction)),
-    ]
+    ]);
+    functions
 }
 
 /// Adds the three sink factories to a [`SessionStateBuilder`] (as [`register`] does; the
@@ -131,7 +126,7 @@ fn inspection_functions() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
 /// assert!(state.table_factories().contains_key("PUBSUB"));
 /// ```
 pub fn with_gcp_sinks(mut builder: SessionStateBuilder) -> SessionStateBuilder {
-    for kind in CONNECTORS {
+    for kind in registry::kinds() {
         builder = builder.with_table_factory(
             kind.stored_as().to_string(),
             Arc::new(SinkTableFactory::new(kind)),

@@ -15,12 +15,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 
-use crate::connectors::bigtable::options::BigtableSinkOptions;
-use crate::connectors::bigtable::writer::BigtableSink;
-use crate::connectors::cloud_tasks::options::CloudTasksSinkOptions;
-use crate::connectors::cloud_tasks::writer::CloudTasksSink;
-use crate::connectors::pubsub::options::PubSubSinkOptions;
-use crate::connectors::pubsub::writer::PubSubSink;
+use crate::connectors::registry;
 use crate::connectors::{ConnectorKind, SinkConnector};
 use crate::error::{Error, Result};
 use crate::options::{ConnectionOptions, EmulatorSource, EnvLookup, RawOptions};
@@ -44,7 +39,7 @@ pub struct SinkSpec {
     endpoint: Option<String>,
 }
 
-/// The connection a connector's options resolve to, read from typed options of any connector.
+/// The sink a declaration builds, and the connection its options resolve to.
 fn resolve(
     kind: ConnectorKind,
     schema: &SchemaRef,
@@ -52,33 +47,8 @@ fn resolve(
     raw: &RawOptions,
     env: EnvLookup<'_>,
 ) -> Result<(Arc<dyn SinkConnector>, ConnectionOptions)> {
-    let schema = schema.clone();
-    Ok(match kind {
-        ConnectorKind::PubSub => {
-            let options = PubSubSinkOptions::from_raw_with_env(location, raw, env)?;
-            let connection = options.connection.clone();
-            (
-                Arc::new(PubSubSink::from_options(schema, options)?),
-                connection,
-            )
-        }
-        ConnectorKind::CloudTasks => {
-            let options = CloudTasksSinkOptions::from_raw_with_env(location, raw, env)?;
-            let connection = options.connection.clone();
-            (
-                Arc::new(CloudTasksSink::from_options(schema, options)?),
-                connection,
-            )
-        }
-        ConnectorKind::Bigtable => {
-            let options = BigtableSinkOptions::from_raw_with_env(location, raw, env)?;
-            let connection = options.connection.clone();
-            (
-                Arc::new(BigtableSink::from_options(schema, options)?),
-                connection,
-            )
-        }
-    })
+    let declared = registry::declare(kind, schema.clone(), location, raw, env)?;
+    Ok((declared.sink, declared.connection))
 }
 
 impl SinkSpec {
@@ -261,7 +231,7 @@ mod tests {
             |name: &str| (name == "PUBSUB_EMULATOR_HOST").then(|| "localhost:8681".to_string());
         let (_, spec) = SinkSpec::declare(
             "t",
-            ConnectorKind::PubSub,
+            crate::connectors::pubsub::KIND,
             schema(),
             Some("projects/demo/topics/events"),
             &raw(&[]),
@@ -275,7 +245,7 @@ mod tests {
 
         let (_, public) = SinkSpec::declare(
             "t",
-            ConnectorKind::PubSub,
+            crate::connectors::pubsub::KIND,
             schema(),
             Some("projects/demo/topics/events"),
             &raw(&[]),
@@ -290,7 +260,7 @@ mod tests {
     fn a_spec_whose_connection_does_not_resolve_as_declared_is_refused() {
         let (_, spec) = SinkSpec::declare(
             "t",
-            ConnectorKind::PubSub,
+            crate::connectors::pubsub::KIND,
             schema(),
             Some("projects/demo/topics/events"),
             &raw(&[("emulator_host", "localhost:8085")]),
@@ -312,7 +282,7 @@ mod tests {
     fn debug_shows_option_names_and_no_values() {
         let (_, spec) = SinkSpec::declare(
             "jobs",
-            ConnectorKind::CloudTasks,
+            crate::connectors::cloud_tasks::KIND,
             Arc::new(Schema::new(vec![Field::new("body", DataType::Utf8, false)])),
             Some("projects/demo/locations/us-central1/queues/jobs"),
             &raw(&[

@@ -9,7 +9,7 @@ use datafusion::sql::sqlparser::ast::{
     CreateTableOptions, Expr, SqlOption, Statement, UnaryOperator, Value,
 };
 
-use crate::connectors::{ConnectorKind, catalog};
+use crate::connectors::{ConnectorKind, catalog, registry};
 use crate::error::{Error, Result};
 use crate::options::nearest_name;
 
@@ -45,7 +45,7 @@ pub(crate) fn rewrite_with_form(stmt: DFStatement) -> Result<DFStatement> {
             None => Ok(stmt),
         };
     };
-    let kind = ConnectorKind::parse(&connector)?;
+    let kind = registry::kind_named(&connector)?;
     if create.query.is_some() {
         return Err(Error::Unsupported(
             "CREATE TABLE ... WITH (connector = ...) AS SELECT is not supported: declare the sink, then INSERT INTO it"
@@ -90,7 +90,7 @@ pub(crate) fn rewrite_with_form(stmt: DFStatement) -> Result<DFStatement> {
 /// of a misspelt `connector` key (or its nearest valid name), else the one connector that
 /// accepts every option given.
 fn missing_connector(options: &[(String, String)]) -> Option<Error> {
-    let names: Vec<&str> = ConnectorKind::ALL.iter().map(|k| k.name()).collect();
+    let names: Vec<&str> = registry::kinds().map(|k| k.name()).collect();
     let listed = names
         .iter()
         .map(|n| format!("'{n}'"))
@@ -101,7 +101,7 @@ fn missing_connector(options: &[(String, String)]) -> Option<Error> {
         .iter()
         .find(|(k, _)| nearest_name(&key(k), std::iter::once("connector")).is_some());
     if let Some((written, value)) = misspelt {
-        let meant = match ConnectorKind::parse(value) {
+        let meant = match registry::kind_named(value) {
             Ok(kind) => format!(" = '{}'", kind.name()),
             Err(_) => match nearest_name(&value.trim().to_ascii_lowercase(), names.iter().copied())
             {
@@ -120,12 +120,11 @@ fn missing_connector(options: &[(String, String)]) -> Option<Error> {
     let ours = |kind: ConnectorKind, k: &str| catalog::lookup(kind, &key(k)).is_some();
     if !options
         .iter()
-        .any(|(k, _)| ConnectorKind::ALL.iter().any(|kind| ours(*kind, k)))
+        .any(|(k, _)| registry::kinds().any(|kind| ours(kind, k)))
     {
         return None;
     }
-    let fitting: Vec<ConnectorKind> = ConnectorKind::ALL
-        .into_iter()
+    let fitting: Vec<ConnectorKind> = registry::kinds()
         .filter(|kind| options.iter().all(|(k, _)| ours(*kind, k)))
         .collect();
     let hint = match fitting.as_slice() {

@@ -213,7 +213,7 @@ fn backslash_d_describes_a_pubsub_sink() {
         ]
     );
     assert_options_in_force(
-        ConnectorKind::PubSub,
+        gcp_sql::connectors::pubsub::KIND,
         &options,
         &[
             ("connector", "pubsub"),
@@ -236,7 +236,7 @@ fn backslash_d_describes_a_cloud_tasks_sink_without_its_secrets() {
     let (columns, options) = describe_csv(CLOUD_TASKS, "jobs");
     assert_eq!(columns[1], vec!["body", "Utf8View", "YES"]);
     assert_options_in_force(
-        ConnectorKind::CloudTasks,
+        gcp_sql::connectors::cloud_tasks::KIND,
         &options,
         &[
             ("connector", "cloud_tasks"),
@@ -268,7 +268,7 @@ fn backslash_d_describes_a_bigtable_sink_declared_with_location() {
     let (columns, options) = describe_csv(BIGTABLE, "events");
     assert_eq!(columns[1], vec!["user_id", "Int64", "YES"]);
     assert_options_in_force(
-        ConnectorKind::Bigtable,
+        gcp_sql::connectors::bigtable::KIND,
         &options,
         &[
             ("connector", "bigtable"),

@@ -34,7 +34,6 @@ use gcloud_sdk::google::cloud::tasks::v2::{
     CreateQueueRequest, CreateTaskRequest, HttpMethod, HttpRequest, ListTasksRequest,
     PauseQueueRequest, Queue, ResumeQueueRequest, Task, task,
 };
-use gcp_sql::connectors::ConnectorKind;
 use gcp_sql::connectors::cloud_tasks::client::CREATE_TASK_PATH;
 use gcp_sql::core::metrics::names;
 use gcp_sql::emulators::{EmulatorKind, plaintext_channel, shared};
@@ -587,8 +586,9 @@ async fn headers_column_entries_are_added_per_row() {
         .map(|(k, v)| (k.to_string(), v.to_string())),
     )
     .expect("options");
-    let sink = gcp_sql::connectors::build_sink(ConnectorKind::CloudTasks, schema, None, &raw)
-        .expect("sink");
+    let sink =
+        gcp_sql::connectors::build_sink(gcp_sql::connectors::cloud_tasks::KIND, schema, None, &raw)
+            .expect("sink");
     ctx.register_table("hdr", Arc::new(SinkTable::new("hdr", sink)))
         .expect("register sink");
     let done = insert(&ctx, "INSERT INTO hdr SELECT * FROM source").await;

@@ -76,7 +76,6 @@ use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use super::mapping::{
     BigtableEntry, request_base_len, request_entry_len, write_mutate_rows_request,
 };
-use crate::connectors::ConnectorKind;
 use crate::connectors::bigtable::names;
 use crate::connectors::google::{
     self, Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, Reachability, emulator_setting,
@@ -329,7 +328,10 @@ impl BigtableTransport {
         let reach = if connection.is_plaintext() {
             Reachability::emulator(
                 &endpoint,
-                emulator_setting(&endpoint, ConnectorKind::Bigtable.emulator_env_var()),
+                emulator_setting(
+                    &endpoint,
+                    crate::connectors::bigtable::KIND.emulator_env_var(),
+                ),
             )
         } else {
             Reachability::endpoint(&endpoint)

@@ -10,3 +10,29 @@ pub mod mapping;
 pub mod names;
 pub mod options;
 pub mod writer;
+
+use crate::connectors::descriptor::{ConnectorDescriptor, ConnectorKind};
+use crate::options::Service;
+
+/// The service: its emulator variable and public endpoint.
+pub const SERVICE: Service = Service {
+    emulator_env_var: "BIGTABLE_EMULATOR_HOST",
+    public_endpoint: "https://bigtable.googleapis.com",
+};
+
+/// The Bigtable connector, as the registry lists it.
+pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
+    name: "bigtable",
+    stored_as: "BIGTABLE",
+    display_name: "Bigtable",
+    destination: "table",
+    service: SERVICE,
+    options: options::options,
+    group_notes: &[],
+    fixed_budgets: options::FIXED_BUDGETS,
+    declare: crate::connectors::sink::declare::<writer::Bigtable>,
+    inspection: Vec::new,
+};
+
+/// This connector's handle.
+pub const KIND: ConnectorKind = ConnectorKind::of(&CONNECTOR);

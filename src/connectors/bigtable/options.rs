@@ -31,12 +31,8 @@ use std::time::Duration;
 use arrow::datatypes::{DataType, Schema};
 
 use super::names;
-use crate::connectors::ConnectorKind;
-use crate::connectors::catalog;
-use crate::connectors::dead_letter::DeadLetterTarget;
-use crate::core::FailurePolicy;
+use crate::connectors::shared::SharedOptions;
 use crate::error::{Error, Result};
-use crate::options::common::RunOptions;
 use crate::options::common::{self, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
 use crate::options::docs::FixedBudget;
 use crate::options::spec::{binary_size, format_duration, group_digits};
@@ -243,7 +239,7 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &APP_PROFILE_ID,
         ];
         [
-            &catalog::SHARED_OPTIONS[..],
+            &crate::options::common::SHARED_OPTIONS[..],
             own,
             BigtableWriterOptions::specs(),
         ]
@@ -490,8 +486,8 @@ impl BigtableMappingOptions {
 /// Everything a Bigtable sink needs: connection, table, mapping, policy and writer options.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BigtableSinkOptions {
-    /// Project, endpoint, emulator, credentials.
-    pub connection: ConnectionOptions,
+    /// The options every connector shares: connection, failure policy, dead letters, run.
+    pub shared: SharedOptions,
     /// The fixed table (`projects/P/instances/I/tables/T`), if any.
     pub table: Option<String>,
     /// The row mapping.
@@ -500,13 +496,6 @@ pub struct BigtableSinkOptions {
     pub auto_create_table: bool,
     /// The application profile writes are routed by.
     pub app_profile_id: Option<String>,
-    /// What to do with a refused record.
-    pub failure_policy: FailurePolicy,
-    /// Where the `dead_letter` policy puts rows (`dead_letter_topic`, `dead_letter_path`);
-    /// `Some` exactly under that policy.
-    pub dead_letter: Option<DeadLetterTarget>,
-    /// How a statement runs: writers and flush points.
-    pub run: RunOptions,
     /// The writer options.
     pub writer: BigtableWriterOptions,
 }
@@ -539,9 +528,14 @@ impl BigtableSinkOptions {
         raw: &RawOptions,
         env: EnvLookup<'_>,
     ) -> Result<Self> {
-        let p = catalog::parse_options(ConnectorKind::Bigtable, raw)?;
-        let connection =
-            ConnectionOptions::from_parsed(&p, ConnectorKind::Bigtable.service(), env)?;
+        let p = super::KIND.parse_options(raw)?;
+        let shared = SharedOptions::from_parsed(
+            super::KIND,
+            &p,
+            env,
+            &crate::connectors::pubsub::dead_letter::TOPICS,
+        )?;
+        let connection = &shared.connection;
         let project = connection.project.as_deref();
 
         let instance_option = match p.non_empty_text(&INSTANCE)? {
@@ -621,23 +615,12 @@ impl BigtableSinkOptions {
 
         let writer = BigtableWriterOptionsBuilder::from_parsed(&p)?.build()?;
 
-        let failure_policy = p.failure_policy()?;
-        let dead_letter = DeadLetterTarget::from_parsed(
-            &p,
-            failure_policy,
-            ConnectorKind::Bigtable,
-            &connection,
-            env,
-        )?;
         let opts = BigtableSinkOptions {
-            connection,
+            shared,
             table,
             mapping,
             auto_create_table: p.bool(&AUTO_CREATE_TABLE)?.unwrap_or(false),
             app_profile_id: p.non_empty_text(&APP_PROFILE_ID)?.map(str::to_string),
-            failure_policy,
-            dead_letter,
-            run: p.run_options()?,
             writer,
         };
         opts.validate()?;
@@ -757,7 +740,7 @@ impl BigtableSinkOptions {
         let instance = match (&m.instance_column, instance_value) {
             (Some(_), Some(i)) => Some(names::bigtable_instance(
                 i,
-                self.connection.project.as_deref(),
+                self.shared.connection.project.as_deref(),
             )?),
             (Some(c), None) => return Err(format!("the instance column '{c}' is null")),
             (None, _) => m.instance.clone(),

@@ -33,7 +33,6 @@ use crate::connectors::{ConnectorKind, Routing};
 use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::Result;
 use crate::options::RawOptions;
-use crate::options::common::RunOptions;
 
 /// Tables one writer keeps batching state for at once. The Java connector bounds per-table state only by
 /// `destination_idle_timeout`, which is swept after a flush; a statement flushes once, at its
@@ -136,14 +135,18 @@ impl Sink<Bigtable> {
 
 #[async_trait]
 impl Connector for Bigtable {
-    const KIND: ConnectorKind = ConnectorKind::Bigtable;
+    const KIND: ConnectorKind = super::KIND;
     type Options = BigtableSinkOptions;
     type Mapping = BigtableMapping;
     type ClientSettings = ClientSettings;
     type Transport = BigtableTransport;
 
-    fn options_from_raw(location: Option<&str>, raw: &RawOptions) -> Result<BigtableSinkOptions> {
-        BigtableSinkOptions::from_raw(location, raw)
+    fn options_from_raw(
+        location: Option<&str>,
+        raw: &RawOptions,
+        env: crate::options::EnvLookup<'_>,
+    ) -> Result<BigtableSinkOptions> {
+        BigtableSinkOptions::from_raw_with_env(location, raw, env)
     }
 
     fn mapping(options: &BigtableSinkOptions, schema: &SchemaRef) -> Result<BigtableMapping> {
@@ -156,18 +159,12 @@ impl Connector for Bigtable {
         Routing::by_key(mapping.row_identity_columns())
     }
 
-    fn run_options(options: &BigtableSinkOptions) -> &RunOptions {
-        &options.run
-    }
-
-    fn dead_letter(
-        options: &BigtableSinkOptions,
-    ) -> Option<&crate::connectors::dead_letter::DeadLetterTarget> {
-        options.dead_letter.as_ref()
+    fn shared(options: &BigtableSinkOptions) -> &crate::connectors::shared::SharedOptions {
+        &options.shared
     }
 
     fn describe_record(record: &BigtableEntry) -> crate::core::DeadPayload {
-        crate::connectors::dead_letter::describe_bigtable(record)
+        describe_bigtable(record)
     }
 
     fn flow_config(options: &BigtableSinkOptions, mapping: &BigtableMapping) -> FlowConfig {
@@ -175,7 +172,7 @@ impl Connector for Bigtable {
     }
 
     fn client_settings(options: &BigtableSinkOptions, mapping: &BigtableMapping) -> ClientSettings {
-        let connection = &options.connection;
+        let connection = &options.shared.connection;
         ClientSettings {
             endpoint: connection.endpoint.clone(),
             emulator_host: connection.emulator.as_ref().map(|e| e.host.clone()),
@@ -250,10 +247,83 @@ fn flow_config(options: &BigtableSinkOptions, mapping: &BigtableMapping) -> Flow
                 true,
             )
         }),
-        failure_policy: options.failure_policy,
+        failure_policy: options.shared.failure_policy,
         // Every send carries at least one entry, so the entry cap already bounds this.
         max_concurrent_sends: max_records,
         max_records_per_second: None,
+    }
+}
+
+/// A refused Bigtable entry: no payload; the row key and its mutations (cells set, cells and
+/// families deleted) as the row.
+fn describe_bigtable(record: &BigtableEntry) -> crate::core::DeadPayload {
+    use gcloud_sdk::google::bigtable::v2::mutation::Mutation as M;
+    let Ok(entry) = record.to_entry() else {
+        return crate::core::DeadPayload::default();
+    };
+    let mut row = serde_json::Map::new();
+    row.insert(
+        "row_key".into(),
+        crate::connectors::dead_letter::bytes_value(&entry.row_key),
+    );
+    let mutations = entry
+        .mutations
+        .into_iter()
+        .filter_map(|m| m.mutation)
+        .map(|m| {
+            let mut out = serde_json::Map::new();
+            let (kind, fields): (&str, Vec<(&str, serde_json::Value)>) = match m {
+                M::SetCell(c) => (
+                    "set_cell",
+                    vec![
+                        ("family", serde_json::Value::String(c.family_name)),
+                        (
+                            "qualifier",
+                            crate::connectors::dead_letter::bytes_value(&c.column_qualifier),
+                        ),
+                        (
+                            "timestamp_micros",
+                            serde_json::Value::from(c.timestamp_micros),
+                        ),
+                        (
+                            "value",
+                            crate::connectors::dead_letter::bytes_value(&c.value),
+                        ),
+                    ],
+                ),
+                M::DeleteFromColumn(c) => (
+                    "delete_from_column",
+                    vec![
+                        ("family", serde_json::Value::String(c.family_name)),
+                        (
+                            "qualifier",
+                            crate::connectors::dead_letter::bytes_value(&c.column_qualifier),
+                        ),
+                    ],
+                ),
+                M::DeleteFromFamily(f) => (
+                    "delete_from_family",
+                    vec![("family", serde_json::Value::String(f.family_name))],
+                ),
+                M::DeleteFromRow(_) => ("delete_from_row", vec![]),
+                _ => ("other", vec![]),
+            };
+            out.insert(
+                kind.into(),
+                serde_json::Value::Object(
+                    fields
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), v))
+                        .collect(),
+                ),
+            );
+            serde_json::Value::Object(out)
+        })
+        .collect();
+    row.insert("mutations".into(), serde_json::Value::Array(mutations));
+    crate::core::DeadPayload {
+        payload: None,
+        row: Some(row),
     }
 }
 

@@ -52,7 +52,6 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 use super::mapping::{TaskRecord, create_task_request_len, write_create_task_request};
-use crate::connectors::ConnectorKind;
 use crate::connectors::google::{
     self, Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, Reachability, emulator_setting,
     nothing_listens, unary_pre_encoded, with_deadline,
@@ -159,7 +158,10 @@ impl CloudTasksTransport {
                 ));
             }
             let channel = crate::emulators::plaintext_endpoint(host)?.connect_lazy();
-            let setting = emulator_setting(host, ConnectorKind::CloudTasks.emulator_env_var());
+            let setting = emulator_setting(
+                host,
+                crate::connectors::cloud_tasks::KIND.emulator_env_var(),
+            );
             return Ok(Self::plaintext(
                 channel,
                 host.to_string(),

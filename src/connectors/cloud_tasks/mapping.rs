@@ -436,7 +436,7 @@ impl CloudTasksMapping {
 
         Ok(CloudTasksMapping {
             queue,
-            project: options.connection.project.clone(),
+            project: options.shared.connection.project.clone(),
             location: m.location.clone(),
             queue_column,
             url,

@@ -9,3 +9,29 @@ pub mod mapping;
 pub mod names;
 pub mod options;
 pub mod writer;
+
+use crate::connectors::descriptor::{ConnectorDescriptor, ConnectorKind};
+use crate::options::Service;
+
+/// The service: its emulator variable and public endpoint.
+pub const SERVICE: Service = Service {
+    emulator_env_var: "CLOUD_TASKS_EMULATOR_HOST",
+    public_endpoint: "https://cloudtasks.googleapis.com",
+};
+
+/// The Cloud Tasks connector, as the registry lists it.
+pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
+    name: "cloud_tasks",
+    stored_as: "CLOUD_TASKS",
+    display_name: "Cloud Tasks",
+    destination: "queue",
+    service: SERVICE,
+    options: options::options,
+    group_notes: &[],
+    fixed_budgets: options::FIXED_BUDGETS,
+    declare: crate::connectors::sink::declare::<writer::CloudTasks>,
+    inspection: Vec::new,
+};
+
+/// This connector's handle.
+pub const KIND: ConnectorKind = ConnectorKind::of(&CONNECTOR);

@@ -27,12 +27,8 @@ use std::time::Duration;
 use arrow::datatypes::{DataType, Schema};
 
 use super::names;
-use crate::connectors::ConnectorKind;
-use crate::connectors::catalog;
-use crate::connectors::dead_letter::DeadLetterTarget;
-use crate::core::FailurePolicy;
+use crate::connectors::shared::SharedOptions;
 use crate::error::{Error, Result};
-use crate::options::common::RunOptions;
 use crate::options::common::{FORMAT, PER_DESTINATION_METRICS};
 use crate::options::docs::FixedBudget;
 use crate::options::spec::format_duration;
@@ -297,7 +293,7 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &DISPATCH_DEADLINE,
         ];
         [
-            &catalog::SHARED_OPTIONS[..],
+            &crate::options::common::SHARED_OPTIONS[..],
             own,
             CloudTasksWriterOptions::specs(),
         ]
@@ -574,19 +570,12 @@ impl CloudTasksMappingOptions {
 /// Everything a Cloud Tasks sink needs: connection, queue, mapping, policy and writer options.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CloudTasksSinkOptions {
-    /// Project, endpoint, emulator, credentials.
-    pub connection: ConnectionOptions,
+    /// The options every connector shares: connection, failure policy, dead letters, run.
+    pub shared: SharedOptions,
     /// The fixed queue (`projects/P/locations/L/queues/Q`), if any.
     pub queue: Option<String>,
     /// The task mapping.
     pub mapping: CloudTasksMappingOptions,
-    /// What to do with a refused record.
-    pub failure_policy: FailurePolicy,
-    /// Where the `dead_letter` policy puts rows (`dead_letter_topic`, `dead_letter_path`);
-    /// `Some` exactly under that policy.
-    pub dead_letter: Option<DeadLetterTarget>,
-    /// How a statement runs: writers and flush points.
-    pub run: RunOptions,
     /// The writer options.
     pub writer: CloudTasksWriterOptions,
 }
@@ -635,9 +624,14 @@ impl CloudTasksSinkOptions {
         raw: &RawOptions,
         env: EnvLookup<'_>,
     ) -> Result<Self> {
-        let p = catalog::parse_options(ConnectorKind::CloudTasks, raw)?;
-        let connection =
-            ConnectionOptions::from_parsed(&p, ConnectorKind::CloudTasks.service(), env)?;
+        let p = super::KIND.parse_options(raw)?;
+        let shared = SharedOptions::from_parsed(
+            super::KIND,
+            &p,
+            env,
+            &crate::connectors::pubsub::dead_letter::TOPICS,
+        )?;
+        let connection = &shared.connection;
         let project = connection.project.as_deref();
         let region = p.non_empty_text(&LOCATION)?;
 
@@ -705,21 +699,10 @@ impl CloudTasksSinkOptions {
 
         let writer = CloudTasksWriterOptionsBuilder::from_parsed(&p)?.build()?;
 
-        let failure_policy = p.failure_policy()?;
-        let dead_letter = DeadLetterTarget::from_parsed(
-            &p,
-            failure_policy,
-            ConnectorKind::CloudTasks,
-            &connection,
-            env,
-        )?;
         let opts = CloudTasksSinkOptions {
-            connection,
+            shared,
             queue,
             mapping,
-            failure_policy,
-            dead_letter,
-            run: p.run_options()?,
             writer,
         };
         opts.validate()?;
@@ -818,9 +801,10 @@ impl CloudTasksSinkOptions {
                 ),
             ));
         }
-        if let (Some(pool), Some(emulator)) =
-            (self.writer.channel_pool_size(), &self.connection.emulator)
-        {
+        if let (Some(pool), Some(emulator)) = (
+            self.writer.channel_pool_size(),
+            &self.shared.connection.emulator,
+        ) {
             return Err(CHANNEL_POOL_SIZE.invalid(
                 pool.to_string(),
                 format!(
@@ -935,7 +919,7 @@ impl CloudTasksSinkOptions {
         match (&self.mapping.queue_column, column_value, &self.queue) {
             (Some(_), Some(v), _) => names::cloud_tasks_queue(
                 v,
-                self.connection.project.as_deref(),
+                self.shared.connection.project.as_deref(),
                 self.mapping.location.as_deref(),
             ),
             (Some(c), None, _) => Err(format!("the queue column '{c}' is null")),

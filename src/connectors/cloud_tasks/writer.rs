@@ -37,7 +37,6 @@ use crate::connectors::sink::{Connector, Sink};
 use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::Result;
 use crate::options::RawOptions;
-use crate::options::common::RunOptions;
 
 /// Growth of the transient-failure backoff per retry. The option contract gives the first backoff and the
 /// cap but not the growth; doubling is the usual exponential backoff (and what the other
@@ -99,14 +98,18 @@ impl Sink<CloudTasks> {
 
 #[async_trait]
 impl Connector for CloudTasks {
-    const KIND: ConnectorKind = ConnectorKind::CloudTasks;
+    const KIND: ConnectorKind = super::KIND;
     type Options = CloudTasksSinkOptions;
     type Mapping = CloudTasksMapping;
     type ClientSettings = ClientSettings;
     type Transport = CloudTasksTransport;
 
-    fn options_from_raw(location: Option<&str>, raw: &RawOptions) -> Result<CloudTasksSinkOptions> {
-        CloudTasksSinkOptions::from_raw(location, raw)
+    fn options_from_raw(
+        location: Option<&str>,
+        raw: &RawOptions,
+        env: crate::options::EnvLookup<'_>,
+    ) -> Result<CloudTasksSinkOptions> {
+        CloudTasksSinkOptions::from_raw_with_env(location, raw, env)
     }
 
     fn mapping(options: &CloudTasksSinkOptions, schema: &SchemaRef) -> Result<CloudTasksMapping> {
@@ -114,18 +117,12 @@ impl Connector for CloudTasks {
         CloudTasksMapping::new(options, schema)
     }
 
-    fn run_options(options: &CloudTasksSinkOptions) -> &RunOptions {
-        &options.run
-    }
-
-    fn dead_letter(
-        options: &CloudTasksSinkOptions,
-    ) -> Option<&crate::connectors::dead_letter::DeadLetterTarget> {
-        options.dead_letter.as_ref()
+    fn shared(options: &CloudTasksSinkOptions) -> &crate::connectors::shared::SharedOptions {
+        &options.shared
     }
 
     fn describe_record(record: &TaskRecord) -> crate::core::DeadPayload {
-        crate::connectors::dead_letter::describe_task(record)
+        describe_task(record)
     }
 
     fn flow_config(options: &CloudTasksSinkOptions, _mapping: &CloudTasksMapping) -> FlowConfig {
@@ -136,7 +133,7 @@ impl Connector for CloudTasks {
         options: &CloudTasksSinkOptions,
         _mapping: &CloudTasksMapping,
     ) -> ClientSettings {
-        let connection = &options.connection;
+        let connection = &options.shared.connection;
         ClientSettings {
             endpoint: connection.endpoint.clone(),
             emulator_host: connection.emulator.as_ref().map(|e| e.host.clone()),
@@ -222,10 +219,56 @@ pub fn flow_config(options: &CloudTasksSinkOptions) -> FlowConfig {
         retry: retry_settings(w),
         retry_option: Some("recovery_max_attempts"),
         not_found: Some(not_found_settings(w)),
-        failure_policy: options.failure_policy,
+        failure_policy: options.shared.failure_policy,
         // Every send carries one task, so the task cap is the concurrency cap.
         max_concurrent_sends: max_tasks,
         max_records_per_second: w.max_tasks_per_second(),
+    }
+}
+
+/// A refused Cloud Tasks task: its body is the payload; its name, URL, method and headers
+/// the row (never its authorization).
+fn describe_task(record: &TaskRecord) -> crate::core::DeadPayload {
+    use gcloud_sdk::google::cloud::tasks::v2::task::MessageType;
+    let Ok(task) = record.to_task() else {
+        return crate::core::DeadPayload::default();
+    };
+    let mut row = serde_json::Map::new();
+    if !task.name.is_empty() {
+        row.insert("name".into(), serde_json::Value::String(task.name));
+    }
+    if let Some(t) = task.schedule_time {
+        row.insert(
+            "schedule_time_seconds".into(),
+            serde_json::Value::from(t.seconds),
+        );
+    }
+    let mut payload = None;
+    if let Some(MessageType::HttpRequest(request)) = task.message_type {
+        row.insert("url".into(), serde_json::Value::String(request.url));
+        let method =
+            gcloud_sdk::google::cloud::tasks::v2::HttpMethod::try_from(request.http_method)
+                .map(|m| m.as_str_name().to_string())
+                .unwrap_or_default();
+        row.insert("http_method".into(), serde_json::Value::String(method));
+        let mut headers: Vec<_> = request.headers.into_iter().collect();
+        headers.sort();
+        if !headers.is_empty() {
+            row.insert(
+                "headers".into(),
+                serde_json::Value::Object(
+                    headers
+                        .into_iter()
+                        .map(|(k, v)| (k, serde_json::Value::String(v)))
+                        .collect(),
+                ),
+            );
+        }
+        payload = Some(request.body);
+    }
+    crate::core::DeadPayload {
+        payload,
+        row: Some(row),
     }
 }
 

@@ -47,7 +47,6 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 use super::mapping::{PubsubRecord, request_base_len, request_entry_len, write_publish_request};
-use crate::connectors::ConnectorKind;
 use crate::connectors::google::{
     Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, Reachability, emulator_setting,
     nothing_listens, routing_value, unary_pre_encoded, with_deadline,
@@ -150,7 +149,7 @@ impl PubSubTransport {
         let reach = match &emulator {
             Some(host) => Reachability::emulator(
                 host,
-                emulator_setting(host, ConnectorKind::PubSub.emulator_env_var()),
+                emulator_setting(host, crate::connectors::pubsub::KIND.emulator_env_var()),
             ),
             None => Reachability::endpoint(&endpoint),
         };

@@ -53,7 +53,6 @@ use tonic::Code;
 
 use super::client::DEFAULT_ENDPOINT;
 use super::names::{pubsub_subscription, pubsub_topic};
-use crate::connectors::ConnectorKind;
 use crate::connectors::google::{GrpcChannel, Reachability, with_deadline};
 use crate::error::{Error, Result};
 
@@ -268,7 +267,7 @@ impl TableProvider for LazyTable {
 /// (`UNAVAILABLE`, `DEADLINE_EXCEEDED`), and what is known of the address (a refused first
 /// call says that nothing answers there).
 fn emulator_channel(host: Option<&str>) -> Result<(GrpcChannel, Reachability)> {
-    let var = ConnectorKind::PubSub.emulator_env_var();
+    let var = crate::connectors::pubsub::KIND.emulator_env_var();
     let (host, setting) = match host {
         Some(h) => (Some(h.to_string()), "the emulator host given"),
         None => (std::env::var(var).ok(), var),

@@ -1,8 +1,64 @@
 //! The Pub/Sub connector: messages published to topics.
+//!
+//! Split like every connector: [`options`] (the typed options and their builder), [`mapping`]
+//! (Arrow rows to messages, pure), [`client`] (the gRPC side, a
+//! [`Transport`](crate::core::Transport)), [`writer`] (the glue onto the flow-control core),
+//! [`dead_letter`] (dead-letter topics, for every connector) and [`inspect`] (the emulator
+//! helpers). [`CONNECTOR`] is what the rest of the crate knows of it.
 
 pub mod client;
+pub mod dead_letter;
 pub mod inspect;
 pub mod mapping;
 pub mod names;
 pub mod options;
 pub mod writer;
+
+use std::sync::Arc;
+
+use datafusion::catalog::TableFunctionImpl;
+
+use crate::connectors::descriptor::{ConnectorDescriptor, ConnectorKind};
+use crate::options::Service;
+
+/// The service: its emulator variable and public endpoint.
+pub const SERVICE: Service = Service {
+    emulator_env_var: "PUBSUB_EMULATOR_HOST",
+    public_endpoint: "https://pubsub.googleapis.com",
+};
+
+/// The Pub/Sub connector, as the registry lists it.
+pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
+    name: "pubsub",
+    stored_as: "PUBSUB",
+    display_name: "Pub/Sub",
+    destination: "topic",
+    service: SERVICE,
+    options: options::options,
+    group_notes: &[(
+        crate::options::OptionGroup::Writer,
+        "Where a default says *Java SDK default*, it is the default of the official Java client's \
+         publisher settings, which this connector takes over so that a pipeline moved from Java \
+         behaves the same.",
+    )],
+    fixed_budgets: &[],
+    declare: crate::connectors::sink::declare::<writer::PubSub>,
+    inspection: inspection_functions,
+};
+
+/// This connector's handle.
+pub const KIND: ConnectorKind = ConnectorKind::of(&CONNECTOR);
+
+/// `pubsub_subscribe(topic, subscription)` and `pubsub_pull(subscription [, max_messages])`.
+fn inspection_functions() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
+    vec![
+        (
+            "pubsub_subscribe",
+            Arc::new(inspect::PubSubSubscribeFunction::default()),
+        ),
+        (
+            "pubsub_pull",
+            Arc::new(inspect::PubSubPullFunction::default()),
+        ),
+    ]
+}

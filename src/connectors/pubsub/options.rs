@@ -33,12 +33,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::names;
-use crate::connectors::ConnectorKind;
-use crate::connectors::catalog;
-use crate::connectors::dead_letter::DeadLetterTarget;
-use crate::core::FailurePolicy;
+use crate::connectors::shared::SharedOptions;
 use crate::error::{Error, Result};
-use crate::options::common::RunOptions;
 use crate::options::common::{self, FORMAT, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
 use crate::options::spec::format_duration;
 use crate::options::{
@@ -205,7 +201,7 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &AUTO_CREATE_TOPIC,
         ];
         [
-            &catalog::SHARED_OPTIONS[..],
+            &crate::options::common::SHARED_OPTIONS[..],
             own,
             PubSubPublisherOptions::specs(),
         ]
@@ -502,21 +498,14 @@ impl Default for PubSubMappingOptions {
 /// Everything a Pub/Sub sink needs: connection, destination, mapping, policy and writer options.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PubSubSinkOptions {
-    /// Project, endpoint, emulator, credentials.
-    pub connection: ConnectionOptions,
+    /// The options every connector shares: connection, failure policy, dead letters, run.
+    pub shared: SharedOptions,
     /// The fixed topic (`projects/P/topics/T`), if any.
     pub topic: Option<String>,
     /// The row mapping.
     pub mapping: PubSubMappingOptions,
     /// Create a missing topic in the NOT_FOUND recovery.
     pub auto_create_topic: bool,
-    /// What to do with a refused record.
-    pub failure_policy: FailurePolicy,
-    /// Where the `dead_letter` policy puts rows (`dead_letter_topic`, `dead_letter_path`);
-    /// `Some` exactly under that policy.
-    pub dead_letter: Option<DeadLetterTarget>,
-    /// How a statement runs: writers and flush points.
-    pub run: RunOptions,
     /// The writer options.
     pub publisher: PubSubPublisherOptions,
 }
@@ -548,8 +537,14 @@ impl PubSubSinkOptions {
         raw: &RawOptions,
         env: EnvLookup<'_>,
     ) -> Result<Self> {
-        let p = catalog::parse_options(ConnectorKind::PubSub, raw)?;
-        let connection = ConnectionOptions::from_parsed(&p, ConnectorKind::PubSub.service(), env)?;
+        let p = super::KIND.parse_options(raw)?;
+        let shared = SharedOptions::from_parsed(
+            super::KIND,
+            &p,
+            env,
+            &crate::connectors::pubsub::dead_letter::TOPICS,
+        )?;
+        let connection = &shared.connection;
         let project = connection.project.as_deref();
 
         let from_location = match location_text(location) {
@@ -583,22 +578,11 @@ impl PubSubSinkOptions {
 
         let publisher = PubSubPublisherOptionsBuilder::from_parsed(&p)?.build()?;
 
-        let failure_policy = p.failure_policy()?;
-        let dead_letter = DeadLetterTarget::from_parsed(
-            &p,
-            failure_policy,
-            ConnectorKind::PubSub,
-            &connection,
-            env,
-        )?;
         let opts = PubSubSinkOptions {
-            connection,
+            shared,
             topic,
             mapping,
             auto_create_topic: p.bool(&AUTO_CREATE_TOPIC)?.unwrap_or(false),
-            failure_policy,
-            dead_letter,
-            run: p.run_options()?,
             publisher,
         };
         opts.validate()?;
@@ -624,7 +608,9 @@ impl PubSubSinkOptions {
     /// or the fixed topic. The error is the reason, for the mapping to report with the row.
     pub fn resolve_topic(&self, column_value: Option<&str>) -> std::result::Result<String, String> {
         match (&self.mapping.topic_column, column_value, &self.topic) {
-            (Some(_), Some(v), _) => names::pubsub_topic(v, self.connection.project.as_deref()),
+            (Some(_), Some(v), _) => {
+                names::pubsub_topic(v, self.shared.connection.project.as_deref())
+            }
             (Some(c), None, _) => Err(format!("the topic column '{c}' is null")),
             (None, _, Some(t)) => Ok(t.clone()),
             (None, _, None) => Err("the sink has no topic".into()),

@@ -15,7 +15,6 @@ use crate::connectors::sink::{Connector, Sink};
 use crate::connectors::{ConnectorKind, Routing};
 use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::{Error, Result};
-use crate::options::common::RunOptions;
 use crate::options::{ColumnRef, PayloadFormat, RawOptions};
 
 /// The Pub/Sub connector as the generic [`Sink`] sees it: [`PubSubSinkOptions`] in, a
@@ -45,14 +44,18 @@ pub type PubSubSink = Sink<PubSub>;
 
 #[async_trait]
 impl Connector for PubSub {
-    const KIND: ConnectorKind = ConnectorKind::PubSub;
+    const KIND: ConnectorKind = super::KIND;
     type Options = PubSubSinkOptions;
     type Mapping = PubSubMapping;
     type ClientSettings = ClientSettings;
     type Transport = PubSubTransport;
 
-    fn options_from_raw(location: Option<&str>, raw: &RawOptions) -> Result<PubSubSinkOptions> {
-        PubSubSinkOptions::from_raw(location, raw)
+    fn options_from_raw(
+        location: Option<&str>,
+        raw: &RawOptions,
+        env: crate::options::EnvLookup<'_>,
+    ) -> Result<PubSubSinkOptions> {
+        PubSubSinkOptions::from_raw_with_env(location, raw, env)
     }
 
     fn mapping(options: &PubSubSinkOptions, schema: &SchemaRef) -> Result<PubSubMapping> {
@@ -61,7 +64,7 @@ impl Connector for PubSub {
             &mapping_spec(options),
             schema,
             options.topic.as_deref(),
-            options.connection.project.as_deref(),
+            options.shared.connection.project.as_deref(),
         )
     }
 
@@ -80,22 +83,16 @@ impl Connector for PubSub {
         }
     }
 
-    fn run_options(options: &PubSubSinkOptions) -> &RunOptions {
-        &options.run
-    }
-
-    fn dead_letter(
-        options: &PubSubSinkOptions,
-    ) -> Option<&crate::connectors::dead_letter::DeadLetterTarget> {
-        options.dead_letter.as_ref()
+    fn shared(options: &PubSubSinkOptions) -> &crate::connectors::shared::SharedOptions {
+        &options.shared
     }
 
     fn describe_record(record: &PubsubRecord) -> crate::core::DeadPayload {
-        crate::connectors::dead_letter::describe_pubsub(record)
+        super::dead_letter::describe_pubsub(record)
     }
 
     fn client_settings(options: &PubSubSinkOptions, _mapping: &PubSubMapping) -> ClientSettings {
-        let connection = &options.connection;
+        let connection = &options.shared.connection;
         ClientSettings {
             endpoint: connection.endpoint.clone(),
             emulator_host: connection.emulator.as_ref().map(|e| e.host.clone()),
@@ -223,7 +220,7 @@ fn flow_config(options: &PubSubSinkOptions) -> FlowConfig {
                 true,
             )
         }),
-        failure_policy: options.failure_policy,
+        failure_policy: options.shared.failure_policy,
         // Every send carries at least one record, so the record cap already bounds this.
         max_concurrent_sends: max_records,
         max_records_per_second: None,

@@ -17,7 +17,6 @@ use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
 use gcloud_sdk::google::pubsub::v1::{
     AcknowledgeRequest, GetTopicRequest, PubsubMessage, PullRequest, Subscription, Topic,
 };
-use gcp_sql::connectors::ConnectorKind;
 use gcp_sql::core::metrics::names;
 use gcp_sql::emulators::EmulatorKind;
 use gcp_sql::options::RawOptions;
@@ -182,8 +181,9 @@ pub fn register_pubsub_table(
 ) {
     let raw = RawOptions::from_pairs(options.iter().map(|(k, v)| (k.to_string(), v.to_string())))
         .expect("option pairs");
-    let sink = gcp_sql::connectors::build_sink(ConnectorKind::PubSub, schema, None, &raw)
-        .unwrap_or_else(|e| panic!("cannot build the sink of '{name}': {e}"));
+    let sink =
+        gcp_sql::connectors::build_sink(gcp_sql::connectors::pubsub::KIND, schema, None, &raw)
+            .unwrap_or_else(|e| panic!("cannot build the sink of '{name}': {e}"));
     ctx.register_table(name, Arc::new(SinkTable::new(name, sink)))
         .expect("register the sink table");
 }
