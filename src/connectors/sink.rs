@@ -22,10 +22,11 @@ use datafusion::execution::SendableRecordBatchStream;
 
 use crate::connectors::ConnectorKind;
 use crate::connectors::dead_letter::{self, DeadLetterContext, DeadLetterTarget};
-use crate::connectors::{Routing, SinkConnector, write_stream};
+use crate::connectors::{Routing, SinkConnector};
 use crate::core::run::{FlushSettings, WriterContext};
 use crate::core::{
     DeadLetters, DeadPayload, Envelope, FlowConfig, FlowWriter, SinkMetrics, Transport,
+    write_stream,
 };
 use crate::error::{Error, Result};
 use crate::options::RawOptions;
@@ -247,9 +248,16 @@ impl<C: Connector> SinkConnector for Sink<C> {
             interval: run.flush_interval,
             rows: run.flush_rows,
         };
-        write_stream(writer, input, ctx, flush, |batch, first_row, out| {
-            C::encode_batch(&self.options, &self.mapping, batch, first_row, out)
-        })
+        write_stream(
+            writer,
+            input,
+            ctx,
+            flush,
+            dead_letter::source_row,
+            |batch, first_row, out| {
+                C::encode_batch(&self.options, &self.mapping, batch, first_row, out)
+            },
+        )
         .await
     }
 }
