@@ -273,7 +273,7 @@ impl ExecutorSettings {
             ballista_core::BALLISTA_VERSION
         );
         let scheduler_url = format!("http://{}:{}", self.scheduler_host, self.scheduler_port);
-        crate::sql::exec::install_job_end_watch(Arc::new(move |job| {
+        crate::core::statement::install_job_end_watch(Arc::new(move |job| {
             let url = scheduler_url.clone();
             Box::pin(async move { wait_for_job_end(&url, &job).await })
         }));

@@ -23,10 +23,11 @@ use datafusion::execution::SendableRecordBatchStream;
 use super::dead_letter::{self, DeadLetterContext};
 use super::descriptor::{ConnectorKind, Declared};
 use super::shared::SharedOptions;
-use super::{Routing, SinkConnector, write_stream};
+use super::{Routing, SinkConnector};
 use crate::core::run::{FlushSettings, WriterContext};
 use crate::core::{
     DeadLetters, DeadPayload, Envelope, FlowConfig, FlowWriter, SinkMetrics, Transport,
+    write_stream,
 };
 use crate::error::{Error, Result};
 use crate::options::{EnvLookup, RawOptions};
@@ -258,9 +259,16 @@ impl<C: Connector> SinkConnector for Sink<C> {
             interval: run.flush_interval,
             rows: run.flush_rows,
         };
-        write_stream(writer, input, ctx, flush, |batch, first_row, out| {
-            C::encode_batch(&self.options, &self.mapping, batch, first_row, out)
-        })
+        write_stream(
+            writer,
+            input,
+            ctx,
+            flush,
+            dead_letter::source_row,
+            |batch, first_row, out| {
+                C::encode_batch(&self.options, &self.mapping, batch, first_row, out)
+            },
+        )
         .await
     }
 }

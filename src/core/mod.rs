@@ -27,6 +27,7 @@ mod progress;
 pub mod rate;
 pub mod retry;
 pub mod run;
+pub mod statement;
 mod stop;
 mod writer;
 
@@ -42,9 +43,10 @@ pub use metrics::{SinkMetrics, WriterCounts};
 pub use rate::LoadHint;
 pub use retry::{Backoff, RetrySettings};
 pub use stop::{StopKind, StopSignal};
-pub use writer::FlowWriter;
 #[cfg(test)]
 pub(crate) use writer::tests::config as test_flow_config;
+pub(crate) use writer::write_stream;
+pub use writer::{FlowWriter, SourceRow};
 
 /// A destination: the full resource name of a topic, queue or table.
 pub type Destination = Arc<str>;

@@ -16,12 +16,13 @@
 //! partition. Each of its output partitions runs one writer and yields one row, the rows that
 //! writer's service acknowledged; [`SinkCountExec`] sums them.
 //!
-//! The writers of one statement share a [`StopSignal`]: when one fails, the others read and
-//! send nothing new and settle what they sent, and the failed writer's error counts the rows
-//! acknowledged and not delivered over every writer, as a single writer's error does.
+//! The writers of one statement are coordinated by the core ([`crate::core::statement`]): they
+//! share a stop request; when one fails, the others read and send nothing new and settle what
+//! they sent, and the failed writer's error counts the rows acknowledged and not delivered over
+//! every writer, as a single writer's error does.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -43,14 +44,13 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
 };
 use futures::StreamExt;
-use tokio::sync::Notify;
 
 use super::control::StatementControl;
 use super::spec::SinkSpec;
 use crate::connectors::{Routing, SinkConnector};
+use crate::core::SinkMetrics;
 use crate::core::run::WriterContext;
-use crate::core::{SinkMetrics, StopKind, StopSignal};
-use crate::error::Error;
+use crate::core::statement::{Running, Statement, WriterTask};
 
 /// Name of the gauge that holds how many writers the statement ran.
 pub const WRITERS_METRIC: &str = "writers";
@@ -69,95 +69,6 @@ fn count_batch(schema: &SchemaRef, count: u64) -> DFResult<RecordBatch> {
         schema.clone(),
         vec![Arc::new(UInt64Array::from(vec![count]))],
     )?)
-}
-
-/// The writers of one statement, as they start and end: the failed one waits for the others to
-/// settle before it reports the counts over all of them.
-#[derive(Debug)]
-struct Statement {
-    /// Names the statement's dead-letter objects.
-    id: Arc<str>,
-    stop: StopSignal,
-    tally: Mutex<Tally>,
-    ended: Notify,
-}
-
-impl Default for Statement {
-    fn default() -> Self {
-        Statement {
-            id: crate::core::run::new_statement_id().into(),
-            stop: StopSignal::default(),
-            tally: Mutex::default(),
-            ended: Notify::default(),
-        }
-    }
-}
-
-#[derive(Debug, Default)]
-struct Tally {
-    /// Writers started and not yet ended.
-    running: usize,
-    acknowledged: u64,
-    not_delivered: u64,
-    dead_lettered: u64,
-}
-
-impl Statement {
-    fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
-        self.tally.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A writer starts: the returned guard ends it (with no rows) if it is dropped before it
-    /// reported its counts.
-    fn start(self: &Arc<Self>) -> Running {
-        self.tally().running += 1;
-        Running {
-            statement: Some(self.clone()),
-        }
-    }
-
-    /// Waits until every writer that started has ended.
-    async fn all_ended(&self) {
-        loop {
-            let notified = self.ended.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.tally().running == 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-/// One running writer of a [`Statement`].
-struct Running {
-    statement: Option<Arc<Statement>>,
-}
-
-impl Running {
-    /// The writer ended with these counts.
-    fn end(mut self, acknowledged: u64, not_delivered: u64, dead_lettered: u64) -> Arc<Statement> {
-        let statement = self.statement.take().expect("a writer ends once");
-        {
-            let mut tally = statement.tally();
-            tally.running -= 1;
-            tally.acknowledged += acknowledged;
-            tally.not_delivered += not_delivered;
-            tally.dead_lettered += dead_lettered;
-        }
-        statement.ended.notify_waiters();
-        statement
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(statement) = self.statement.take() {
-            statement.tally().running -= 1;
-            statement.ended.notify_waiters();
-        }
-    }
 }
 
 /// Runs a sink's writers, one per output partition, over the partitions of its input.
@@ -361,11 +272,8 @@ impl SinkWriterExec {
         )))
     }
 
-    /// Writes the input partitions of writer `ctx.writer` and returns the rows acknowledged.
-    ///
-    /// The statement's error (a writer failed, or a stop left rows undelivered) is returned by
-    /// the writer it concerns once every writer has ended, with the counts over all of them;
-    /// the other writers return what they acknowledged.
+    /// Writes the input partitions of writer `ctx.writer` and returns the rows acknowledged,
+    /// or the statement's error (see [`Running::finish`]).
     async fn run_writer(
         sink: Arc<dyn SinkConnector>,
         input: SendableRecordBatchStream,
@@ -373,92 +281,8 @@ impl SinkWriterExec {
         running: Running,
         ctx: WriterContext,
     ) -> DFResult<u64> {
-        let statement = running
-            .statement
-            .clone()
-            .expect("a running writer has its statement");
         let result = sink.write_all(input, metrics, &ctx).await;
-        let (source, acknowledged, not_delivered, dead_lettered) = match result {
-            Ok(acknowledged) => {
-                running.end(acknowledged, 0, 0);
-                return Ok(acknowledged);
-            }
-            Err(Error::Incomplete {
-                source,
-                acknowledged,
-                not_delivered,
-                dead_lettered,
-            }) => (source, acknowledged, not_delivered, dead_lettered),
-            Err(other) => (Box::new(other), 0, 0, 0),
-        };
-        let (writer, writers) = (ctx.writer, ctx.writers);
-        if matches!(*source, Error::Stopped { .. }) {
-            if statement.stop.kind() == Some(StopKind::Settle) || not_delivered == 0 {
-                // Stopped by another writer's failure (which reports these counts with its
-                // own), or stopped on request with everything admitted delivered.
-                running.end(acknowledged, not_delivered, dead_lettered);
-                return Ok(acknowledged);
-            }
-        } else {
-            if writers > 1 {
-                // Debug: the statement's error, returned to the caller, names the failure.
-                tracing::debug!(
-                    writer = writer + 1,
-                    writers,
-                    "a writer of the statement failed; stopping the others"
-                );
-            }
-            statement.stop.stop(
-                StopKind::Settle,
-                format!("writer {} of {writers} failed", writer + 1),
-            );
-        }
-        let statement = running.end(acknowledged, not_delivered, dead_lettered);
-        statement.all_ended().await;
-        let (acknowledged, not_delivered, dead_lettered) = {
-            let tally = statement.tally();
-            (tally.acknowledged, tally.not_delivered, tally.dead_lettered)
-        };
-        Err(Error::Incomplete {
-            source,
-            acknowledged,
-            not_delivered,
-            dead_lettered,
-        }
-        .into())
-    }
-}
-
-/// Passes a session's stop requests on to one statement's signal, until it is dropped.
-struct Forward(Option<tokio::task::JoinHandle<()>>);
-
-impl Forward {
-    fn start(from: StopSignal, to: StopSignal) -> Self {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return Forward(None);
-        };
-        Forward(Some(runtime.spawn(async move {
-            let mut level = StopKind::Drain;
-            loop {
-                let kind = from.reaches(level).await;
-                to.stop(
-                    kind,
-                    from.reason().unwrap_or_else(|| "stop requested".into()),
-                );
-                if kind == StopKind::Abort {
-                    return;
-                }
-                level = StopKind::Abort;
-            }
-        })))
-    }
-}
-
-impl Drop for Forward {
-    fn drop(&mut self) {
-        if let Some(task) = self.0.take() {
-            task.abort();
-        }
+        Ok(running.finish(&ctx, result).await?)
     }
 }
 
@@ -630,18 +454,19 @@ impl ExecutionPlan for SinkWriterExec {
         let ctx = WriterContext {
             writer: partition,
             writers: self.writers,
-            stop: self.statement.stop.clone(),
+            stop: self.statement.stop().clone(),
             observer: control.as_ref().and_then(|c| c.observer()),
-            statement: self.statement.id.clone(),
+            statement: self.statement.id().clone(),
             table: Some(self.table.as_str().into()),
             runtime: Some(context.runtime_env()),
         };
         let user_stop = control.as_ref().map(|c| c.signal());
         let counted = control.map(|c| c.writer_running());
         let running = self.statement.start();
-        let sink = self.sink.clone();
+        let stop = ctx.stop.clone();
+        let writer = Self::run_writer(self.sink.clone(), input, metrics, running, ctx);
         let out = count_schema();
-        let task = TaskLog {
+        let task = WriterTask {
             table: self.table.clone(),
             destination: self.spec.as_ref().map(|s| s.destination()),
             task: context.task_id(),
@@ -649,66 +474,8 @@ impl ExecutionPlan for SinkWriterExec {
             writers: self.writers,
         };
         let stream = futures::stream::once(async move {
-            // The session's stop requests reach this writer for as long as it runs.
-            let _forward = user_stop.map(|from| Forward::start(from, ctx.stop.clone()));
             let _counted = counted;
-            let distributed = task.task.is_some();
-            if !distributed {
-                let result = Self::run_writer(sink, input, metrics, running, ctx).await;
-                task.log(&result);
-                return count_batch(&out, task.for_the_engine(result)?);
-            }
-            // A cluster's executor cancels a task (its job was cancelled, or another task of
-            // the job failed) by dropping it. The writer therefore runs as a task of its own,
-            // and a drop of this stream asks it to settle: read and send nothing more, wait for
-            // the sends on the wire within `shutdown_timeout`, and log its counts, instead of
-            // dropping the rows it has on the wire unaccounted for. Not a drain: a drain also
-            // takes the rows its input holds ready, and a shuffle reader holds its whole
-            // partition ready, so a drained writer went on sending for a minute after a cancel.
-            task.started();
-            let cancel = CancelOnDrop::new(ctx.stop.clone());
-            let cancelled = cancel.cancelled.clone();
-            // Ballista's cancel may not drop this stream (the task's work can run on a task of
-            // its own), so the writer also watches its job and settles when the job ended.
-            let job_watch = task
-                .task
-                .as_deref()
-                .and_then(job_of_task)
-                .zip(JOB_END_WATCH.get().cloned())
-                .map(|(job, watch)| {
-                    let (stop, cancelled) = (ctx.stop.clone(), cancelled.clone());
-                    tokio::spawn(async move {
-                        watch(job).await;
-                        cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
-                        stop.stop(
-                            StopKind::Settle,
-                            "the job ended on the cluster (it was cancelled, or another task \
-                             failed)",
-                        );
-                    })
-                });
-            let log = task.clone();
-            let writer = tokio::spawn(async move {
-                let result = Self::run_writer(sink, input, metrics, running, ctx).await;
-                if let Some(watch) = job_watch {
-                    watch.abort();
-                }
-                if cancelled.load(std::sync::atomic::Ordering::SeqCst) {
-                    log.log_cancelled(&result);
-                } else {
-                    log.log(&result);
-                }
-                result
-            });
-            let joined = writer.await;
-            cancel.disarm();
-            let result = joined.map_err(|e| {
-                DataFusionError::Execution(format!(
-                    "the writer of partition {partition} of table '{}' ended abnormally: {e}",
-                    task.table
-                ))
-            })?;
-            count_batch(&out, task.for_the_engine(result)?)
+            count_batch(&out, task.run(stop, user_stop, writer).await?)
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             count_schema(),
@@ -718,168 +485,6 @@ impl ExecutionPlan for SinkWriterExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
-    }
-}
-
-impl TaskLog {
-    /// The writer's result as the engine that runs it shows it. A distributed engine's task
-    /// (one that has a task id: Ballista's) reports a failure with the error's debug form, so
-    /// there the sink's error is handed over as its message; in this process it stays the
-    /// sink's own error, which the SQL layer and the tool recognise.
-    fn for_the_engine(&self, result: DFResult<u64>) -> DFResult<u64> {
-        match result {
-            Err(error) if self.task.is_some() => Err(DataFusionError::Execution(match error {
-                DataFusionError::External(inner) => inner.to_string(),
-                other => other.to_string(),
-            })),
-            other => other,
-        }
-    }
-}
-
-/// Waits until the cluster job of the given id has ended (cancelled, failed or done).
-pub type JobEndWatch = Arc<dyn Fn(String) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
-
-static JOB_END_WATCH: std::sync::OnceLock<JobEndWatch> = std::sync::OnceLock::new();
-
-/// Installs, once per process, how a sink task of a cluster job learns that its job ended
-/// while it runs: an executor of this crate asks its scheduler (Ballista's own cancel does not
-/// reach a running sink writer). A sink writer whose job ended drains.
-pub fn install_job_end_watch(watch: JobEndWatch) {
-    let _ = JOB_END_WATCH.set(watch);
-}
-
-/// The job id in a Ballista task id (`TID <job>/<stage>.<attempt>/<partition>...`).
-fn job_of_task(task: &str) -> Option<String> {
-    task.strip_prefix("TID ")?
-        .split('/')
-        .next()
-        .filter(|job| !job.is_empty())
-        .map(str::to_string)
-}
-
-/// Settles a writer's statement when the engine drops the writer's stream before it
-/// ended (a cluster's task cancelled by its scheduler).
-struct CancelOnDrop {
-    stop: Option<StopSignal>,
-    cancelled: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl CancelOnDrop {
-    fn new(stop: StopSignal) -> Self {
-        CancelOnDrop {
-            stop: Some(stop),
-            cancelled: Arc::default(),
-        }
-    }
-
-    /// The writer ended: a drop no longer means a cancel.
-    fn disarm(mut self) {
-        self.stop = None;
-    }
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            self.cancelled
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            stop.stop(
-                StopKind::Settle,
-                "the task was cancelled by the cluster (its job was cancelled, or another task \
-                 of the job failed)",
-            );
-        }
-    }
-}
-
-/// What the log line of one sink task (one writer: a partition of the sink node) says.
-#[derive(Clone)]
-struct TaskLog {
-    table: String,
-    destination: Option<String>,
-    task: Option<String>,
-    partition: usize,
-    writers: usize,
-}
-
-impl TaskLog {
-    /// On a cluster: one info line per writer of a sink task as it starts.
-    fn started(&self) {
-        tracing::info!(
-            table = %self.table,
-            partition = self.partition,
-            writers = self.writers,
-            destination = self.destination.as_deref().unwrap_or("(declared in Rust)"),
-            task = self.task.as_deref().unwrap_or("-"),
-            "sink task started"
-        );
-    }
-
-    /// On a cluster: the line of a writer whose task was cancelled and that settled, with the
-    /// rows it had acknowledged (and, when what was on the wire did not all land, the error
-    /// that counts them).
-    fn log_cancelled(&self, result: &DFResult<u64>) {
-        let destination = self.destination.as_deref().unwrap_or("(declared in Rust)");
-        let task = self.task.as_deref().unwrap_or("-");
-        match result {
-            Ok(rows) => tracing::warn!(
-                table = %self.table,
-                partition = self.partition,
-                writers = self.writers,
-                rows,
-                destination,
-                task,
-                "sink task cancelled: it sent nothing new and what was on the wire landed"
-            ),
-            Err(error) => tracing::warn!(
-                table = %self.table,
-                partition = self.partition,
-                writers = self.writers,
-                destination,
-                task,
-                %error,
-                "sink task cancelled: it sent nothing new and not everything on the wire landed"
-            ),
-        }
-    }
-
-    /// One info line per writer that ended (on a cluster: per writer of each sink task an
-    /// executor ran); for one that failed, a warning on a cluster and a debug line in this
-    /// process (whose statement error says it). Names no row value.
-    fn log(&self, result: &DFResult<u64>) {
-        let destination = self.destination.as_deref().unwrap_or("(declared in Rust)");
-        let task = self.task.as_deref().unwrap_or("-");
-        match result {
-            Ok(rows) => tracing::info!(
-                table = %self.table,
-                partition = self.partition,
-                writers = self.writers,
-                rows,
-                destination,
-                task,
-                "sink task done"
-            ),
-            // On a cluster the executor's log is where a failed task is seen; in this
-            // process the statement's own error says it, so the line stays below warn.
-            Err(error) if self.task.is_some() => tracing::warn!(
-                table = %self.table,
-                partition = self.partition,
-                writers = self.writers,
-                destination,
-                task,
-                %error,
-                "sink task failed"
-            ),
-            Err(error) => tracing::debug!(
-                table = %self.table,
-                partition = self.partition,
-                writers = self.writers,
-                destination,
-                %error,
-                "sink task failed"
-            ),
-        }
     }
 }
 
@@ -1020,22 +625,26 @@ mod tests {
     use datafusion::prelude::SessionContext;
 
     use super::*;
-    use crate::connectors::{ConnectorKind, write_stream};
-    use crate::core::{Envelope, FlowConfig, FlowWriter};
+    use crate::connectors::ConnectorKind;
+    use crate::core::{Envelope, FlowConfig, FlowWriter, write_stream};
     use crate::testing::{FakeReply, FakeTransport};
 
     /// Rows of input partition `p` are `p * 1000 .. p * 1000 + 1000`.
     const ROWS_PER_PARTITION: u32 = 1000;
 
-    /// A sink over the fake transport: each row is sent as its own value.
+    /// How the fake sink encodes a batch: one envelope per row, in row order.
+    pub(super) type Encode = fn(&RecordBatch, &mut Vec<crate::Result<Envelope<u32>>>);
+
+    /// A sink over the fake transport: each row is sent as the record `encode` makes of it.
     #[derive(Debug)]
-    struct FakeSink {
-        schema: SchemaRef,
-        fake: Arc<FakeTransport<u32>>,
-        config: FlowConfig,
-        routing: Routing,
-        parallelism: Option<usize>,
-        flush: crate::core::run::FlushSettings,
+    pub(super) struct FakeSink {
+        pub(super) schema: SchemaRef,
+        pub(super) fake: Arc<FakeTransport<u32>>,
+        pub(super) config: FlowConfig,
+        pub(super) routing: Routing,
+        pub(super) parallelism: Option<usize>,
+        pub(super) flush: crate::core::run::FlushSettings,
+        pub(super) encode: Encode,
     }
 
     #[async_trait]
@@ -1063,24 +672,31 @@ mod tests {
             ctx: &WriterContext,
         ) -> crate::Result<u64> {
             let writer = FlowWriter::new(self.fake.clone(), self.config.clone(), metrics);
-            write_stream(writer, input, ctx, self.flush, |batch, _first, out| {
-                let values = batch
-                    .column(0)
-                    .as_any()
-                    .downcast_ref::<UInt32Array>()
-                    .expect("u32 column");
-                for v in values.values() {
-                    out.push(Ok(Envelope {
-                        record: *v,
-                        bytes: 10,
-                        destination: Arc::from("d"),
-                        sequence_key: None,
-                        serial_key: None,
-                    }));
-                }
+            let no_row = |_: &RecordBatch, _: usize| crate::core::DeadPayload::default();
+            let encode = self.encode;
+            write_stream(writer, input, ctx, self.flush, no_row, |batch, _, out| {
+                encode(batch, out);
                 Ok(())
             })
             .await
+        }
+    }
+
+    /// Each row as its own value (the first column, `UInt32`), to destination `d`.
+    fn each_value_to_d(batch: &RecordBatch, out: &mut Vec<crate::Result<Envelope<u32>>>) {
+        let values = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<UInt32Array>()
+            .expect("u32 column");
+        for v in values.values() {
+            out.push(Ok(Envelope {
+                record: *v,
+                bytes: 10,
+                destination: Arc::from("d"),
+                sequence_key: None,
+                serial_key: None,
+            }));
         }
     }
 
@@ -1097,6 +713,7 @@ mod tests {
             routing: Routing::any(),
             parallelism,
             flush: Default::default(),
+            encode: each_value_to_d,
         })
     }
 
@@ -1475,18 +1092,17 @@ mod streaming_tests {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::Duration;
 
-    use async_trait::async_trait;
     use datafusion::arrow::array::{StringArray, UInt32Array};
     use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
     use datafusion::physical_plan::collect;
     use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
     use datafusion::prelude::{SessionConfig, SessionContext};
 
+    use super::tests::FakeSink;
     use super::*;
-    use crate::connectors::{ConnectorKind, write_stream};
     use crate::core::metrics::names;
     use crate::core::run::{FlushPoint, FlushSettings};
-    use crate::core::{Envelope, FlowConfig, FlowWriter};
+    use crate::core::{Envelope, FlowConfig, StopKind};
     use crate::testing::{FakeReply, FakeTransport};
 
     /// Rows per batch of the trickling source.
@@ -1537,63 +1153,29 @@ mod streaming_tests {
         }
     }
 
-    /// Sends each row to the destination its second column names.
-    #[derive(Debug)]
-    struct RoutedSink {
-        schema: SchemaRef,
-        fake: Arc<FakeTransport<u32>>,
-        config: FlowConfig,
-        flush: FlushSettings,
-    }
-
-    #[async_trait]
-    impl SinkConnector for RoutedSink {
-        fn kind(&self) -> ConnectorKind {
-            crate::connectors::pubsub::KIND
-        }
-
-        fn schema(&self) -> &SchemaRef {
-            &self.schema
-        }
-
-        fn routing(&self) -> Routing {
-            Routing::any()
-        }
-
-        fn parallelism(&self) -> Option<usize> {
-            None
-        }
-
-        async fn write_all(
-            &self,
-            input: SendableRecordBatchStream,
-            metrics: SinkMetrics,
-            ctx: &WriterContext,
-        ) -> crate::Result<u64> {
-            let writer = FlowWriter::new(self.fake.clone(), self.config.clone(), metrics);
-            write_stream(writer, input, ctx, self.flush, |batch, _first, out| {
-                let ids = batch
-                    .column(0)
-                    .as_any()
-                    .downcast_ref::<UInt32Array>()
-                    .expect("ids");
-                let dests = batch
-                    .column(1)
-                    .as_any()
-                    .downcast_ref::<StringArray>()
-                    .expect("destinations");
-                for (id, dest) in ids.values().iter().zip(dests.iter()) {
-                    out.push(Ok(Envelope {
-                        record: *id,
-                        bytes: 10,
-                        destination: Arc::from(dest.expect("destination")),
-                        sequence_key: None,
-                        serial_key: None,
-                    }));
-                }
-                Ok(())
-            })
-            .await
+    /// Each row as its id (the first column) to the destination its second column names.
+    fn each_id_to_its_destination(
+        batch: &RecordBatch,
+        out: &mut Vec<crate::Result<Envelope<u32>>>,
+    ) {
+        let ids = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<UInt32Array>()
+            .expect("ids");
+        let dests = batch
+            .column(1)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .expect("destinations");
+        for (id, dest) in ids.values().iter().zip(dests.iter()) {
+            out.push(Ok(Envelope {
+                record: *id,
+                bytes: 10,
+                destination: Arc::from(dest.expect("destination")),
+                sequence_key: None,
+                serial_key: None,
+            }));
         }
     }
 
@@ -1619,7 +1201,7 @@ mod streaming_tests {
                 .expect("source"),
         );
         let fake = Arc::new(FakeTransport::<u32>::new());
-        let sink = Arc::new(RoutedSink {
+        let sink = Arc::new(FakeSink {
             schema,
             fake: fake.clone(),
             config: FlowConfig {
@@ -1629,7 +1211,10 @@ mod streaming_tests {
                 shutdown_timeout: Duration::from_secs(3),
                 ..crate::core::test_flow_config()
             },
+            routing: Routing::any(),
+            parallelism: None,
             flush,
+            encode: each_id_to_its_destination,
         });
         let writers = SinkWriterExec::try_new("t".into(), sink, input).expect("writers");
         let plan = Arc::new(SinkCountExec::new(Arc::new(CoalescePartitionsExec::new(

@@ -80,17 +80,7 @@ pub fn carry_ordering(input: Arc<dyn ExecutionPlan>, visible: usize) -> DFResult
     let mut projected = false;
     for above in path.into_iter().rev() {
         if let Some(projection) = above.downcast_ref::<ProjectionExec>() {
-            let mut exprs: Vec<ProjectionExpr> = projection.expr().to_vec();
-            let width = exprs.len();
-            for (expr, name) in carried.iter().zip(&names) {
-                exprs.push(ProjectionExpr::new(expr.clone(), name.clone()));
-            }
-            plan = Arc::new(ProjectionExec::try_new(exprs, plan)?);
-            carried = names
-                .iter()
-                .enumerate()
-                .map(|(i, name)| Arc::new(Column::new(name, width + i)) as Arc<dyn PhysicalExpr>)
-                .collect();
+            (plan, carried) = add_hidden(projection.expr().to_vec(), plan, &carried, &names)?;
             projected = true;
         } else {
             let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
@@ -108,22 +98,13 @@ pub fn carry_ordering(input: Arc<dyn ExecutionPlan>, visible: usize) -> DFResult
     if !projected {
         // Order-keeping nodes only (a limit over the sort): one projection adds the columns.
         let schema = plan.schema();
-        let mut exprs: Vec<ProjectionExpr> = schema
+        let exprs: Vec<ProjectionExpr> = schema
             .fields()
             .iter()
             .enumerate()
             .map(|(i, f)| ProjectionExpr::new(Arc::new(Column::new(f.name(), i)), f.name()))
             .collect();
-        let width = exprs.len();
-        for (expr, name) in carried.iter().zip(&names) {
-            exprs.push(ProjectionExpr::new(expr.clone(), name.clone()));
-        }
-        plan = Arc::new(ProjectionExec::try_new(exprs, plan)?);
-        carried = names
-            .iter()
-            .enumerate()
-            .map(|(i, name)| Arc::new(Column::new(name, width + i)) as Arc<dyn PhysicalExpr>)
-            .collect();
+        (plan, carried) = add_hidden(exprs, plan, &carried, &names)?;
     }
     if plan.schema().fields().len() != visible + names.len() {
         return Err(DataFusionError::Internal(format!(
@@ -143,6 +124,28 @@ pub fn carry_ordering(input: Arc<dyn ExecutionPlan>, visible: usize) -> DFResult
         input: plan,
         ordering,
     })
+}
+
+/// A projection of `exprs` over `plan`, followed by the `carried` sort expressions (in
+/// `plan`'s columns) as the hidden columns `names`; with the carried expressions as columns of
+/// the projection's output.
+fn add_hidden(
+    mut exprs: Vec<ProjectionExpr>,
+    plan: Arc<dyn ExecutionPlan>,
+    carried: &[Arc<dyn PhysicalExpr>],
+    names: &[String],
+) -> DFResult<(Arc<dyn ExecutionPlan>, Vec<Arc<dyn PhysicalExpr>>)> {
+    let width = exprs.len();
+    for (expr, name) in carried.iter().zip(names) {
+        exprs.push(ProjectionExpr::new(expr.clone(), name.clone()));
+    }
+    let plan: Arc<dyn ExecutionPlan> = Arc::new(ProjectionExec::try_new(exprs, plan)?);
+    let carried = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| Arc::new(Column::new(name, width + i)) as Arc<dyn PhysicalExpr>)
+        .collect();
+    Ok((plan, carried))
 }
 
 /// The input of `node` when rows pass it in order and a column added at the end of that input

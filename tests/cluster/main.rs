@@ -132,7 +132,7 @@ impl tracing::field::Visit for Fields {
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for TaskLines {
     fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        if event.metadata().target() != "gcp_sql::sql::exec" {
+        if event.metadata().target() != "gcp_sql::core::statement::log" {
             return;
         }
         let mut fields = Fields::default();

@@ -18,7 +18,9 @@
 //! - [`send`]: taking batches out of the pool with a lease on their client, the send task,
 //!   one RPC attempt under its deadline;
 //! - [`resolve`]: what a send's outcome means for each record (ack, retry, NOT_FOUND recovery,
-//!   rejection isolation, failure policy and breaker, fatal).
+//!   rejection isolation, failure policy and breaker, fatal);
+//! - [`stream`]: the writer loop over one writer's input stream (encode, write, flush points,
+//!   the statement's stop request, the counts of a failure).
 //!
 //! Send tasks and delay timers run as tasks of one `JoinSet` owned by the writer, so they
 //! make progress while nothing calls the writer, and are aborted when the writer is dropped.
@@ -26,8 +28,12 @@
 mod resolve;
 mod route;
 mod send;
+mod stream;
 #[cfg(test)]
 pub(crate) mod tests;
+
+pub use stream::SourceRow;
+pub(crate) use stream::write_stream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
