@@ -33,7 +33,6 @@ mod with;
 use std::sync::Arc;
 
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::catalog::TableFunctionImpl;
 use datafusion::dataframe::DataFrame;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
@@ -43,9 +42,7 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
 use crate::connectors::ConnectorKind;
-use crate::connectors::pubsub::inspect::{PubSubPullFunction, PubSubSubscribeFunction};
 use crate::error::{Error, Result};
-use inspect::{BigtableReadFunction, CloudTasksCreateQueueFunction, CloudTasksListFunction};
 
 pub use control::StatementControl;
 pub use exec::{SinkCountExec, SinkWriterExec};
@@ -84,7 +81,8 @@ pub fn register(ctx: &SessionContext) {
 /// their arguments: full resource names, checked before any call, and a message count from 1
 /// to 10 000, default 100, pulled in pages), `bigtable_read(table [, max_rows])`,
 /// `cloud_tasks_create_queue(queue [, paused])` and `cloud_tasks_list(queue [, max_tasks])`
-/// (see [`inspect`]).
+/// (see [`crate::connectors::bigtable::inspect`], [`crate::connectors::cloud_tasks::inspect`];
+/// [`inspect`] has the design they share).
 ///
 /// They are emulator and debugging helpers: they create a subscription and pull (and
 /// acknowledge) what a sink published to it, read a Bigtable table back, create a Cloud Tasks
@@ -105,21 +103,14 @@ pub fn register_inspection(ctx: &SessionContext) {
     }
 }
 
-/// The inspection table functions, see [`register_inspection`].
-fn inspection_functions() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
-    vec![
-        (
-            "pubsub_subscribe",
-            Arc::new(PubSubSubscribeFunction::default()),
-        ),
-        ("pubsub_pull", Arc::new(PubSubPullFunction::default())),
-        ("bigtable_read", Arc::new(BigtableReadFunction)),
-        (
-            "cloud_tasks_create_queue",
-            Arc::new(CloudTasksCreateQueueFunction),
-        ),
-        ("cloud_tasks_list", Arc::new(CloudTasksListFunction)),
+/// The inspection table functions, see [`register_inspection`]: each connector's list.
+fn inspection_functions() -> inspect::InspectionFunctions {
+    [
+        crate::connectors::pubsub::inspect::inspection_functions(),
+        crate::connectors::bigtable::inspect::inspection_functions(),
+        crate::connectors::cloud_tasks::inspect::inspection_functions(),
     ]
+    .concat()
 }
 
 /// Adds the three sink factories to a [`SessionStateBuilder`] (as [`register`] does; the
