@@ -38,6 +38,7 @@ use crate::connectors::catalog;
 use crate::connectors::dead_letter::DeadLetterTarget;
 use crate::core::FailurePolicy;
 use crate::error::{Error, Result};
+use crate::options::Redact;
 use crate::options::common::RunOptions;
 use crate::options::common::{self, FORMAT, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
 use crate::options::spec::format_duration;
@@ -116,6 +117,7 @@ pub static TOPIC: OptionSpec = OptionSpec {
     cross_rule: "this, `LOCATION` or `topic_column` is required; when both this and `LOCATION` are given they must name the same topic; a short id needs `project`",
     example: "projects/demo/topics/clicks",
     description: "The topic every row is published to: `projects/PROJECT/topics/TOPIC`, or a short topic id in `project`.",
+    redact: Redact::None,
 };
 
 /// `topic_column`.
@@ -128,6 +130,7 @@ pub static TOPIC_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "cannot be combined with a fixed topic (`topic` or `LOCATION`)",
     example: "topic_name",
     description: "A string column naming each row's topic (full name, or short id in `project`). The column is not part of the payload.",
+    redact: Redact::None,
 };
 
 /// `data_column`.
@@ -140,6 +143,7 @@ pub static DATA_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "payload",
     description: "A binary or string column carrying the message data as is. When the table has no such column (and the option is not given), the row is encoded by `format`; a column named explicitly must exist.",
+    redact: Redact::None,
 };
 
 /// `attributes_column`.
@@ -152,6 +156,7 @@ pub static ATTRIBUTES_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "attrs",
     description: "A map column (string keys, string values) whose entries become message attributes. Used when present; a column named explicitly must exist.",
+    redact: Redact::None,
 };
 
 /// `attribute_columns`.
@@ -164,6 +169,7 @@ pub static ATTRIBUTE_COLUMNS: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "user_id, region",
     description: "Columns whose values become attributes named after the column. They are left out of the encoded payload.",
+    redact: Redact::None,
 };
 
 /// `ordering_key_column`.
@@ -176,6 +182,7 @@ pub static ORDERING_KEY_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "a row carrying a non-empty ordering key needs `enable_message_ordering = true`",
     example: "session_id",
     description: "A string column carrying each message's ordering key. Used when present; a column named explicitly must exist.",
+    redact: Redact::None,
 };
 
 /// `auto_create_topic`.
@@ -188,6 +195,7 @@ pub static AUTO_CREATE_TOPIC: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "true",
     description: "When a publish finds its topic missing (NOT_FOUND), create the topic and publish again under the `recovery_*` backoff. Nothing is created when the table is declared.",
+    redact: Redact::None,
 };
 
 /// Every option of the Pub/Sub connector, in the order the reference lists them: the shared
