@@ -6,7 +6,11 @@
 //! See `docs/bigtable.md` for the user's view.
 
 pub mod client;
+pub mod inspect;
 pub mod mapping;
 pub mod names;
 pub mod options;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod probe;
 pub mod writer;

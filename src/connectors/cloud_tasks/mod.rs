@@ -5,7 +5,11 @@
 //! [`writer`] (the sink, glue onto the flow-control core). See `docs/cloud_tasks.md`.
 
 pub mod client;
+pub mod inspect;
 pub mod mapping;
 pub mod names;
 pub mod options;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod probe;
 pub mod writer;
