@@ -217,7 +217,52 @@ pub enum Error {
 /// A status code as gRPC and Google's documentation spell it (`NOT_FOUND`), so that a message
 /// can be looked up; tonic's `Debug` form (`NotFound`) appears nowhere in Google's docs.
 fn code_text(code: &tonic::Code) -> &'static str {
-    crate::core::metrics::code_name(*code)
+    code_name(*code)
+}
+
+/// The canonical upper-case name of a status code (`UNAVAILABLE`), as gRPC spells it.
+///
+/// It lives here, beside the errors that print it, so that this module (which every other one
+/// uses) calls into no other module of the crate.
+pub(crate) fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// Whether a status code is transient for the Google APIs this crate calls: the codes the
+/// official Pub/Sub client libraries retry for Publish in their default publisher retry
+/// configuration: ABORTED, CANCELLED, DEADLINE_EXCEEDED, INTERNAL, RESOURCE_EXHAUSTED, UNKNOWN
+/// and UNAVAILABLE.
+pub fn is_transient_code(code: tonic::Code) -> bool {
+    use tonic::Code::*;
+    matches!(
+        code,
+        Aborted
+            | Cancelled
+            | DeadlineExceeded
+            | Internal
+            | ResourceExhausted
+            | Unknown
+            | Unavailable
+    )
 }
 
 fn dead_letter_text(dead_lettered: u64) -> String {
@@ -272,7 +317,7 @@ impl Error {
     /// as opposed to a mistake in the statement, the options or the data.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Rpc { code, .. } => crate::core::retry::is_transient_code(*code),
+            Error::Rpc { code, .. } => is_transient_code(*code),
             Error::RetryExhausted { source, .. } | Error::Incomplete { source, .. } => {
                 source.is_retryable()
             }

@@ -11,10 +11,14 @@
 //! produce acknowledged writes when the service costs nothing: the client-side ceiling. Ctrl-C
 //! (or SIGTERM) stops it after a final `total:` line.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::bench::null_server::{NullServerOptions, NullService, serve_until_signal};
+use crate::bench::ResourceUsage;
+use crate::bench::null_server::{
+    NullServer, NullServerOptions, NullService, NullTotals, format_totals,
+};
 
 /// Arguments of `gcp-sql serve-null`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -40,6 +44,80 @@ fn parse_service(word: &str) -> Result<NullService, String> {
         let names: Vec<&str> = NullService::ALL.iter().map(|s| s.name()).collect();
         format!("expected one of {}", names.join(", "))
     })
+}
+
+/// Runs a null server on `127.0.0.1:port` (0: a free port) until SIGINT or SIGTERM, printing to
+/// stdout: first `listening on 127.0.0.1:PORT (service ...)`, then every `report_every` (when something
+/// arrived) the interval's rates and the running totals, and at the end one `total:` line with
+/// the totals, the active window (first to latest request), and this process's CPU time and peak
+/// RSS. This is `gcp-sql serve-null`; the benchmarks run it as a child process.
+pub async fn serve_until_signal(
+    port: u16,
+    options: NullServerOptions,
+    report_every: Option<Duration>,
+) -> std::io::Result<NullTotals> {
+    use std::io::Write as _;
+    use tokio::signal::unix::{SignalKind, signal};
+
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let server = NullServer::start(SocketAddr::from((Ipv4Addr::LOCALHOST, port)), options).await?;
+    let say = |line: String| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    };
+    say(format!(
+        "listening on {} (service {}, {}, latency {:?}); stop with Ctrl-C",
+        server.addr(),
+        options.service,
+        options.service.method_path(),
+        options.latency
+    ));
+    let start = Instant::now();
+    let (mut last, mut last_at) = (NullTotals::default(), start);
+    // A period of zero would spin; reports then stay off.
+    let mut ticker = report_every
+        .filter(|d| !d.is_zero())
+        .map(|d| tokio::time::interval_at(tokio::time::Instant::now() + d, d));
+    loop {
+        let tick = async {
+            match ticker.as_mut() {
+                Some(t) => {
+                    t.tick().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = interrupt.recv() => break,
+            _ = terminate.recv() => break,
+            _ = tick => {
+                let now = server.totals();
+                if now != last {
+                    let at = Instant::now();
+                    say(format!(
+                        "[{:>8.1}s] interval: {} | total records={} record_bytes={}",
+                        (at - start).as_secs_f64(),
+                        format_totals(&now.since(&last), at - last_at),
+                        now.records,
+                        now.record_bytes,
+                    ));
+                    (last, last_at) = (now, at);
+                }
+            }
+        }
+    }
+    let totals = server.totals();
+    let window = server.active_window().unwrap_or_default();
+    let usage = ResourceUsage::now();
+    say(format!(
+        "total: {} cpu_s={:.3} max_rss_mb={:.1}",
+        format_totals(&totals, window),
+        usage.cpu().as_secs_f64(),
+        usage.max_rss_bytes as f64 / (1024.0 * 1024.0),
+    ));
+    Ok(totals)
 }
 
 /// Runs the server until SIGINT/SIGTERM; exit code 0, or 1 when it cannot start (port taken).

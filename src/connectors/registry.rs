@@ -51,6 +51,7 @@ pub static CONNECTOR: OptionSpec = OptionSpec {
     cross_rule: "required in the `CREATE TABLE ... WITH` form; in `CREATE EXTERNAL TABLE` the `STORED AS` word chooses the connector and this option, if given, must agree",
     example: "pubsub",
     description: "Which service the table writes to.",
+    redact: crate::options::Redact::None,
 };
 
 /// Every connector's handle, in the order of [`CONNECTORS`].

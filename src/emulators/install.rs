@@ -17,7 +17,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::launch::{CLOUD_TASKS_EMULATOR_VERSION, EmulatorKind};
+use super::kind::{CLOUD_TASKS_EMULATOR_VERSION, EmulatorKind};
 use crate::error::{Error, Result};
 
 /// The variable that names the cache folder, ahead of `XDG_CACHE_HOME` and `HOME`.
@@ -63,7 +63,7 @@ pub(crate) fn installed_program(cache: &Path) -> Option<PathBuf> {
     let program = venv
         .join("bin")
         .join(EmulatorKind::CloudTasks.program_name());
-    (venv.join(COMPLETE_MARKER).is_file() && super::launch::is_executable_file(&program))
+    (venv.join(COMPLETE_MARKER).is_file() && super::discover::is_executable_file(&program))
         .then_some(program)
 }
 
@@ -141,7 +141,7 @@ pub fn install_cloud_tasks_emulator(env: impl Fn(&str) -> Option<OsString>) -> R
         .and_then(|path| {
             std::env::split_paths(&path)
                 .map(|d| d.join("python3"))
-                .find(|p| super::launch::is_executable_file(p))
+                .find(|p| super::discover::is_executable_file(p))
         })
         .ok_or_else(|| {
             cannot_install(
@@ -304,7 +304,7 @@ mod tests {
             _ => None,
         };
         assert_eq!(
-            super::super::launch::locate_program(EmulatorKind::CloudTasks, env).unwrap(),
+            super::super::discover::locate_program(EmulatorKind::CloudTasks, env).unwrap(),
             program
         );
     }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::spec::{Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec};
+use super::spec::{Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec, Redact};
 
 /// How a statement runs, whatever the connector: how many writers, and when they make flush
 /// points. Parsed from `sink_parallelism`, `flush_interval` and `flush_rows`.
@@ -50,6 +50,7 @@ pub static PROJECT: OptionSpec = OptionSpec {
     cross_rule: "needed when a destination is given as a short id",
     example: "demo",
     description: "Google Cloud project in which short topic, queue, instance and table ids are resolved.",
+    redact: Redact::None,
 };
 
 /// `endpoint`.
@@ -62,6 +63,7 @@ pub static ENDPOINT: OptionSpec = OptionSpec {
     cross_rule: "an `https://` URL with a host; `http://` is refused, since credentials would travel in plaintext (for a local emulator use `emulator_host`); when given, the emulator environment variable is not consulted",
     example: "https://private.googleapis.com",
     description: "Service endpoint to connect to instead of the default Google endpoint (a regional or private endpoint, for example). Always TLS with credentials.",
+    redact: Redact::None,
 };
 
 /// `emulator_host`.
@@ -76,6 +78,7 @@ pub static EMULATOR_HOST: OptionSpec = OptionSpec {
     cross_rule: "`host:port` on a loopback address (`localhost`, `127.0.0.0/8`, `[::1]`) unless `allow_remote_emulator` is `true`; cannot be combined with `endpoint`",
     example: "localhost:8085",
     description: "Address of a local emulator. The connection is then plaintext gRPC without credentials. The environment variable is read when the table is declared, and checked by the same rules.",
+    redact: Redact::None,
 };
 
 /// `allow_remote_emulator`.
@@ -88,6 +91,7 @@ pub static ALLOW_REMOTE_EMULATOR: OptionSpec = OptionSpec {
     cross_rule: "has an effect only with an emulator address (`emulator_host` or the emulator environment variable)",
     example: "true",
     description: "Accept an emulator address that is not a loopback address (an emulator in another container or on another machine). The rows then cross the network in plaintext; no credentials are ever sent to an emulator.",
+    redact: Redact::None,
 };
 
 /// `credentials_file`.
@@ -100,6 +104,7 @@ pub static CREDENTIALS_FILE: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "/etc/gcp/writer-key.json",
     description: "Path of a service-account key file used to authenticate. Ignored with an emulator.",
+    redact: Redact::None,
 };
 
 /// `failure_policy`.
@@ -112,6 +117,7 @@ pub static FAILURE_POLICY: OptionSpec = OptionSpec {
     cross_rule: "`dead_letter` needs exactly one of `dead_letter_topic` and `dead_letter_path`",
     example: "drop",
     description: "What happens to a record the service refuses (confirmed by sending it alone) or a row that cannot be encoded: `fail` ends the statement with an error; `drop` counts it, skips it and goes on, bounded by `max_consecutive_rejections` where the connector has it; `dead_letter` does what `drop` does but first writes the row, with why it was refused, to `dead_letter_topic` or `dead_letter_path` (a write there that fails fails the statement).",
+    redact: Redact::None,
 };
 
 /// `dead_letter_topic`.
@@ -124,6 +130,7 @@ pub static DEAD_LETTER_TOPIC: OptionSpec = OptionSpec {
     cross_rule: "only with `failure_policy = 'dead_letter'`; cannot be combined with `dead_letter_path`; a short topic id needs `project`",
     example: "projects/demo/topics/dead-rows",
     description: "The Pub/Sub topic the `dead_letter` policy publishes each undeliverable row to: the message data is the row's payload (a Pub/Sub message's data, a task's body), else the row as JSON; its attributes say why (`connector`, `destination`, `table`, `error_class`, `status_code`, `error_message` cut at 1024 bytes, `attempts`, `timestamp`). The topic must exist: it is never created. A Pub/Sub sink publishes there through its own connection; the other sinks through `PUBSUB_EMULATOR_HOST` when it is set, else the public endpoint with their `credentials_file`.",
+    redact: Redact::None,
 };
 
 /// `dead_letter_path`.
@@ -136,6 +143,7 @@ pub static DEAD_LETTER_PATH: OptionSpec = OptionSpec {
     cross_rule: "only with `failure_policy = 'dead_letter'`; cannot be combined with `dead_letter_topic`; a `file:///`, `gs://` or `s3://` URL whose store the session has registered",
     example: "file:///var/lib/pipeline/dead",
     description: "The folder the `dead_letter` policy writes undeliverable rows to: one NDJSON object per statement and writer, `<path>/<statement>-w<writer>.ndjson`, created at the writer's first dead row and completed at the end of the statement (written as it goes, in parts). Each line holds `connector`, `destination`, `table`, `error_class`, `status_code`, `error_message`, `attempts`, `timestamp`, the `payload` (as text, or `payload_base64`) and the `row` as a JSON object.",
+    redact: Redact::None,
 };
 
 /// Largest `sink_parallelism`.
@@ -156,6 +164,7 @@ pub static SINK_PARALLELISM: OptionSpec = OptionSpec {
     cross_rule: "at most the input's partition count (the session's `target_partitions` for a sink that routes by key); a larger value runs one writer per partition",
     example: "1",
     description: "How many writers an INSERT runs at once, each with its own flow-control core: its own batches and client pool, and a 1/N share of the statement's in-flight caps (`max_in_flight_*`) and rate cap, so the statement as a whole stays within them. `1` runs one writer for the whole statement.",
+    redact: Redact::None,
 };
 
 /// `flush_interval`.
@@ -168,6 +177,7 @@ pub static FLUSH_INTERVAL: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "1s",
     description: "Make a flush point this often while the statement runs: each writer sends every open batch, waits until every row it admitted is resolved, releases destinations idle for longer than `destination_idle_timeout`, and reports a progress event (a log line at info, and the embedder's observer). For an unbounded input, this is what says how far the job has got. Input is not read during the wait.",
+    redact: Redact::None,
 };
 
 /// `flush_rows`.
@@ -180,6 +190,7 @@ pub static FLUSH_ROWS: OptionSpec = OptionSpec {
     cross_rule: "counted per writer; may be combined with `flush_interval` (whichever comes first)",
     example: "100000",
     description: "Make a flush point (see `flush_interval`) each time a writer has read this many rows since its last one.",
+    redact: Redact::None,
 };
 
 /// `per_destination_metrics`.
@@ -192,6 +203,7 @@ pub static PER_DESTINATION_METRICS: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "true",
     description: "Also count records sent and send errors per topic, queue or table, beside the sink totals. Off by default because a per-row destination column can name an unbounded set of destinations; turn it on when they are few and known.",
+    redact: Redact::None,
 };
 
 /// `format`.
@@ -204,6 +216,7 @@ pub static FORMAT: OptionSpec = OptionSpec {
     cross_rule: "`raw` needs exactly one payload column, of a string or binary type",
     example: "raw",
     description: "How a row becomes the message data or task body when no column carries it: `json` writes the row's remaining columns as one JSON object; `raw` sends the bytes of the single remaining column as they are.",
+    redact: Redact::None,
 };
 
 /// `max_consecutive_rejections`.
@@ -216,4 +229,5 @@ pub static MAX_CONSECUTIVE_REJECTIONS: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "-1",
     description: "With `failure_policy = 'drop'` or `'dead_letter'`, this many confirmed rejections in a row, with no record delivered between them, fail the statement: the pipeline is broken rather than seeing the odd bad record. Any delivery resets the count; rows the encoder refuses do not count. `-1` never fails.",
+    redact: Redact::None,
 };

@@ -9,7 +9,7 @@
 //! connector list gathers them for name validation and for `docs/options.md`.
 //!
 //! ```
-//! use gcp_sql::options::{Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec, ParsedOptions, RawOptions};
+//! use gcp_sql::options::{Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec, ParsedOptions, RawOptions, Redact};
 //!
 //! static BATCH_SIZE: OptionSpec = OptionSpec {
 //!     name: "batch_size",
@@ -20,6 +20,7 @@
 //!     cross_rule: "",
 //!     example: "500",
 //!     description: "Records gathered into one request.",
+//!     redact: Redact::None,
 //! };
 //! static ACME: &[&OptionSpec] = &[&BATCH_SIZE];
 //!
@@ -49,7 +50,7 @@ pub use connection::{
     ClientCore, ConnectionOptions, EmulatorHost, EmulatorSource, EnvLookup, Service,
     is_loopback_host,
 };
-pub use spec::{Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec, Value};
+pub use spec::{Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec, Redact, Value};
 pub(crate) use typed::writer_options;
 pub use typed::{OptionField, default_of};
 
@@ -465,6 +466,7 @@ mod tests {
         cross_rule: "",
         example: "500",
         description: "Records per request.",
+        redact: Redact::None,
     };
     static MAX_ACTIVE_WIDGETS: OptionSpec = OptionSpec {
         name: "max_active_widgets",
@@ -475,6 +477,7 @@ mod tests {
         cross_rule: "",
         example: "8",
         description: "Widgets open at once.",
+        redact: Redact::None,
     };
     static ACME: &[&OptionSpec] = &[&BATCH_SIZE, &MAX_ACTIVE_WIDGETS];
 

@@ -209,6 +209,60 @@ pub struct OptionSpec {
     pub example: &'static str,
     /// What it does.
     pub description: &'static str,
+    /// How a value given for it is shown back (a table's declaration, `\\d`): as it is, or
+    /// with the part that may carry a secret hidden.
+    pub redact: Redact,
+}
+
+/// How an option's value is shown back to the user (its declaration, `SHOW`-like listings),
+/// for an option whose value may carry a secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redact {
+    /// Shown as it is.
+    None,
+    /// A URL: only its origin (scheme, host and port) is shown, since the rest may carry a
+    /// user name, a password or an API key in its query; a value without a host is shown by its
+    /// length only.
+    UrlOrigin,
+    /// Headers (`Name: value; ...`): only the header names are shown, since a value may be a
+    /// token; a value that does not parse is shown by its length only.
+    HeaderNames,
+}
+
+impl Redact {
+    /// `value` as it may be shown back.
+    ///
+    /// ```
+    /// use gcp_sql::options::Redact;
+    ///
+    /// assert_eq!(Redact::None.shown("5s"), "5s");
+    /// assert_eq!(
+    ///     Redact::UrlOrigin.shown("https://u:p@w.example.com/run?key=S"),
+    ///     "https://w.example.com/... (rest hidden)"
+    /// );
+    /// assert_eq!(
+    ///     Redact::HeaderNames.shown("Authorization: Bearer S; X-Source: demo"),
+    ///     "Authorization, X-Source (values hidden)"
+    /// );
+    /// ```
+    pub fn shown(self, value: &str) -> String {
+        let hidden = || format!("<{} characters hidden>", value.chars().count());
+        match self {
+            Redact::None => value.to_string(),
+            Redact::UrlOrigin => match crate::encode::redact::url_origin(value) {
+                Some(origin) if value.trim().trim_end_matches('/') == origin => origin,
+                Some(origin) => format!("{origin}/... (rest hidden)"),
+                None => hidden(),
+            },
+            Redact::HeaderNames => match parse_headers(value) {
+                Ok(headers) => {
+                    let names: Vec<&str> = headers.iter().map(|(n, _)| n.as_str()).collect();
+                    format!("{} (values hidden)", names.join(", "))
+                }
+                Err(_) => hidden(),
+            },
+        }
+    }
 }
 
 /// A parsed option value.
@@ -500,6 +554,27 @@ pub fn binary_size(v: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_without_a_host_is_shown_by_its_length_only() {
+        assert_eq!(
+            Redact::UrlOrigin.shown("not a url?key=x"),
+            "<15 characters hidden>"
+        );
+        assert_eq!(
+            Redact::UrlOrigin.shown("https://worker.example.com/"),
+            "https://worker.example.com"
+        );
+    }
+
+    #[test]
+    fn unparsable_headers_are_shown_by_their_length_only() {
+        assert_eq!(
+            Redact::HeaderNames.shown("no colon"),
+            "<8 characters hidden>"
+        );
+        assert_eq!(Redact::None.shown("no colon"), "no colon");
+    }
 
     #[test]
     fn parses_durations_with_units() {

@@ -216,6 +216,8 @@ macro_rules! writer_options {
                 pub static $SPEC: $crate::options::OptionSpec = $crate::options::OptionSpec {
                     name: stringify!($field),
                     group: $crate::options::OptionGroup::Writer,
+                    // Writer options are sizes, counts and durations: none carries a secret.
+                    redact: $crate::options::Redact::None,
                     $($body)*
                 };
             )?

@@ -10,12 +10,9 @@ use datafusion::sql::sqlparser::ast::Value;
 
 use crate::connectors;
 use crate::connectors::ConnectorKind;
-use crate::connectors::cloud_tasks::options::{HEADERS, URL};
 use crate::connectors::{catalog, registry};
 use crate::error::{Error, Result};
-use crate::options::{
-    ConnectionOptions, DefaultValue, OptionSpec, RawOptions, common, spec::parse_headers,
-};
+use crate::options::{ConnectionOptions, DefaultValue, OptionSpec, RawOptions, common};
 
 use super::spec::SinkSpec;
 use super::table::SinkTable;
@@ -75,9 +72,10 @@ impl SinkTableFactory {
 }
 
 /// What a `CREATE` statement declared for a sink table: the connector, the `LOCATION` and the
-/// options as given (names normalised), with the values that may carry a secret redacted.
+/// options as given (names normalised), with the values that may carry a secret redacted as
+/// their option spec says ([`OptionSpec::redact`]).
 ///
-/// A Cloud Tasks `url` keeps only its origin (scheme, host and port: a URL may carry a user
+/// For example, a Cloud Tasks `url` keeps only its origin (scheme, host and port: a URL may carry a user
 /// name, a password or an API key in its query) and `headers` keeps only the header names (a
 /// header may carry a token). `credentials_file` is a path and is kept.
 ///
@@ -225,25 +223,10 @@ impl SinkDeclaration {
     }
 }
 
-/// The value of `spec` as a declaration keeps it: redacted where it may carry a secret.
+/// The value of `spec` as a declaration keeps it: redacted where its spec says it may carry a
+/// secret ([`OptionSpec::redact`]).
 fn shown_value(spec: &'static OptionSpec, value: &str) -> String {
-    if std::ptr::eq(spec, &URL) {
-        return match crate::encode::redact::url_origin(value) {
-            Some(origin) if value.trim().trim_end_matches('/') == origin => origin,
-            Some(origin) => format!("{origin}/... (rest hidden)"),
-            None => format!("<{} characters hidden>", value.chars().count()),
-        };
-    }
-    if std::ptr::eq(spec, &HEADERS) {
-        return match parse_headers(value) {
-            Ok(headers) => {
-                let names: Vec<&str> = headers.iter().map(|(n, _)| n.as_str()).collect();
-                format!("{} (values hidden)", names.join(", "))
-            }
-            Err(_) => format!("<{} characters hidden>", value.chars().count()),
-        };
-    }
-    value.to_string()
+    spec.redact.shown(value)
 }
 
 #[async_trait]
@@ -441,17 +424,5 @@ mod tests {
             );
             assert!(!option.value.contains('`'), "{option:?}");
         }
-    }
-
-    #[test]
-    fn a_url_without_a_host_is_shown_by_its_length_only() {
-        assert_eq!(
-            shown_value(&URL, "not a url?key=x"),
-            "<15 characters hidden>"
-        );
-        assert_eq!(
-            shown_value(&URL, "https://worker.example.com/"),
-            "https://worker.example.com"
-        );
     }
 }

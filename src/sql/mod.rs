@@ -33,7 +33,6 @@ mod with;
 use std::sync::Arc;
 
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::catalog::TableFunctionImpl;
 use datafusion::dataframe::DataFrame;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SessionStateBuilder;
@@ -44,7 +43,6 @@ use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
 use crate::connectors::registry;
 use crate::error::{Error, Result};
-use inspect::{BigtableReadFunction, CloudTasksCreateQueueFunction, CloudTasksListFunction};
 
 pub use control::StatementControl;
 pub use exec::{SinkCountExec, SinkWriterExec};
@@ -76,7 +74,8 @@ pub fn register(ctx: &SessionContext) {
 /// their arguments: full resource names, checked before any call, and a message count from 1
 /// to 10 000, default 100, pulled in pages), `bigtable_read(table [, max_rows])`,
 /// `cloud_tasks_create_queue(queue [, paused])` and `cloud_tasks_list(queue [, max_tasks])`
-/// (see [`inspect`]).
+/// (see [`crate::connectors::bigtable::inspect`], [`crate::connectors::cloud_tasks::inspect`];
+/// [`inspect`] has the design they share).
 ///
 /// They are emulator and debugging helpers: they create a subscription and pull (and
 /// acknowledge) what a sink published to it, read a Bigtable table back, create a Cloud Tasks
@@ -97,24 +96,12 @@ pub fn register_inspection(ctx: &SessionContext) {
     }
 }
 
-/// The inspection table functions, see [`register_inspection`]: each connector's, from the
-/// registry, and the ones `sql::inspect` still keeps.
-fn inspection_functions() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
-    let mut functions: Vec<(&'static str, Arc<dyn TableFunctionImpl>)> = registry::kinds()
+/// The inspection table functions, see [`register_inspection`]: each connector's list, from
+/// the registry.
+fn inspection_functions() -> inspect::InspectionFunctions {
+    registry::kinds()
         .flat_map(|kind| (kind.descriptor().inspection)())
-        .collect();
-    functions.extend([
-        (
-            "bigtable_read",
-            Arc::new(BigtableReadFunction) as Arc<dyn TableFunctionImpl>,
-        ),
-        (
-            "cloud_tasks_create_queue",
-            Arc::new(CloudTasksCreateQueueFunction),
-        ),
-        ("cloud_tasks_list", Arc::new(CloudTasksListFunction)),
-    ]);
-    functions
+        .collect()
 }
 
 /// Adds the three sink factories to a [`SessionStateBuilder`] (as [`register`] does; the

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::core::retry::is_transient_code;
 use crate::core::{Class, Destination, LoadHint, SendOutcome, Transport};
+use crate::error::is_transient_code;
 use crate::error::{Error, Result};
 
 /// What one scripted send answers.

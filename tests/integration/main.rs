@@ -9,6 +9,7 @@
 //! | [`emulator_smoke`] | the emulator harness: each real emulator starts, answers and stops |
 //! | [`pubsub_mapping`] | the Pub/Sub row mapping alone (no service) |
 //! | [`pubsub_sink`] | the Pub/Sub sink against the Pub/Sub emulator |
+//! | [`pubsub_transport`] | the Pub/Sub transport (the connector's core `Transport`) against the Pub/Sub emulator |
 //! | [`pubsub_faults`] | the Pub/Sub sink against a scripted fake Publisher |
 //! | [`cloud_tasks_sink`] | the Cloud Tasks sink against its emulator and a scripted fake |
 //! | [`docs_examples`] | every SQL example of README.md and docs/*.md, run against the emulators |
@@ -57,6 +58,7 @@ mod first_hour;
 mod pubsub_faults;
 mod pubsub_mapping;
 mod pubsub_sink;
+mod pubsub_transport;
 // Feeds a FIFO (Unix only).
 mod streaming;
 // Runs the `gcp-sql` binary: the quickstart and the inspection functions.

@@ -4,7 +4,7 @@
 //! # Connections
 //!
 //! - **Emulator** (`emulator_host`, else `BIGTABLE_EMULATOR_HOST`): plaintext channels from
-//!   [`crate::emulators::plaintext_endpoint`] (no HTTP/2 keepalive pings, no credentials); the
+//!   [`crate::connectors::google::plaintext_endpoint`] (no HTTP/2 keepalive pings, no credentials); the
 //!   admin API is served at the same address.
 //! - **Google**: TLS with the webpki roots and OAuth tokens through gcloud-sdk's auth middleware,
 //!   to `endpoint` (default [`DEFAULT_ENDPOINT`]) for data and [`DEFAULT_ADMIN_ENDPOINT`] for the

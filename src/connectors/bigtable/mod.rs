@@ -6,9 +6,13 @@
 //! See `docs/bigtable.md` for the user's view.
 
 pub mod client;
+pub mod inspect;
 pub mod mapping;
 pub mod names;
 pub mod options;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod probe;
 pub mod writer;
 
 use crate::connectors::descriptor::{ConnectorDescriptor, ConnectorKind};
@@ -31,7 +35,7 @@ pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
     group_notes: &[],
     fixed_budgets: options::FIXED_BUDGETS,
     declare: crate::connectors::sink::declare::<writer::Bigtable>,
-    inspection: Vec::new,
+    inspection: inspect::inspection_functions,
 };
 
 /// This connector's handle.

@@ -33,6 +33,7 @@ use arrow::datatypes::{DataType, Schema};
 use super::names;
 use crate::connectors::shared::SharedOptions;
 use crate::error::{Error, Result};
+use crate::options::Redact;
 use crate::options::common::{self, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
 use crate::options::docs::FixedBudget;
 use crate::options::spec::{binary_size, format_duration, group_digits};
@@ -99,6 +100,7 @@ pub static TABLE: OptionSpec = OptionSpec {
     cross_rule: "this, `LOCATION` or `table_column` is required; when both this and `LOCATION` are given they must name the same table; a short id needs `project` and `instance`",
     example: "projects/demo/instances/main/tables/events",
     description: "The table every row is written to: `projects/PROJECT/instances/INSTANCE/tables/TABLE`, or a short table id.",
+    redact: Redact::None,
 };
 
 /// `instance`.
@@ -111,6 +113,7 @@ pub static INSTANCE: OptionSpec = OptionSpec {
     cross_rule: "cannot be combined with `instance_column`; must agree with a full table name",
     example: "main",
     description: "Instance in which short table ids are resolved (a short id in `project`, or `projects/PROJECT/instances/INSTANCE`).",
+    redact: Redact::None,
 };
 
 /// `table_column`.
@@ -123,6 +126,7 @@ pub static TABLE_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "cannot be combined with a fixed table (`table` or `LOCATION`)",
     example: "table_name",
     description: "A string column naming each row's table (full name, or short id in the row's instance).",
+    redact: Redact::None,
 };
 
 /// `instance_column`.
@@ -135,6 +139,7 @@ pub static INSTANCE_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "cannot be combined with `instance` or with a full table name",
     example: "instance_name",
     description: "A string column naming each row's instance (short id in `project`, or full name); short table ids are resolved in it.",
+    redact: Redact::None,
 };
 
 /// `row_key`.
@@ -147,6 +152,7 @@ pub static ROW_KEY: OptionSpec = OptionSpec {
     cross_rule: "required; string, binary or integer columns",
     example: "user_id, ts",
     description: "The column, or comma-separated columns, that make the row key. Several are joined with `row_key_delimiter`. Key columns are not written as cells.",
+    redact: Redact::None,
 };
 
 /// `row_key_delimiter`.
@@ -159,6 +165,7 @@ pub static ROW_KEY_DELIMITER: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "|",
     description: "Text placed between the parts of a multi-column row key (may be empty).",
+    redact: Redact::None,
 };
 
 /// `column_family`.
@@ -171,6 +178,7 @@ pub static COLUMN_FAMILY: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "d",
     description: "Column family of the cells written from top-level columns (the qualifier is the column name). A struct column is a family of its own, its fields the qualifiers.",
+    redact: Redact::None,
 };
 
 /// `timestamp_column`.
@@ -183,6 +191,7 @@ pub static TIMESTAMP_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "event_time",
     description: "A timestamp (or int64 microseconds) column giving every cell of the row its version; truncated to milliseconds, so a replay writes the same versions again.",
+    redact: Redact::None,
 };
 
 /// `null_handling`.
@@ -195,6 +204,7 @@ pub static NULL_HANDLING: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "delete",
     description: "What a null cell value does: `ignore` writes nothing for it; `delete` deletes that cell's existing versions.",
+    redact: Redact::None,
 };
 
 /// `auto_create_table`.
@@ -207,6 +217,7 @@ pub static AUTO_CREATE_TABLE: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "true",
     description: "When a write finds its table missing (NOT_FOUND), create it with the column families the mapping needs and write again under the `recovery_*` backoff. Nothing is created when the table is declared.",
+    redact: Redact::None,
 };
 
 /// `app_profile_id`.
@@ -219,6 +230,7 @@ pub static APP_PROFILE_ID: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "batch-writes",
     description: "Application profile the writes are routed by.",
+    redact: Redact::None,
 };
 
 /// Every option of the Bigtable connector, in the order the reference lists them: the shared

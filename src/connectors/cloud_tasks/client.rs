@@ -4,7 +4,7 @@
 //! # Connections
 //!
 //! - **Emulator** (`emulator_host`, else `CLOUD_TASKS_EMULATOR_HOST`, resolved when the options
-//!   are built): one plaintext channel from [`crate::emulators::plaintext_endpoint`], without
+//!   are built): one plaintext channel from [`crate::connectors::google::plaintext_endpoint`], without
 //!   HTTP/2 keepalive pings and without credentials. A channel pool is refused with an emulator
 //!   when the sink is declared (the option `channel_pool_size`), and again here.
 //! - **Google** (`endpoint`, default [`DEFAULT_ENDPOINT`]): TLS with the webpki roots and OAuth
@@ -157,11 +157,8 @@ impl CloudTasksTransport {
                     ),
                 ));
             }
-            let channel = crate::emulators::plaintext_endpoint(host)?.connect_lazy();
-            let setting = emulator_setting(
-                host,
-                crate::connectors::cloud_tasks::KIND.emulator_env_var(),
-            );
+            let channel = crate::connectors::google::plaintext_endpoint(host)?.connect_lazy();
+            let setting = emulator_setting(host, super::SERVICE.emulator_env_var);
             return Ok(Self::plaintext(
                 channel,
                 host.to_string(),
@@ -456,7 +453,7 @@ mod tests {
     #[tokio::test]
     async fn never_creates_a_missing_queue() {
         let transport = CloudTasksTransport::from_channel(
-            crate::emulators::plaintext_endpoint("127.0.0.1:1")
+            crate::connectors::google::plaintext_endpoint("127.0.0.1:1")
                 .unwrap()
                 .connect_lazy(),
             "127.0.0.1:1",

@@ -5,9 +5,13 @@
 //! [`writer`] (the sink, glue onto the flow-control core). See `docs/cloud_tasks.md`.
 
 pub mod client;
+pub mod inspect;
 pub mod mapping;
 pub mod names;
 pub mod options;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod probe;
 pub mod writer;
 
 use crate::connectors::descriptor::{ConnectorDescriptor, ConnectorKind};
@@ -30,7 +34,7 @@ pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
     group_notes: &[],
     fixed_budgets: options::FIXED_BUDGETS,
     declare: crate::connectors::sink::declare::<writer::CloudTasks>,
-    inspection: Vec::new,
+    inspection: inspect::inspection_functions,
 };
 
 /// This connector's handle.

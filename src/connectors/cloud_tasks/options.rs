@@ -29,6 +29,7 @@ use arrow::datatypes::{DataType, Schema};
 use super::names;
 use crate::connectors::shared::SharedOptions;
 use crate::error::{Error, Result};
+use crate::options::Redact;
 use crate::options::common::{FORMAT, PER_DESTINATION_METRICS};
 use crate::options::docs::FixedBudget;
 use crate::options::spec::format_duration;
@@ -84,6 +85,7 @@ pub static QUEUE: OptionSpec = OptionSpec {
     cross_rule: "this, `LOCATION` or `queue_column` is required; when both this and `LOCATION` are given they must name the same queue; a short id needs `project` and `location`",
     example: "projects/demo/locations/us-central1/queues/jobs",
     description: "The queue every task is created in: `projects/PROJECT/locations/LOCATION/queues/QUEUE`, or a short queue id.",
+    redact: Redact::None,
 };
 
 /// `location`.
@@ -96,6 +98,7 @@ pub static LOCATION: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "us-central1",
     description: "Region in which short queue ids are resolved.",
+    redact: Redact::None,
 };
 
 /// `queue_column`.
@@ -108,6 +111,7 @@ pub static QUEUE_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "cannot be combined with a fixed queue (`queue` or `LOCATION`)",
     example: "queue_name",
     description: "A string column naming each row's queue (full name, or short id in `project` and `location`).",
+    redact: Redact::None,
 };
 
 /// `url`.
@@ -120,6 +124,7 @@ pub static URL: OptionSpec = OptionSpec {
     cross_rule: "this or `url_column` is required, not both; `http://` or `https://`, at most 2,083 characters",
     example: "https://worker.example.com/tasks",
     description: "The URL every task calls.",
+    redact: Redact::UrlOrigin,
 };
 
 /// `url_column`.
@@ -132,6 +137,7 @@ pub static URL_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "target_url",
     description: "A string column carrying each task's URL.",
+    redact: Redact::None,
 };
 
 /// `http_method`.
@@ -144,6 +150,7 @@ pub static HTTP_METHOD: OptionSpec = OptionSpec {
     cross_rule: "only `POST`, `PUT` and `PATCH` carry a body, so `body_column` needs one of them",
     example: "PUT",
     description: "HTTP method of the task's request. With a method that carries no body, no body is sent.",
+    redact: Redact::None,
 };
 
 /// `headers`.
@@ -156,6 +163,7 @@ pub static HEADERS: OptionSpec = OptionSpec {
     cross_rule: "together less than 80 KB",
     example: "Content-Type: application/json; X-Source: gcp-sql",
     description: "Headers added to every task's request, written `Name: value; Other-Name: value`. A `;` that is not followed by `Name:` belongs to the value (`Content-Type: text/plain; charset=utf-8` is one header). With `format = 'json'` and no explicit `Content-Type`, `Content-Type: application/json` is sent.",
+    redact: Redact::HeaderNames,
 };
 
 /// `headers_column`.
@@ -168,6 +176,7 @@ pub static HEADERS_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "request_headers",
     description: "A map column (string keys, string values) of per-row headers; an entry overrides a `headers` entry of the same name.",
+    redact: Redact::None,
 };
 
 /// `body_column`.
@@ -180,6 +189,7 @@ pub static BODY_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "needs `http_method` `POST`, `PUT` or `PATCH`",
     example: "body",
     description: "A binary or string column carrying the request body as is. Without it, a body-carrying request gets the row encoded by `format`.",
+    redact: Redact::None,
 };
 
 /// `schedule_time_column`.
@@ -192,6 +202,7 @@ pub static SCHEDULE_TIME_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "run_at",
     description: "A timestamp column with the time each task should run (truncated to microseconds by the service); null or absent means now.",
+    redact: Redact::None,
 };
 
 /// `task_name_column`.
@@ -204,6 +215,7 @@ pub static TASK_NAME_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "task_id",
     description: "A string column with each task's id (or full task name), which makes creation idempotent: a task whose name exists already is counted as a de-duplicated delivery, not an error. Hashed ids spread load better than sequential ones.",
+    redact: Redact::None,
 };
 
 /// `oidc_service_account_email`.
@@ -216,6 +228,7 @@ pub static OIDC_SERVICE_ACCOUNT_EMAIL: OptionSpec = OptionSpec {
     cross_rule: "cannot be combined with the `oauth_*` options",
     example: "invoker@demo.iam.gserviceaccount.com",
     description: "Service account whose OIDC token the request carries (for targets such as Cloud Run).",
+    redact: Redact::None,
 };
 
 /// `oidc_audience`.
@@ -228,6 +241,7 @@ pub static OIDC_AUDIENCE: OptionSpec = OptionSpec {
     cross_rule: "needs `oidc_service_account_email`",
     example: "https://worker.example.com",
     description: "Audience of the OIDC token.",
+    redact: Redact::None,
 };
 
 /// `oauth_service_account_email`.
@@ -240,6 +254,7 @@ pub static OAUTH_SERVICE_ACCOUNT_EMAIL: OptionSpec = OptionSpec {
     cross_rule: "cannot be combined with the `oidc_*` options",
     example: "caller@demo.iam.gserviceaccount.com",
     description: "Service account whose OAuth access token the request carries (for Google APIs as targets).",
+    redact: Redact::None,
 };
 
 /// `oauth_scope`.
@@ -252,6 +267,7 @@ pub static OAUTH_SCOPE: OptionSpec = OptionSpec {
     cross_rule: "needs `oauth_service_account_email`",
     example: "https://www.googleapis.com/auth/cloud-platform",
     description: "Scope of the OAuth access token.",
+    redact: Redact::None,
 };
 
 /// `dispatch_deadline`.
@@ -267,6 +283,7 @@ pub static DISPATCH_DEADLINE: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "2m",
     description: "How long the queue waits for the target to answer before it counts the attempt as failed and retries it on the queue's schedule.",
+    redact: Redact::None,
 };
 
 /// Every option of the Cloud Tasks connector, in the order the reference lists them: the shared

@@ -38,23 +38,21 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{
     ArrayRef, BooleanArray, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
-use datafusion::common::ScalarValue;
-use datafusion::datasource::TableType;
-use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::error::Result as DFResult;
-use datafusion::logical_expr::Expr;
-use datafusion::physical_plan::ExecutionPlan;
 use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
 use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
 use gcloud_sdk::google::pubsub::v1::{AcknowledgeRequest, PullRequest, Subscription, Topic};
 use tonic::Code;
 
-use super::client::DEFAULT_ENDPOINT;
 use super::names::{pubsub_subscription, pubsub_topic};
 use crate::connectors::google::{GrpcChannel, Reachability, with_deadline};
 use crate::error::{Error, Result};
+use crate::sql::inspect::{
+    Inspection, InspectionFunctions, LazyTable, check_arity, count_arg, emulator_channel,
+    rpc_error, sorted_json_object, string_arg, timestamp_micros, utc_micros,
+};
 
 /// Most messages one `pubsub_pull` call returns.
 pub const MAX_PULL_MESSAGES: i64 = 10_000;
@@ -74,6 +72,18 @@ const PAGE_PULL_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_PULL_RESPONSE_BYTES: usize = 20 * 1024 * 1024;
 /// Deadline of each `Acknowledge` and `CreateSubscription`/`CreateTopic` call.
 const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The Pub/Sub connector's inspection functions: `pubsub_subscribe` and `pubsub_pull`, talking
+/// to the emulator `PUBSUB_EMULATOR_HOST` names.
+pub fn inspection_functions() -> InspectionFunctions {
+    vec![
+        (
+            "pubsub_subscribe",
+            Arc::new(PubSubSubscribeFunction::default()),
+        ),
+        ("pubsub_pull", Arc::new(PubSubPullFunction::default())),
+    ]
+}
 
 /// The `pubsub_pull` table function.
 #[derive(Debug, Default)]
@@ -110,33 +120,22 @@ impl PubSubSubscribeFunction {
 impl TableFunctionImpl for PubSubPullFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> DFResult<Arc<dyn TableProvider>> {
         let exprs = args.exprs();
-        if exprs.len() > 2 {
-            return Err(too_many_args("pubsub_pull(subscription [, max_messages])").into());
-        }
-        let subscription = string_arg("pubsub_pull", exprs, 0, "subscription")?;
+        let function = "pubsub_pull";
+        check_arity(function, exprs, 2, "(subscription [, max_messages])")?;
+        let subscription = string_arg(function, exprs, 0, "subscription")?;
         let subscription = pubsub_subscription(&subscription)
             .map_err(|rule| Error::invalid("pubsub_pull subscription", &subscription, rule))?;
-        let max = match exprs.get(1) {
-            None => DEFAULT_PULL_MESSAGES,
-            Some(Expr::Literal(ScalarValue::Int64(Some(n)), _))
-                if (1..=MAX_PULL_MESSAGES).contains(n) =>
-            {
-                *n
-            }
-            Some(other) => {
-                return Err(Error::invalid(
-                    "pubsub_pull max_messages",
-                    other.to_string(),
-                    format!("an integer from 1 to {MAX_PULL_MESSAGES}"),
-                )
-                .into());
-            }
-        };
-        Ok(Arc::new(LazyTable {
-            action: Action::Pull {
-                subscription,
-                max: max as usize,
-            },
+        let max = count_arg(
+            function,
+            exprs,
+            1,
+            "max_messages",
+            DEFAULT_PULL_MESSAGES,
+            MAX_PULL_MESSAGES,
+        )?;
+        Ok(LazyTable::provider(Pull {
+            subscription,
+            max,
             emulator_host: self.emulator_host.clone(),
         }))
     }
@@ -145,20 +144,17 @@ impl TableFunctionImpl for PubSubPullFunction {
 impl TableFunctionImpl for PubSubSubscribeFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> DFResult<Arc<dyn TableProvider>> {
         let exprs = args.exprs();
-        if exprs.len() > 2 {
-            return Err(too_many_args("pubsub_subscribe(topic, subscription)").into());
-        }
-        let topic = string_arg("pubsub_subscribe", exprs, 0, "topic")?;
+        let function = "pubsub_subscribe";
+        check_arity(function, exprs, 2, "(topic, subscription)")?;
+        let topic = string_arg(function, exprs, 0, "topic")?;
         let topic = full_topic(&topic)
             .map_err(|rule| Error::invalid("pubsub_subscribe topic", &topic, rule))?;
-        let subscription = string_arg("pubsub_subscribe", exprs, 1, "subscription")?;
+        let subscription = string_arg(function, exprs, 1, "subscription")?;
         let subscription = pubsub_subscription(&subscription)
             .map_err(|rule| Error::invalid("pubsub_subscribe subscription", &subscription, rule))?;
-        Ok(Arc::new(LazyTable {
-            action: Action::Subscribe {
-                topic,
-                subscription,
-            },
+        Ok(LazyTable::provider(Subscribe {
+            topic,
+            subscription,
             emulator_host: self.emulator_host.clone(),
         }))
     }
@@ -172,46 +168,27 @@ fn full_topic(value: &str) -> std::result::Result<String, String> {
     pubsub_topic(value, None)
 }
 
-fn too_many_args(signature: &str) -> Error {
-    Error::Unsupported(format!("too many arguments: the call is {signature}"))
-}
-
-fn string_arg(function: &str, exprs: &[Expr], index: usize, name: &str) -> DFResult<String> {
-    match exprs.get(index) {
-        Some(Expr::Literal(ScalarValue::Utf8(Some(s)) | ScalarValue::Utf8View(Some(s)), _)) => {
-            Ok(s.clone())
-        }
-        other => Err(Error::invalid(
-            format!("{function} {name}"),
-            other.map(|e| e.to_string()).unwrap_or_default(),
-            "expected a string literal with the full resource name",
-        )
-        .into()),
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Action {
-    Pull { subscription: String, max: usize },
-    Subscribe { topic: String, subscription: String },
-}
-
-/// A table whose rows are produced when it is scanned (the RPC runs at execution time).
+/// A `pubsub_pull` call. `emulator_host`: the emulator to talk to; `None`: the one
+/// `PUBSUB_EMULATOR_HOST` names.
 #[derive(Debug)]
-struct LazyTable {
-    action: Action,
-    /// The emulator to talk to; `None`: the one `PUBSUB_EMULATOR_HOST` names.
+struct Pull {
+    subscription: String,
+    max: usize,
+    emulator_host: Option<String>,
+}
+
+/// A `pubsub_subscribe` call.
+#[derive(Debug)]
+struct Subscribe {
+    topic: String,
+    subscription: String,
     emulator_host: Option<String>,
 }
 
 fn pull_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("message_id", DataType::Utf8, false),
-        Field::new(
-            "publish_time",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            true,
-        ),
+        Field::new("publish_time", utc_micros(), true),
         Field::new("ordering_key", DataType::Utf8, true),
         Field::new("attributes", DataType::Utf8, false),
         Field::new("data", DataType::Utf8, false),
@@ -226,68 +203,32 @@ fn subscribe_schema() -> SchemaRef {
 }
 
 #[async_trait]
-impl TableProvider for LazyTable {
+impl Inspection for Pull {
     fn schema(&self) -> SchemaRef {
-        match self.action {
-            Action::Pull { .. } => pull_schema(),
-            Action::Subscribe { .. } => subscribe_schema(),
-        }
+        pull_schema()
     }
 
-    fn table_type(&self) -> TableType {
-        TableType::Temporary
-    }
-
-    async fn scan(
-        &self,
-        _state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
-    ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        let (channel, reach) = emulator_channel(self.emulator_host.as_deref())?;
-        let batch = match &self.action {
-            Action::Pull { subscription, max } => pull(channel, &reach, subscription, *max).await?,
-            Action::Subscribe {
-                topic,
-                subscription,
-            } => subscribe(channel, &reach, topic, subscription).await?,
-        };
-        let schema = batch.schema();
-        Ok(MemorySourceConfig::try_new_exec(
-            &[vec![batch]],
-            schema,
-            projection.cloned(),
-        )?)
+    async fn run(&self) -> Result<RecordBatch> {
+        let (channel, reach) =
+            emulator_channel("pubsub_pull", super::SERVICE, self.emulator_host.as_deref())?;
+        pull(channel, &reach, &self.subscription, self.max).await
     }
 }
 
-/// A plaintext channel to the emulator (`host`, else `PUBSUB_EMULATOR_HOST`), through which
-/// a broken connection or a client-side deadline reads as the status Google's clients give it
-/// (`UNAVAILABLE`, `DEADLINE_EXCEEDED`), and what is known of the address (a refused first
-/// call says that nothing answers there).
-fn emulator_channel(host: Option<&str>) -> Result<(GrpcChannel, Reachability)> {
-    let var = crate::connectors::pubsub::KIND.emulator_env_var();
-    let (host, setting) = match host {
-        Some(h) => (Some(h.to_string()), "the emulator host given"),
-        None => (std::env::var(var).ok(), var),
-    };
-    match host.filter(|h| !h.trim().is_empty()) {
-        Some(host) => Ok((
-            GrpcChannel::Plaintext(crate::emulators::plaintext_endpoint(&host)?.connect_lazy()),
-            Reachability::emulator(host.trim(), setting),
-        )),
-        None => Err(Error::Connect {
-            endpoint: DEFAULT_ENDPOINT.to_string(),
-            message: format!(
-                "pubsub_pull and pubsub_subscribe talk to an emulator only: set {var}"
-            ),
-        }),
+#[async_trait]
+impl Inspection for Subscribe {
+    fn schema(&self) -> SchemaRef {
+        subscribe_schema()
     }
-}
 
-fn rpc_error(operation: &'static str, destination: &str, status: tonic::Status) -> Error {
-    Error::rpc(operation, destination, &status, 1)
+    async fn run(&self) -> Result<RecordBatch> {
+        let (channel, reach) = emulator_channel(
+            "pubsub_subscribe",
+            super::SERVICE,
+            self.emulator_host.as_deref(),
+        )?;
+        subscribe(channel, &reach, &self.topic, &self.subscription).await
+    }
 }
 
 fn timed<M>(message: M, timeout: Duration) -> tonic::Request<M> {
@@ -387,18 +328,8 @@ async fn pull(
         for received in response.received_messages {
             ack_ids.push(received.ack_id);
             let Some(m) = received.message else { continue };
-            let publish_time = m
-                .publish_time
-                .map(|t| t.seconds * 1_000_000 + i64::from(t.nanos) / 1_000);
-            let mut attributes: Vec<_> = m.attributes.into_iter().collect();
-            attributes.sort();
-            let attributes = serde_json::to_string(
-                &attributes
-                    .into_iter()
-                    .map(|(k, v)| (k, serde_json::Value::String(v)))
-                    .collect::<serde_json::Map<_, _>>(),
-            )
-            .unwrap_or_default();
+            let publish_time = m.publish_time.map(|t| timestamp_micros(t.seconds, t.nanos));
+            let attributes = sorted_json_object(&m.attributes);
             let key = (!m.ordering_key.is_empty()).then_some(m.ordering_key);
             rows.push((
                 m.message_id,

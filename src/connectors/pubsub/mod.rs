@@ -12,11 +12,10 @@ pub mod inspect;
 pub mod mapping;
 pub mod names;
 pub mod options;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod probe;
 pub mod writer;
-
-use std::sync::Arc;
-
-use datafusion::catalog::TableFunctionImpl;
 
 use crate::connectors::descriptor::{ConnectorDescriptor, ConnectorKind};
 use crate::options::Service;
@@ -43,22 +42,8 @@ pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
     )],
     fixed_budgets: &[],
     declare: crate::connectors::sink::declare::<writer::PubSub>,
-    inspection: inspection_functions,
+    inspection: inspect::inspection_functions,
 };
 
 /// This connector's handle.
 pub const KIND: ConnectorKind = ConnectorKind::of(&CONNECTOR);
-
-/// `pubsub_subscribe(topic, subscription)` and `pubsub_pull(subscription [, max_messages])`.
-fn inspection_functions() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)> {
-    vec![
-        (
-            "pubsub_subscribe",
-            Arc::new(inspect::PubSubSubscribeFunction::default()),
-        ),
-        (
-            "pubsub_pull",
-            Arc::new(inspect::PubSubPullFunction::default()),
-        ),
-    ]
-}

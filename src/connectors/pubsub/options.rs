@@ -35,6 +35,7 @@ use std::time::Duration;
 use super::names;
 use crate::connectors::shared::SharedOptions;
 use crate::error::{Error, Result};
+use crate::options::Redact;
 use crate::options::common::{self, FORMAT, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
 use crate::options::spec::format_duration;
 use crate::options::{
@@ -112,6 +113,7 @@ pub static TOPIC: OptionSpec = OptionSpec {
     cross_rule: "this, `LOCATION` or `topic_column` is required; when both this and `LOCATION` are given they must name the same topic; a short id needs `project`",
     example: "projects/demo/topics/clicks",
     description: "The topic every row is published to: `projects/PROJECT/topics/TOPIC`, or a short topic id in `project`.",
+    redact: Redact::None,
 };
 
 /// `topic_column`.
@@ -124,6 +126,7 @@ pub static TOPIC_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "cannot be combined with a fixed topic (`topic` or `LOCATION`)",
     example: "topic_name",
     description: "A string column naming each row's topic (full name, or short id in `project`). The column is not part of the payload.",
+    redact: Redact::None,
 };
 
 /// `data_column`.
@@ -136,6 +139,7 @@ pub static DATA_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "payload",
     description: "A binary or string column carrying the message data as is. When the table has no such column (and the option is not given), the row is encoded by `format`; a column named explicitly must exist.",
+    redact: Redact::None,
 };
 
 /// `attributes_column`.
@@ -148,6 +152,7 @@ pub static ATTRIBUTES_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "attrs",
     description: "A map column (string keys, string values) whose entries become message attributes. Used when present; a column named explicitly must exist.",
+    redact: Redact::None,
 };
 
 /// `attribute_columns`.
@@ -160,6 +165,7 @@ pub static ATTRIBUTE_COLUMNS: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "user_id, region",
     description: "Columns whose values become attributes named after the column. They are left out of the encoded payload.",
+    redact: Redact::None,
 };
 
 /// `ordering_key_column`.
@@ -172,6 +178,7 @@ pub static ORDERING_KEY_COLUMN: OptionSpec = OptionSpec {
     cross_rule: "a row carrying a non-empty ordering key needs `enable_message_ordering = true`",
     example: "session_id",
     description: "A string column carrying each message's ordering key. Used when present; a column named explicitly must exist.",
+    redact: Redact::None,
 };
 
 /// `auto_create_topic`.
@@ -184,6 +191,7 @@ pub static AUTO_CREATE_TOPIC: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "true",
     description: "When a publish finds its topic missing (NOT_FOUND), create the topic and publish again under the `recovery_*` backoff. Nothing is created when the table is declared.",
+    redact: Redact::None,
 };
 
 /// Every option of the Pub/Sub connector, in the order the reference lists them: the shared

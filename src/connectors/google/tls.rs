@@ -1,0 +1,106 @@
+//! The authenticated TLS connection to a Google endpoint, and the rule that credentials never
+//! travel without TLS.
+
+use std::path::Path;
+
+use gcloud_sdk::{GoogleApi, GoogleAuthMiddleware};
+
+use super::credentials::credentials_from_file;
+use crate::error::{Error, Result};
+
+/// Opens an authenticated TLS connection to a Google endpoint.
+///
+/// Installs the process-wide crypto provider first
+/// ([`install_crypto_provider`](crate::connectors::install_crypto_provider)). Credentials come
+/// from `credentials_file` when given (see [`credentials_from_file`]), else from Application
+/// Default Credentials. The channel is connected here, so every failure — an unreadable
+/// credentials file as much as an unreachable endpoint — is an [`Error::Connect`] naming
+/// `endpoint`.
+///
+/// More channels sharing the same token source can be opened from the result with
+/// `GoogleApi::connect_with_endpoint`.
+///
+/// Credentials never travel in plaintext: an `endpoint` that is not `https://` is refused
+/// before any credential is loaded (see [`require_tls`]). An emulator is reached through
+/// [`Connection::plaintext`] instead, which carries none.
+pub async fn connect(
+    endpoint: &str,
+    credentials_file: Option<&Path>,
+) -> Result<GoogleApi<GoogleAuthMiddleware>> {
+    crate::connectors::install_crypto_provider();
+    let connect_error = |message: String| Error::Connect {
+        endpoint: endpoint.to_string(),
+        message,
+    };
+    require_tls(endpoint).map_err(connect_error)?;
+    match credentials_file {
+        Some(path) => {
+            let credentials = credentials_from_file(path).map_err(connect_error)?;
+            GoogleApi::from_function_with_credentials(
+                std::convert::identity,
+                endpoint,
+                None,
+                credentials,
+            )
+            .await
+        }
+        None => GoogleApi::from_function(std::convert::identity, endpoint, None).await,
+    }
+    .map_err(|e| connect_error(e.to_string()))
+}
+
+/// Refuses an endpoint that would carry credentials without TLS: anything but `https://`.
+pub fn require_tls(endpoint: &str) -> std::result::Result<(), String> {
+    match endpoint.trim().get(..8) {
+        Some(scheme) if scheme.eq_ignore_ascii_case("https://") => Ok(()),
+        _ => Err(
+            "refusing to send credentials without TLS: an endpoint must be https:// (an emulator \
+             is reached with emulator_host, in plaintext and without credentials)"
+                .into(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreadable_credentials_file_fails_the_connection_naming_the_endpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent.json");
+        let result = connect("https://pubsub.googleapis.com", Some(&absent)).await;
+        match result {
+            Err(Error::Connect { endpoint, message }) => {
+                assert_eq!(endpoint, "https://pubsub.googleapis.com");
+                assert!(message.contains("cannot read"), "{message}");
+            }
+            Err(other) => panic!("expected a connect error, got {other:?}"),
+            Ok(_) => panic!("connected with a credentials file that does not exist"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_plaintext_endpoint_with_credentials_is_refused_before_they_are_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent.json");
+        for (endpoint, credentials) in [
+            ("http://pubsub.googleapis.com", Some(absent.as_path())),
+            ("http://127.0.0.1:1", None),
+            ("pubsub.googleapis.com:443", None),
+        ] {
+            match connect(endpoint, credentials).await {
+                Err(Error::Connect {
+                    endpoint: e,
+                    message,
+                }) => {
+                    assert_eq!(e, endpoint);
+                    assert!(message.contains("without TLS"), "{message}");
+                }
+                Err(other) => panic!("expected a connect error, got {other:?}"),
+                Ok(_) => panic!("connected to {endpoint} without TLS"),
+            }
+        }
+        assert!(require_tls("HTTPS://pubsub.googleapis.com").is_ok());
+    }
+}
