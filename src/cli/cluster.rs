@@ -79,15 +79,8 @@ fn init_server_tracing() {
 fn serve(name: &str, run: impl std::future::Future<Output = Result<()>>) -> ExitCode {
     init_server_tracing();
     crate::connectors::install_crypto_provider();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("Error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = super::new_runtime() else {
+        return ExitCode::FAILURE;
     };
     match runtime.block_on(run) {
         Ok(()) => ExitCode::SUCCESS,

@@ -487,15 +487,8 @@ pub fn run(invocation: Invocation) -> ExitCode {
     } else {
         Vec::new()
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("Error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = new_runtime() else {
+        return ExitCode::FAILURE;
     };
     let code = runtime.block_on(run_session(&invocation, &mut interrupts));
     runtime.shutdown_timeout(SHUTDOWN_GRACE);
@@ -706,6 +699,21 @@ async fn run_sources(ctx: &SessionContext, sources: &[Source], options: PrintOpt
         }
     }
     ExitCode::SUCCESS
+}
+
+/// The tool's multi-threaded async runtime; `None`, with the reason on stderr, when it cannot
+/// start.
+pub(crate) fn new_runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => Some(runtime),
+        Err(e) => {
+            eprintln!("Error: cannot start the async runtime: {e}");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -122,15 +122,8 @@ pub async fn serve_until_signal(
 
 /// Runs the server until SIGINT/SIGTERM; exit code 0, or 1 when it cannot start (port taken).
 pub fn run(args: &ServeNullArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("Error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = super::new_runtime() else {
+        return ExitCode::FAILURE;
     };
     let options = NullServerOptions {
         latency: args.latency,

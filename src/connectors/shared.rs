@@ -7,7 +7,7 @@ use super::descriptor::ConnectorKind;
 use crate::core::{FailurePolicy, FlowConfig};
 use crate::error::Result;
 use crate::options::common::RunOptions;
-use crate::options::{ConnectionOptions, EnvLookup, ParsedOptions};
+use crate::options::{ConnectionOptions, EnvLookup, ParsedOptions, RawOptions};
 
 /// The part of a table's options every connector accepts with one meaning: where it connects,
 /// what happens to a refused row, where dead rows go, and how a statement runs.
@@ -25,6 +25,19 @@ pub struct SharedOptions {
 }
 
 impl SharedOptions {
+    /// Parses `raw` against `kind`'s options ([`ConnectorKind::parse_options`]) and reads the
+    /// shared part: the start of every connector's `from_raw_with_env`.
+    pub fn parse(
+        kind: ConnectorKind,
+        raw: &RawOptions,
+        env: EnvLookup<'_>,
+        topics: &'static DeadLetterTopics,
+    ) -> Result<(ParsedOptions, Self)> {
+        let parsed = kind.parse_options(raw)?;
+        let shared = Self::from_parsed(kind, &parsed, env, topics)?;
+        Ok((parsed, shared))
+    }
+
     /// Reads the shared options of `kind`'s parsed options, the emulator variable through
     /// `env`; `topics` is how a `dead_letter_topic` is resolved and reached.
     pub fn from_parsed(

@@ -222,23 +222,7 @@ impl Backoff {
     }
 }
 
-/// Whether a status code is transient for the Google APIs this crate calls: the codes the
-/// official Pub/Sub client libraries retry for Publish in their default publisher retry
-/// configuration: ABORTED, CANCELLED, DEADLINE_EXCEEDED, INTERNAL, RESOURCE_EXHAUSTED, UNKNOWN
-/// and UNAVAILABLE.
-pub fn is_transient_code(code: tonic::Code) -> bool {
-    use tonic::Code::*;
-    matches!(
-        code,
-        Aborted
-            | Cancelled
-            | DeadlineExceeded
-            | Internal
-            | ResourceExhausted
-            | Unknown
-            | Unavailable
-    )
-}
+pub use crate::error::is_transient_code;
 
 #[cfg(test)]
 mod tests {

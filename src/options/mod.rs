@@ -429,6 +429,28 @@ pub(crate) fn merge_location(
     }
 }
 
+/// A table's destination, given as `LOCATION` or as the `spec` option (or both, then they must
+/// agree), each resolved to a full name by `resolve`; an error names where the bad value was.
+pub(crate) fn destination(
+    spec: &OptionSpec,
+    location: Option<&str>,
+    parsed: &ParsedOptions,
+    resolve: impl Fn(&str) -> std::result::Result<String, String>,
+) -> Result<Option<String>> {
+    let from_location = match location_text(location) {
+        Some(l) => Some((
+            resolve(l).map_err(|rule| Error::invalid("LOCATION", l, rule))?,
+            l,
+        )),
+        None => None,
+    };
+    let from_option = match parsed.non_empty_text(spec)? {
+        Some(t) => Some((resolve(t).map_err(|rule| spec.invalid(t, rule))?, t)),
+        None => None,
+    };
+    merge_location(spec, from_location, from_option)
+}
+
 /// `LOCATION` as given: `None` when absent or empty.
 pub(crate) fn location_text(location: Option<&str>) -> Option<&str> {
     location.map(str::trim).filter(|l| !l.is_empty())

@@ -39,7 +39,7 @@ use crate::options::docs::FixedBudget;
 use crate::options::spec::{binary_size, format_duration, group_digits};
 use crate::options::{
     Bound, ConnectionOptions, DefaultValue, EnvLookup, OptionGroup, OptionKind, OptionSpec,
-    RawOptions, location_text, merge_location, schema_types, writer_options,
+    RawOptions, destination, schema_types, writer_options,
 };
 
 /// `max_consecutive_rejections` value that never fails the statement.
@@ -540,15 +540,9 @@ impl BigtableSinkOptions {
         raw: &RawOptions,
         env: EnvLookup<'_>,
     ) -> Result<Self> {
-        let p = super::KIND.parse_options(raw)?;
-        let shared = SharedOptions::from_parsed(
-            super::KIND,
-            &p,
-            env,
-            &crate::connectors::pubsub::dead_letter::TOPICS,
-        )?;
-        let connection = &shared.connection;
-        let project = connection.project.as_deref();
+        let topics = &crate::connectors::pubsub::dead_letter::TOPICS;
+        let (p, shared) = SharedOptions::parse(super::KIND, raw, env, topics)?;
+        let project = shared.connection.project.as_deref();
 
         let instance_option = match p.non_empty_text(&INSTANCE)? {
             Some(i) => Some(
@@ -556,23 +550,9 @@ impl BigtableSinkOptions {
             ),
             None => None,
         };
-        let from_location = match location_text(location) {
-            Some(l) => Some((
-                names::bigtable_table(l, instance_option.as_deref())
-                    .map_err(|rule| Error::invalid("LOCATION", l, rule))?,
-                l,
-            )),
-            None => None,
-        };
-        let from_option = match p.non_empty_text(&TABLE)? {
-            Some(t) => Some((
-                names::bigtable_table(t, instance_option.as_deref())
-                    .map_err(|rule| TABLE.invalid(t, rule))?,
-                t,
-            )),
-            None => None,
-        };
-        let table = merge_location(&TABLE, from_location, from_option)?;
+        let table = destination(&TABLE, location, &p, |t| {
+            names::bigtable_table(t, instance_option.as_deref())
+        })?;
         let table_instance = table
             .as_deref()
             .and_then(names::instance_of_table)

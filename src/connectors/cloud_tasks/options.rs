@@ -35,8 +35,7 @@ use crate::options::docs::FixedBudget;
 use crate::options::spec::format_duration;
 use crate::options::{
     Bound, ConnectionOptions, DefaultValue, EnvLookup, OptionGroup, OptionKind, OptionSpec,
-    ParsedOptions, PayloadFormat, RawOptions, location_text, merge_location, schema_types,
-    writer_options,
+    ParsedOptions, PayloadFormat, RawOptions, destination, schema_types, writer_options,
 };
 
 /// Default of `max_in_flight_tasks`.
@@ -641,34 +640,14 @@ impl CloudTasksSinkOptions {
         raw: &RawOptions,
         env: EnvLookup<'_>,
     ) -> Result<Self> {
-        let p = super::KIND.parse_options(raw)?;
-        let shared = SharedOptions::from_parsed(
-            super::KIND,
-            &p,
-            env,
-            &crate::connectors::pubsub::dead_letter::TOPICS,
-        )?;
-        let connection = &shared.connection;
-        let project = connection.project.as_deref();
+        let topics = &crate::connectors::pubsub::dead_letter::TOPICS;
+        let (p, shared) = SharedOptions::parse(super::KIND, raw, env, topics)?;
+        let project = shared.connection.project.as_deref();
         let region = p.non_empty_text(&LOCATION)?;
 
-        let from_location = match location_text(location) {
-            Some(l) => Some((
-                names::cloud_tasks_queue(l, project, region)
-                    .map_err(|rule| Error::invalid("LOCATION", l, rule))?,
-                l,
-            )),
-            None => None,
-        };
-        let from_option = match p.non_empty_text(&QUEUE)? {
-            Some(q) => Some((
-                names::cloud_tasks_queue(q, project, region)
-                    .map_err(|rule| QUEUE.invalid(q, rule))?,
-                q,
-            )),
-            None => None,
-        };
-        let queue = merge_location(&QUEUE, from_location, from_option)?;
+        let queue = destination(&QUEUE, location, &p, |q| {
+            names::cloud_tasks_queue(q, project, region)
+        })?;
 
         let url = p.non_empty_text(&URL)?.map(str::to_string);
         if let Some(u) = &url {

@@ -40,7 +40,7 @@ use crate::options::common::{self, FORMAT, MAX_CONSECUTIVE_REJECTIONS, PER_DESTI
 use crate::options::spec::format_duration;
 use crate::options::{
     Bound, ColumnRef, ConnectionOptions, DefaultValue, EnvLookup, OptionGroup, OptionKind,
-    OptionSpec, PayloadFormat, RawOptions, location_text, merge_location, writer_options,
+    OptionSpec, PayloadFormat, RawOptions, destination, writer_options,
 };
 
 /// `max_consecutive_rejections` value that never fails the statement.
@@ -545,32 +545,11 @@ impl PubSubSinkOptions {
         raw: &RawOptions,
         env: EnvLookup<'_>,
     ) -> Result<Self> {
-        let p = super::KIND.parse_options(raw)?;
-        let shared = SharedOptions::from_parsed(
-            super::KIND,
-            &p,
-            env,
-            &crate::connectors::pubsub::dead_letter::TOPICS,
-        )?;
-        let connection = &shared.connection;
-        let project = connection.project.as_deref();
+        let topics = &crate::connectors::pubsub::dead_letter::TOPICS;
+        let (p, shared) = SharedOptions::parse(super::KIND, raw, env, topics)?;
+        let project = shared.connection.project.as_deref();
 
-        let from_location = match location_text(location) {
-            Some(l) => Some((
-                names::pubsub_topic(l, project)
-                    .map_err(|rule| Error::invalid("LOCATION", l, rule))?,
-                l,
-            )),
-            None => None,
-        };
-        let from_option = match p.non_empty_text(&TOPIC)? {
-            Some(t) => Some((
-                names::pubsub_topic(t, project).map_err(|rule| TOPIC.invalid(t, rule))?,
-                t,
-            )),
-            None => None,
-        };
-        let topic = merge_location(&TOPIC, from_location, from_option)?;
+        let topic = destination(&TOPIC, location, &p, |t| names::pubsub_topic(t, project))?;
 
         let mapping = PubSubMappingOptions {
             topic_column: p.text(&TOPIC_COLUMN)?.map(str::to_string),
