@@ -22,6 +22,7 @@ mod batch;
 mod breaker;
 pub mod dead_letter;
 pub mod metrics;
+pub mod origin;
 mod pool;
 mod progress;
 pub mod rate;
@@ -71,6 +72,9 @@ pub struct Envelope<R> {
     /// Unlike a sequence key, records of different serial keys share batches (see ADR 0031).
     /// Ignored on a record that has a sequence key (which already keeps that order).
     pub serial_key: Option<Arc<[u8]>>,
+    /// Where the row came from, when its source acknowledges only delivered rows
+    /// ([`origin`]): settled once the record is delivered, dead-lettered or dropped.
+    pub origin: Option<Arc<dyn origin::RowOrigin>>,
 }
 
 /// What a send returned.

@@ -60,6 +60,9 @@ pub struct WriterContext {
     pub table: Option<Arc<str>>,
     /// The session's runtime (its object stores, for `dead_letter_path`), when there is one.
     pub runtime: Option<Arc<datafusion::execution::runtime_env::RuntimeEnv>>,
+    /// Where the writer finds the origin of each input batch, when its input comes from a
+    /// source that acknowledges only delivered rows (see [`crate::core::origin`]).
+    pub origin: Option<Arc<dyn crate::core::origin::OriginSlot>>,
 }
 
 impl std::fmt::Debug for WriterContext {
@@ -71,6 +74,7 @@ impl std::fmt::Debug for WriterContext {
             .field("observer", &self.observer.is_some())
             .field("statement", &self.statement)
             .field("table", &self.table)
+            .field("origin", &self.origin.is_some())
             .finish()
     }
 }

@@ -459,6 +459,8 @@ impl ExecutionPlan for SinkWriterExec {
             statement: self.statement.id().clone(),
             table: Some(self.table.as_str().into()),
             runtime: Some(context.runtime_env()),
+            // Wired by the subscription source (issue 22), once a plan can prove its lineage.
+            origin: None,
         };
         let user_stop = control.as_ref().map(|c| c.signal());
         let counted = control.map(|c| c.writer_running());
@@ -696,6 +698,7 @@ mod tests {
                 destination: Arc::from("d"),
                 sequence_key: None,
                 serial_key: None,
+                origin: None,
             }));
         }
     }
@@ -1175,6 +1178,7 @@ mod streaming_tests {
                 destination: Arc::from(dest.expect("destination")),
                 sequence_key: None,
                 serial_key: None,
+                origin: None,
             }));
         }
     }

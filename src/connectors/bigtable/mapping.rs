@@ -659,6 +659,7 @@ impl BigtableMapping {
                         destination,
                         sequence_key: None,
                         serial_key,
+                        origin: None,
                     })
                 });
             out.push(encoded.map_err(|reason| Error::Encode {

@@ -811,6 +811,7 @@ impl PubSubMapping {
                     .clone()
             }),
             serial_key: None,
+            origin: None,
         })
     }
 

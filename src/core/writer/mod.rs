@@ -271,6 +271,15 @@ impl<T: Transport> FlowWriter<T> {
         Ok(())
     }
 
+    /// How a row the failure policy took (not under `fail`, which fails the writer) settles
+    /// its origin: dropped or dead-lettered.
+    pub(crate) fn policy_outcome(&self) -> crate::core::origin::Settled {
+        match self.shared.config.failure_policy {
+            FailurePolicy::DeadLetter => crate::core::origin::Settled::DeadLettered,
+            FailurePolicy::Drop | FailurePolicy::Fail => crate::core::origin::Settled::Dropped,
+        }
+    }
+
     /// A row the encoder rejected (a serializer rejection). Under [`FailurePolicy::Fail`]
     /// returns `Err(error)` (and the writer is failed); under [`FailurePolicy::Drop`] counts it
     /// in `records_skipped` and returns `Ok`; under [`FailurePolicy::DeadLetter`] writes it to

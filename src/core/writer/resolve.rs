@@ -36,6 +36,7 @@ use super::Shared;
 use crate::core::batch::Item;
 use crate::core::dead_letter::{DeadClass, DeadPayload, DeadRow};
 use crate::core::metrics::{SinkMetrics, code_name};
+use crate::core::origin::{RowOrigin, Settled, settle_all};
 use crate::core::retry::RetryState;
 use crate::core::{Class, Destination, FailurePolicy, RetrySettings, SendOutcome, Transport};
 use crate::error::{Error, Result};
@@ -108,6 +109,10 @@ impl<T: Transport> Shared<T> {
                 SendOutcome::Whole(Ok(())) => {
                     // The common case, without a status per record.
                     let acked = items.len() as u64;
+                    settle_all(
+                        items.iter().map(|i| i.envelope.origin.as_ref()),
+                        Settled::Delivered,
+                    );
                     retired.append(&mut items);
                     self.acknowledge(acked, 0);
                     return state.finish();
@@ -189,13 +194,12 @@ impl<T: Transport> Shared<T> {
                 Err(status) => (self.transport.classify(&status, solo), Some(status)),
             };
             match class {
-                Class::Ok => {
+                Class::Ok | Class::Duplicate => {
                     acked += 1;
-                    retired.push(item);
-                }
-                Class::Duplicate => {
-                    acked += 1;
-                    duplicates += 1;
+                    duplicates += u64::from(class == Class::Duplicate);
+                    if let Some(origin) = &item.envelope.origin {
+                        origin.settle(1, Settled::Delivered);
+                    }
                     retired.push(item);
                 }
                 _ => {
@@ -284,9 +288,16 @@ impl<T: Transport> Shared<T> {
             }
             let outcome = if solo {
                 let dead = self.describe_dead(&item.envelope.record);
+                let origin = item.envelope.origin.clone();
                 retired.push(item);
-                self.confirmed_rejection(destination, &status, dead, state.retry.attempts())
-                    .await
+                self.confirmed_rejection(
+                    destination,
+                    &status,
+                    dead,
+                    state.retry.attempts(),
+                    origin.as_ref(),
+                )
+                .await
             } else {
                 tracing::warn!(%destination, code = code_name(status.code()), "isolating a rejected record by sending it alone");
                 Box::pin(self.resolve(destination, client, vec![item], retired)).await
@@ -310,13 +321,15 @@ impl<T: Transport> Shared<T> {
     /// consecutive-rejection breaker, which errs when it trips; `dead_letter` writes `dead`
     /// (the record as the connector renders it) to the dead-letter sink first (a write that
     /// fails is the error, and the record counts as not delivered), then counts it as
-    /// dead-lettered and feeds the same breaker.
+    /// dead-lettered and feeds the same breaker. The record's origin, if any, is settled as
+    /// dropped or dead-lettered once that is done (never under `fail`).
     async fn confirmed_rejection(
         &self,
         destination: &Destination,
         status: &tonic::Status,
         dead: Option<DeadPayload>,
         attempts: u32,
+        origin: Option<&Arc<dyn RowOrigin>>,
     ) -> Result<()> {
         match self.config.failure_policy {
             FailurePolicy::Fail => {
@@ -331,6 +344,9 @@ impl<T: Transport> Shared<T> {
             FailurePolicy::Drop => {
                 self.metrics.rejected_and_dropped();
                 self.dropped.fetch_add(1, Ordering::Relaxed);
+                if let Some(origin) = origin {
+                    origin.settle(1, Settled::Dropped);
+                }
                 tracing::warn!(%destination, code = code_name(status.code()), message = status.message(), "dropping a rejected record");
                 self.breaker.on_confirmed_rejection()
             }
@@ -344,6 +360,9 @@ impl<T: Transport> Shared<T> {
                     data: dead.unwrap_or_default(),
                 };
                 self.dead_letter(row).await?;
+                if let Some(origin) = origin {
+                    origin.settle(1, Settled::DeadLettered);
+                }
                 self.metrics.rejected_and_dead_lettered();
                 self.dead_lettered.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%destination, code = code_name(status.code()), message = status.message(), "dead-lettered a rejected record");

@@ -303,6 +303,7 @@ mod tests {
                 destination: Arc::from("d"),
                 sequence_key: None,
                 serial_key: None,
+                origin: None,
             };
             writer.write(envelope).await.expect("write");
         }

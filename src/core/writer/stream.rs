@@ -115,17 +115,30 @@ where
             };
             let Some(batch) = next else { break };
             let batch = batch?;
+            // The batch's origin is taken before the input is asked for anything more, and
+            // every row of it is retained: each is settled once it is delivered, dead-lettered
+            // or dropped (crate::core::origin).
+            let origin = ctx.origin.as_ref().and_then(|slot| slot.current());
+            if let Some(origin) = &origin {
+                origin.retain(batch.num_rows() as u64)?;
+            }
             encode(&batch, first_row, &mut encoded)?;
             // Rows that encoded go to the writer in runs; a rejected row is handed to the
             // failure policy after the rows before it, so the order of outcomes is the row order.
             for (row, record) in encoded.drain(..).enumerate() {
                 match record {
-                    Ok(envelope) => run.push(envelope),
+                    Ok(mut envelope) => {
+                        envelope.origin.clone_from(&origin);
+                        run.push(envelope);
+                    }
                     Err(rejected) => {
                         writer.write_many(&mut run).await?;
                         writer
                             .reject_encoded(rejected, || source_row(&batch, row))
                             .await?;
+                        if let Some(origin) = &origin {
+                            origin.settle(1, writer.policy_outcome());
+                        }
                     }
                 }
             }
@@ -315,6 +328,7 @@ mod tests {
                 destination: Arc::from("d"),
                 sequence_key: None,
                 serial_key: None,
+                origin: None,
             }));
         }
         Ok(())
@@ -436,5 +450,106 @@ mod tests {
         let mut sent: Vec<u32> = fake.calls().into_iter().flat_map(|c| c.records).collect();
         sent.sort_unstable();
         assert_eq!(sent, (0..30).collect::<Vec<_>>());
+    }
+
+    /// A slot that hands out one recorder as the origin of every batch.
+    #[derive(Debug)]
+    struct FixedSlot(Arc<crate::core::origin::tests::Recorder>);
+
+    impl crate::core::origin::OriginSlot for FixedSlot {
+        fn current(&self) -> Option<Arc<dyn crate::core::origin::RowOrigin>> {
+            Some(self.0.clone())
+        }
+    }
+
+    /// Two batches of five rows (indices 0 to 9) through a writer whose input has an origin,
+    /// under `policy`; the encoder refuses row 3.
+    async fn run_with_origin(
+        fake: Arc<FakeTransport<u32>>,
+        policy: crate::core::FailurePolicy,
+    ) -> (Result<u64>, Arc<crate::core::origin::tests::Recorder>) {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::UInt32, false)]));
+        let batch = |from: u32| {
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![Arc::new(UInt32Array::from_iter_values(from..from + 5))],
+            )
+            .map_err(Into::into)
+        };
+        let input: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
+            schema.clone(),
+            futures::stream::iter([batch(0), batch(5)]),
+        ));
+        let recorder = Arc::new(crate::core::origin::tests::Recorder::default());
+        let ctx = WriterContext {
+            origin: Some(Arc::new(FixedSlot(recorder.clone()))),
+            ..WriterContext::single()
+        };
+        let set = ExecutionPlanMetricsSet::new();
+        let config = FlowConfig {
+            failure_policy: policy,
+            ..config()
+        };
+        let writer = FlowWriter::new(fake, config, SinkMetrics::new(&set));
+        let result = write_stream(
+            writer,
+            input,
+            &ctx,
+            FlushSettings::default(),
+            no_source_row,
+            |batch, first_row, out| {
+                encode_indices(batch, first_row, out)?;
+                if (first_row..first_row + batch.num_rows() as u64).contains(&3) {
+                    out[usize::try_from(3 - first_row).expect("index")] =
+                        Err(Error::invalid("n", "3", "refused by the test encoder"));
+                }
+                Ok(())
+            },
+        )
+        .await;
+        (result, recorder)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_row_of_an_origin_is_retained_and_settled_by_how_it_ended() {
+        use crate::core::origin::Settled;
+        let fake = Arc::new(FakeTransport::<u32>::new());
+        // Row 7 is refused by the service (alone too); every other row is delivered.
+        fake.respond_with(|call| {
+            FakeReply::PerRecord(
+                call.records
+                    .iter()
+                    .map(|r| match r {
+                        7 => Err(tonic::Status::invalid_argument("scripted refusal")),
+                        _ => Ok(()),
+                    })
+                    .collect(),
+            )
+        });
+        let (result, origin) = run_with_origin(fake, crate::core::FailurePolicy::Drop).await;
+        assert_eq!(
+            result.expect("the drop policy keeps the statement going"),
+            8
+        );
+        assert_eq!(*origin.retained.lock().unwrap(), 10);
+        assert_eq!(origin.count(Settled::Delivered), 8);
+        assert_eq!(
+            origin.count(Settled::Dropped),
+            2,
+            "row 3 (encoder), row 7 (service)"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rows_that_were_not_delivered_are_never_settled() {
+        let fake = Arc::new(FakeTransport::<u32>::new());
+        fake.respond_with(|_| FakeReply::code(tonic::Code::PermissionDenied));
+        let (result, origin) = run_with_origin(fake, crate::core::FailurePolicy::Drop).await;
+        assert!(result.is_err(), "a fatal status fails the writer");
+        assert_eq!(*origin.retained.lock().unwrap(), 10);
+        // Only the row the encoder refused (dropped before anything was sent) settles.
+        let settled: u64 = origin.settled.lock().unwrap().iter().map(|(n, _)| n).sum();
+        assert!(settled <= 1, "settled {settled} rows of a failed statement");
+        assert_eq!(origin.count(crate::core::origin::Settled::Delivered), 0);
     }
 }
