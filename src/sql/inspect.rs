@@ -38,33 +38,37 @@ use crate::options::{ConnectionOptions, Service};
 /// A connector's inspection table functions, each under the name SQL calls it by.
 pub type InspectionFunctions = Vec<(&'static str, Arc<dyn TableFunctionImpl>)>;
 
-/// What an inspection table does when it is scanned: its schema is known when the statement is
-/// planned; its rows come from the emulator when [`run`](Inspection::run) is called.
+/// What an inspection table does when it is scanned: its rows come from the emulator when
+/// [`run`](Inspection::run) is called (its schema is given to [`LazyTable::provider`], since the
+/// statement is planned before anything is contacted).
 #[async_trait]
 pub trait Inspection: Debug + Send + Sync + 'static {
-    /// The schema of the rows [`run`](Inspection::run) returns.
-    fn schema(&self) -> SchemaRef;
-
-    /// Makes the calls and returns the rows, in one batch of [`schema`](Inspection::schema).
+    /// Makes the calls and returns the rows, in one batch of the table's schema.
     async fn run(&self) -> Result<RecordBatch>;
 }
 
 /// A table whose rows are produced when it is scanned: the [`Inspection`]'s calls run at
 /// execution time, never when the statement is planned.
 #[derive(Debug)]
-pub struct LazyTable(Box<dyn Inspection>);
+pub struct LazyTable {
+    schema: SchemaRef,
+    inspection: Box<dyn Inspection>,
+}
 
 impl LazyTable {
-    /// The table of `inspection`, as a table function returns it.
-    pub fn provider(inspection: impl Inspection) -> Arc<dyn TableProvider> {
-        Arc::new(LazyTable(Box::new(inspection)))
+    /// The table of `inspection`, whose rows have `schema`, as a table function returns it.
+    pub fn provider(schema: SchemaRef, inspection: impl Inspection) -> Arc<dyn TableProvider> {
+        Arc::new(LazyTable {
+            schema,
+            inspection: Box::new(inspection),
+        })
     }
 }
 
 #[async_trait]
 impl TableProvider for LazyTable {
     fn schema(&self) -> SchemaRef {
-        self.0.schema()
+        self.schema.clone()
     }
 
     fn table_type(&self) -> TableType {
@@ -78,7 +82,7 @@ impl TableProvider for LazyTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        let batch = self.0.run().await?;
+        let batch = self.inspection.run().await?;
         let schema = batch.schema();
         Ok(MemorySourceConfig::try_new_exec(
             &[vec![batch]],

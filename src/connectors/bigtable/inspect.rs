@@ -82,11 +82,14 @@ impl TableFunctionImpl for BigtableReadFunction {
             DEFAULT_READ_ROWS,
             MAX_READ_ROWS,
         )?;
-        Ok(LazyTable::provider(ReadRows {
-            table,
-            max,
-            emulator_host: self.emulator_host.clone(),
-        }))
+        Ok(LazyTable::provider(
+            read_schema(),
+            ReadRows {
+                table,
+                max,
+                emulator_host: self.emulator_host.clone(),
+            },
+        ))
     }
 }
 
@@ -112,10 +115,6 @@ fn read_schema() -> SchemaRef {
 
 #[async_trait]
 impl Inspection for ReadRows {
-    fn schema(&self) -> SchemaRef {
-        read_schema()
-    }
-
     async fn run(&self) -> Result<RecordBatch> {
         read_rows(&self.table, self.max, self.emulator_host.as_deref()).await
     }

@@ -105,7 +105,10 @@ impl TableFunctionImpl for CloudTasksCreateQueueFunction {
         check_arity(function, exprs, 2, "(queue [, paused])")?;
         let queue = queue_arg(function, exprs)?;
         let paused = bool_arg(function, exprs, 1, "paused", true)?;
-        Ok(LazyTable::provider(CreateQueue { queue, paused }))
+        Ok(LazyTable::provider(
+            create_queue_schema(),
+            CreateQueue { queue, paused },
+        ))
     }
 }
 
@@ -123,11 +126,14 @@ impl TableFunctionImpl for CloudTasksListFunction {
             DEFAULT_LIST_TASKS,
             MAX_LIST_TASKS,
         )?;
-        Ok(LazyTable::provider(ListTasks {
-            queue,
-            max,
-            emulator_host: self.emulator_host.clone(),
-        }))
+        Ok(LazyTable::provider(
+            list_schema(),
+            ListTasks {
+                queue,
+                max,
+                emulator_host: self.emulator_host.clone(),
+            },
+        ))
     }
 }
 
@@ -176,10 +182,6 @@ fn list_schema() -> SchemaRef {
 
 #[async_trait]
 impl Inspection for CreateQueue {
-    fn schema(&self) -> SchemaRef {
-        create_queue_schema()
-    }
-
     async fn run(&self) -> Result<RecordBatch> {
         create_queue(&self.queue, self.paused).await
     }
@@ -187,10 +189,6 @@ impl Inspection for CreateQueue {
 
 #[async_trait]
 impl Inspection for ListTasks {
-    fn schema(&self) -> SchemaRef {
-        list_schema()
-    }
-
     async fn run(&self) -> Result<RecordBatch> {
         list_tasks(&self.queue, self.max, self.emulator_host.as_deref()).await
     }

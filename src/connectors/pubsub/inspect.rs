@@ -133,11 +133,14 @@ impl TableFunctionImpl for PubSubPullFunction {
             DEFAULT_PULL_MESSAGES,
             MAX_PULL_MESSAGES,
         )?;
-        Ok(LazyTable::provider(Pull {
-            subscription,
-            max,
-            emulator_host: self.emulator_host.clone(),
-        }))
+        Ok(LazyTable::provider(
+            pull_schema(),
+            Pull {
+                subscription,
+                max,
+                emulator_host: self.emulator_host.clone(),
+            },
+        ))
     }
 }
 
@@ -152,11 +155,14 @@ impl TableFunctionImpl for PubSubSubscribeFunction {
         let subscription = string_arg(function, exprs, 1, "subscription")?;
         let subscription = pubsub_subscription(&subscription)
             .map_err(|rule| Error::invalid("pubsub_subscribe subscription", &subscription, rule))?;
-        Ok(LazyTable::provider(Subscribe {
-            topic,
-            subscription,
-            emulator_host: self.emulator_host.clone(),
-        }))
+        Ok(LazyTable::provider(
+            subscribe_schema(),
+            Subscribe {
+                topic,
+                subscription,
+                emulator_host: self.emulator_host.clone(),
+            },
+        ))
     }
 }
 
@@ -204,10 +210,6 @@ fn subscribe_schema() -> SchemaRef {
 
 #[async_trait]
 impl Inspection for Pull {
-    fn schema(&self) -> SchemaRef {
-        pull_schema()
-    }
-
     async fn run(&self) -> Result<RecordBatch> {
         let (channel, reach) =
             emulator_channel("pubsub_pull", super::SERVICE, self.emulator_host.as_deref())?;
@@ -217,10 +219,6 @@ impl Inspection for Pull {
 
 #[async_trait]
 impl Inspection for Subscribe {
-    fn schema(&self) -> SchemaRef {
-        subscribe_schema()
-    }
-
     async fn run(&self) -> Result<RecordBatch> {
         let (channel, reach) = emulator_channel(
             "pubsub_subscribe",
