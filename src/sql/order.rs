@@ -126,8 +126,8 @@ pub fn carry_ordering(input: Arc<dyn ExecutionPlan>, visible: usize) -> DFResult
     })
 }
 
-/// The sort expressions carried up, as they read in some node's output.
-type SortExprs = Vec<Arc<dyn PhysicalExpr>>;
+/// A plan, and expressions over its output columns.
+type PlanWithExprs = (Arc<dyn ExecutionPlan>, Vec<Arc<dyn PhysicalExpr>>);
 
 /// A projection of `exprs` over `plan`, followed by the `carried` sort expressions (in
 /// `plan`'s columns) as the hidden columns `names`; with the carried expressions as columns of
@@ -137,7 +137,7 @@ fn add_hidden(
     plan: Arc<dyn ExecutionPlan>,
     carried: &[Arc<dyn PhysicalExpr>],
     names: &[String],
-) -> DFResult<(Arc<dyn ExecutionPlan>, SortExprs)> {
+) -> DFResult<PlanWithExprs> {
     let width = exprs.len();
     for (expr, name) in carried.iter().zip(names) {
         exprs.push(ProjectionExpr::new(expr.clone(), name.clone()));
