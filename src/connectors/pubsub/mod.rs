@@ -5,4 +5,5 @@ pub mod inspect;
 pub mod mapping;
 pub mod names;
 pub mod options;
+pub mod source;
 pub mod writer;
