@@ -257,16 +257,13 @@ impl ExecutionPlan for PubSubSourceExec {
         let stream = futures::stream::unfold(Step::Start(Box::new(start)), |step| async move {
             let mut reader = match step {
                 Step::Start(start) => match start.open().await {
-                    Ok(reader) => reader,
+                    Ok(reader) => Box::new(reader),
                     Err(e) => return Some((Err(e.into()), Step::Done)),
                 },
                 Step::Run(reader) => reader,
                 Step::Done => return None,
             };
-            match reader.next().await {
-                Some(item) => Some((item, Step::Run(reader))),
-                None => None,
-            }
+            reader.next().await.map(|item| (item, Step::Run(reader)))
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
@@ -277,7 +274,7 @@ impl ExecutionPlan for PubSubSourceExec {
 
 enum Step {
     Start(Box<Start>),
-    Run(PartitionReader),
+    Run(Box<PartitionReader>),
     Done,
 }
 
@@ -648,7 +645,11 @@ impl PartitionReader {
                 .as_ref()
                 .and_then(|t| chrono::DateTime::from_timestamp(t.seconds, t.nanos.max(0) as u32))
             {
-                row.insert("publish_time".into(), t.to_rfc3339().into());
+                // RFC 3339 in UTC with microseconds, as the dead letters' own times are written.
+                row.insert(
+                    "publish_time".into(),
+                    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string().into(),
+                );
             }
             let attributes: serde_json::Map<String, serde_json::Value> = msg
                 .attributes
