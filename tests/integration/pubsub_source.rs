@@ -442,3 +442,68 @@ fn a_schema_the_options_cannot_fill_is_refused_at_construction() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_dead_letter_a_message_that_does_not_decode_is_stored_then_acknowledged() {
+    let f = Fixture::new("src-dead").await;
+    let dead_topic = format!("{}-dead", f.topic);
+    let dead_subscription = format!("{}-dead", f.subscription);
+    f.publisher
+        .clone()
+        .create_topic(Topic {
+            name: dead_topic.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("CreateTopic");
+    f.subscriber
+        .clone()
+        .create_subscription(Subscription {
+            name: dead_subscription.clone(),
+            topic: dead_topic.clone(),
+            ack_deadline_seconds: 600,
+            ..Default::default()
+        })
+        .await
+        .expect("CreateSubscription");
+    let ids = f.publish(bad_batch()).await;
+    let mut options = f.options();
+    options.failure_policy = FailurePolicy::DeadLetter;
+    options.dead_letter = Some(gcp_sql::connectors::dead_letter::DeadLetterTarget::Topic {
+        topic: dead_topic,
+        connection: gcp_sql::connectors::pubsub::client::ClientSettings {
+            emulator_host: Some(f.host.clone()),
+            ..Default::default()
+        },
+    });
+    let table = Arc::new(PubSubSourceTable::try_new("t", n_schema(), options).unwrap());
+    let (batches, counts) = run(table, 100, "SELECT n FROM t").await.unwrap();
+    let mut n: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect();
+    n.sort();
+    assert_eq!(n, vec![1, 3]);
+    assert_eq!(counts.messages_dead_lettered, 1, "{counts:?}");
+    assert_eq!(counts.messages_acked, 3, "{counts:?}");
+    // The dead letter holds the message's data as it was, and says which message it was.
+    let dead = PubSubAdmin::connect()
+        .await
+        .pull_all(&dead_subscription, 1)
+        .await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].data, br#"{"n": "private-value"}"#.to_vec());
+    let described: String = dead[0]
+        .attributes
+        .values()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(described.contains(&ids[1]), "{:?}", dead[0].attributes);
+    let left = f.left_over_after_deadline().await;
+    assert!(
+        left.is_empty(),
+        "{} message(s) were not acknowledged",
+        left.len()
+    );
+}
