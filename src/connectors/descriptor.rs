@@ -38,6 +38,10 @@ pub struct Declared {
 /// the options as written and the environment the emulator variable is read from.
 pub type DeclareFn = fn(SchemaRef, Option<&str>, &RawOptions, EnvLookup<'_>) -> Result<Declared>;
 
+/// Whether a physical plan node is one of the connector's sources (a node that reads a
+/// subscription, for instance).
+pub type SourceNodeFn = fn(&dyn datafusion::physical_plan::ExecutionPlan) -> bool;
+
 /// The table functions a connector offers for inspection (`pubsub_pull`, `bigtable_read`,
 /// ...), by name.
 pub type InspectionFn = fn() -> Vec<(&'static str, Arc<dyn TableFunctionImpl>)>;
@@ -76,6 +80,9 @@ pub struct ConnectorDescriptor {
     pub declare: DeclareFn,
     /// The connector's inspection table functions.
     pub inspection: InspectionFn,
+    /// Whether a plan node is one of the connector's sources (`|_| false` for a connector
+    /// that has none).
+    pub source_node: SourceNodeFn,
 }
 
 impl fmt::Debug for ConnectorDescriptor {
@@ -143,6 +150,16 @@ impl ConnectorKind {
     /// Cross-option rules (a destination is required, `recovery_max_backoff` at least
     /// `recovery_initial_backoff`, ...) are checked when the typed options are built.
     pub fn parse_options(self, raw: &RawOptions) -> Result<ParsedOptions> {
+        self.parse_options_of((self.0.options)(), raw)
+    }
+
+    /// [`parse_options`](Self::parse_options) against another list of this connector's
+    /// options (a source's, for instance).
+    pub fn parse_options_of(
+        self,
+        specs: &'static [&'static OptionSpec],
+        raw: &RawOptions,
+    ) -> Result<ParsedOptions> {
         let mut rest = Vec::with_capacity(raw.len());
         for (name, value) in raw.iter() {
             if name != "connector" {
@@ -159,11 +176,7 @@ impl ConnectorKind {
                 ));
             }
         }
-        ParsedOptions::parse(
-            self.name(),
-            (self.0.options)(),
-            &RawOptions::from_pairs(rest)?,
-        )
+        ParsedOptions::parse(self.name(), specs, &RawOptions::from_pairs(rest)?)
     }
 }
 

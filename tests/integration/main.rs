@@ -11,6 +11,7 @@
 //! | [`pubsub_sink`] | the Pub/Sub sink against the Pub/Sub emulator |
 //! | [`pubsub_transport`] | the Pub/Sub transport (the connector's core `Transport`) against the Pub/Sub emulator |
 //! | [`pubsub_faults`] | the Pub/Sub sink against a scripted fake Publisher |
+//! | [`pubsub_source`] | the Pub/Sub subscription source against the Pub/Sub emulator: rows, metadata, acknowledgements read back |
 //! | [`cloud_tasks_sink`] | the Cloud Tasks sink against its emulator and a scripted fake |
 //! | [`docs_examples`] | every SQL example of README.md and docs/*.md, run against the emulators |
 //! | [`dead_letter`] | `failure_policy = 'dead_letter'` on each sink: the dead-letter topic and folder, read back |
@@ -58,6 +59,7 @@ mod first_hour;
 mod pubsub_faults;
 mod pubsub_mapping;
 mod pubsub_sink;
+mod pubsub_source;
 mod pubsub_transport;
 // Feeds a FIFO (Unix only).
 mod streaming;

@@ -36,6 +36,7 @@ pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
     fixed_budgets: options::FIXED_BUDGETS,
     declare: crate::connectors::sink::declare::<writer::Bigtable>,
     inspection: inspect::inspection_functions,
+    source_node: |_| false,
 };
 
 /// This connector's handle.

@@ -35,6 +35,7 @@ pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
     fixed_budgets: options::FIXED_BUDGETS,
     declare: crate::connectors::sink::declare::<writer::CloudTasks>,
     inspection: inspect::inspection_functions,
+    source_node: |_| false,
 };
 
 /// This connector's handle.

@@ -15,6 +15,7 @@ pub mod options;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod probe;
+pub mod source;
 pub mod writer;
 
 use crate::connectors::descriptor::{ConnectorDescriptor, ConnectorKind};
@@ -43,6 +44,7 @@ pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
     fixed_budgets: &[],
     declare: crate::connectors::sink::declare::<writer::PubSub>,
     inspection: inspect::inspection_functions,
+    source_node: source::is_source_node,
 };
 
 /// This connector's handle.

@@ -1,0 +1,696 @@
+//! Messages to rows.
+//!
+//! `format = 'json'`: each message's data is one JSON object; every declared column that is
+//! not a metadata column is decoded from the member of the same name with Arrow's JSON decoder
+//! (a missing member is NULL; numbers and booleans are accepted into string columns; a
+//! timestamp column takes RFC 3339 text or a number). `format = 'raw'`: the data fills
+//! `data_column` as it is, bytes into a binary column, UTF-8 text into a string column. The
+//! metadata columns are filled from the message (`message_id`, `publish_time`,
+//! `ordering_key`, `attributes`, `delivery_attempt`).
+//!
+//! A message that does not decode is reported as a [`BadMessage`] naming its message id and,
+//! where one can be singled out, the column; never the data. The whole response decodes in one
+//! pass; only when that pass fails is each message decoded alone to find the bad ones.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, BinaryArray, Int32Array, MapArray, RecordBatch, RecordBatchOptions, StringArray,
+    StructArray, TimestampNanosecondArray,
+};
+use datafusion::arrow::buffer::OffsetBuffer;
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
+use datafusion::arrow::json::ReaderBuilder;
+use gcloud_sdk::google::pubsub::v1::ReceivedMessage;
+
+use super::options::{
+    ATTRIBUTES_COLUMN, DATA_COLUMN, DELIVERY_ATTEMPT_COLUMN, MESSAGE_ID_COLUMN,
+    ORDERING_KEY_COLUMN, PUBLISH_TIME_COLUMN, SourceColumns,
+};
+use crate::error::{Error, Result};
+use crate::options::PayloadFormat;
+
+/// Where one column's values come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Filler {
+    /// The JSON member of the column's name (index in the JSON schema).
+    Json(usize),
+    /// The message data (raw).
+    Data,
+    Attributes,
+    OrderingKey,
+    MessageId,
+    PublishTime,
+    DeliveryAttempt,
+}
+
+/// A message that did not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadMessage {
+    /// Its position in the decoded slice.
+    pub index: usize,
+    /// The service's id of the message.
+    pub message_id: String,
+    /// The column that did not decode, when one can be named.
+    pub column: Option<String>,
+    /// Why, without the data.
+    pub reason: String,
+}
+
+impl BadMessage {
+    /// The text of an error or a dead letter: message id, column and reason.
+    pub fn describe(&self) -> String {
+        match &self.column {
+            Some(c) => format!(
+                "message '{}': column '{c}': {}",
+                self.message_id, self.reason
+            ),
+            None => format!("message '{}': {}", self.message_id, self.reason),
+        }
+    }
+}
+
+/// The rows of the good messages, and the bad ones.
+#[derive(Debug)]
+pub struct Decoded {
+    /// One row per good message, in order, in the table's schema.
+    pub batch: RecordBatch,
+    /// The messages that did not decode, in order.
+    pub bad: Vec<BadMessage>,
+}
+
+/// Turns messages into rows of one table schema; built once per table, checked against it.
+#[derive(Debug, Clone)]
+pub struct MessageDecoder {
+    schema: SchemaRef,
+    json_schema: SchemaRef,
+    fillers: Vec<Filler>,
+}
+
+fn is_string(t: &DataType) -> bool {
+    matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+}
+
+fn is_binary(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+    )
+}
+
+/// The key and value fields of a `MAP(VARCHAR, VARCHAR)` type.
+fn string_map(t: &DataType) -> Option<(&Fields, bool)> {
+    if let DataType::Map(entries, sorted) = t
+        && let DataType::Struct(fields) = entries.data_type()
+        && fields.len() == 2
+        && is_string(fields[0].data_type())
+        && is_string(fields[1].data_type())
+    {
+        return Some((fields, *sorted));
+    }
+    None
+}
+
+fn json_decoder(
+    schema: SchemaRef,
+    rows: usize,
+) -> Result<datafusion::arrow::json::reader::Decoder> {
+    Ok(ReaderBuilder::new(schema)
+        .with_batch_size(rows + 1)
+        .with_coerce_primitive(true)
+        .build_decoder()?)
+}
+
+/// Decodes `datas` (one JSON object each) into one batch; `Err` when any does not decode or
+/// is not exactly one value. The error carries no data.
+fn decode_all(schema: &SchemaRef, datas: &[&[u8]]) -> std::result::Result<RecordBatch, ()> {
+    let mut decoder = json_decoder(schema.clone(), datas.len()).map_err(drop)?;
+    for data in datas {
+        let before = decoder.len();
+        let used = decoder.decode(data).map_err(drop)?;
+        if used != data.len() || decoder.has_partial_record() || decoder.len() != before + 1 {
+            return Err(());
+        }
+    }
+    match decoder.flush().map_err(drop)? {
+        Some(batch) if batch.num_rows() == datas.len() => Ok(batch),
+        None if datas.is_empty() => Ok(RecordBatch::new_empty(schema.clone())),
+        _ => Err(()),
+    }
+}
+
+impl MessageDecoder {
+    /// Checks `schema` against the format and the metadata columns, naming the column and both
+    /// types on a mismatch.
+    pub fn new(schema: SchemaRef, format: PayloadFormat, columns: &SourceColumns) -> Result<Self> {
+        let meta = [
+            (&DATA_COLUMN, columns.data.as_deref(), Filler::Data),
+            (
+                &ATTRIBUTES_COLUMN,
+                columns.attributes.as_deref(),
+                Filler::Attributes,
+            ),
+            (
+                &ORDERING_KEY_COLUMN,
+                columns.ordering_key.as_deref(),
+                Filler::OrderingKey,
+            ),
+            (
+                &MESSAGE_ID_COLUMN,
+                columns.message_id.as_deref(),
+                Filler::MessageId,
+            ),
+            (
+                &PUBLISH_TIME_COLUMN,
+                columns.publish_time.as_deref(),
+                Filler::PublishTime,
+            ),
+            (
+                &DELIVERY_ATTEMPT_COLUMN,
+                columns.delivery_attempt.as_deref(),
+                Filler::DeliveryAttempt,
+            ),
+        ];
+        for (spec, column, _) in &meta {
+            if let Some(c) = column
+                && schema.field_with_name(c).is_err()
+            {
+                return Err(Error::schema(
+                    *c,
+                    format!("named by '{}' but the table has no such column", spec.name),
+                ));
+            }
+        }
+        let mut fillers = Vec::with_capacity(schema.fields().len());
+        let mut json_fields = Vec::new();
+        for field in schema.fields() {
+            let name = field.name();
+            let t = field.data_type();
+            let found = meta.iter().find(|(_, c, _)| *c == Some(name.as_str()));
+            let filler = match found {
+                Some((spec, _, filler)) => {
+                    let (ok, wanted) = match filler {
+                        Filler::Data => (
+                            is_string(t) || is_binary(t),
+                            "a binary type (BYTEA) for the bytes, or a string type (VARCHAR) for UTF-8 text",
+                        ),
+                        Filler::Attributes => (string_map(t).is_some(), "MAP(VARCHAR, VARCHAR)"),
+                        Filler::OrderingKey | Filler::MessageId => {
+                            (is_string(t), "a string type (VARCHAR)")
+                        }
+                        Filler::PublishTime => (
+                            matches!(t, DataType::Timestamp(_, _)),
+                            "a TIMESTAMP type (any unit, with or without a time zone)",
+                        ),
+                        Filler::DeliveryAttempt => (
+                            matches!(t, DataType::Int32 | DataType::Int64) && field.is_nullable(),
+                            "a nullable INT or BIGINT (it is NULL when the subscription has no dead-letter policy)",
+                        ),
+                        Filler::Json(_) => (true, ""),
+                    };
+                    if !ok {
+                        return Err(Error::schema(
+                            name,
+                            format!(
+                                "the column named by '{}' is declared {t}{}, but it must be {wanted}",
+                                spec.name,
+                                if field.is_nullable() { "" } else { " NOT NULL" },
+                            ),
+                        ));
+                    }
+                    *filler
+                }
+                None => match format {
+                    PayloadFormat::Raw => {
+                        return Err(Error::schema(
+                            name,
+                            format!(
+                                "format = 'raw' fills only '{}' ({}) and the metadata columns the \
+                                 options name; decode columns from JSON with format = 'json', or \
+                                 name this column in a *_column option",
+                                DATA_COLUMN.name,
+                                columns.data.as_deref().unwrap_or_default()
+                            ),
+                        ));
+                    }
+                    PayloadFormat::Json => {
+                        let single = Arc::new(Schema::new(vec![field.as_ref().clone()]));
+                        if let Err(e) = json_decoder(single, 1) {
+                            return Err(Error::schema(
+                                name,
+                                format!(
+                                    "format = 'json' cannot decode a column of type {t} from JSON \
+                                     ({e}); declare a type Arrow's JSON decoder reads"
+                                ),
+                            ));
+                        }
+                        json_fields.push(field.as_ref().clone());
+                        Filler::Json(json_fields.len() - 1)
+                    }
+                },
+            };
+            fillers.push(filler);
+        }
+        Ok(MessageDecoder {
+            schema,
+            json_schema: Arc::new(Schema::new(json_fields)),
+            fillers,
+        })
+    }
+
+    /// The table schema rows are decoded into.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn data(m: &ReceivedMessage) -> &[u8] {
+        m.message.as_ref().map_or(&[][..], |m| m.data.as_slice())
+    }
+
+    fn message_id(m: &ReceivedMessage) -> &str {
+        m.message.as_ref().map_or("", |m| m.message_id.as_str())
+    }
+
+    /// Why one message's JSON does not decode: the first column that fails alone, else the
+    /// whole object.
+    fn diagnose(&self, index: usize, m: &ReceivedMessage) -> BadMessage {
+        let data = Self::data(m);
+        let probe = Arc::new(Schema::new(vec![Field::new(
+            "\u{0}gcp_sql_probe",
+            DataType::Utf8,
+            true,
+        )]));
+        let (column, reason) = if decode_all(&probe, &[data]).is_err() {
+            (None, "the data is not one JSON object".to_string())
+        } else {
+            let column = self.json_schema.fields().iter().find(|f| {
+                let single = Arc::new(Schema::new(vec![f.as_ref().clone()]));
+                decode_all(&single, &[data]).is_err()
+            });
+            match column {
+                Some(f) => (
+                    Some(f.name().clone()),
+                    format!(
+                        "its JSON member does not decode as {}{} (a value of another type, out of range, or missing)",
+                        f.data_type(),
+                        if f.is_nullable() { "" } else { " NOT NULL" }
+                    ),
+                ),
+                None => (
+                    None,
+                    "the JSON object does not decode into the declared columns".into(),
+                ),
+            }
+        };
+        BadMessage {
+            index,
+            message_id: Self::message_id(m).to_string(),
+            column,
+            reason,
+        }
+    }
+
+    /// Decodes `messages`: one row per message that decodes, and the ones that do not.
+    pub fn decode(&self, messages: &[ReceivedMessage]) -> Result<Decoded> {
+        let mut bad = Vec::new();
+        let mut good: Vec<usize> = (0..messages.len()).collect();
+        // The data column of a string type must be UTF-8.
+        if let Some(i) = self.fillers.iter().position(|f| *f == Filler::Data)
+            && is_string(self.schema.field(i).data_type())
+        {
+            good.retain(|&m| {
+                if std::str::from_utf8(Self::data(&messages[m])).is_ok() {
+                    true
+                } else {
+                    bad.push(BadMessage {
+                        index: m,
+                        message_id: Self::message_id(&messages[m]).to_string(),
+                        column: Some(self.schema.field(i).name().clone()),
+                        reason: "the data is not UTF-8 text (declare the column as a binary type to take any bytes)".into(),
+                    });
+                    false
+                }
+            });
+        }
+        let json = if self.json_schema.fields().is_empty() {
+            None
+        } else {
+            let datas: Vec<&[u8]> = good.iter().map(|&i| Self::data(&messages[i])).collect();
+            match decode_all(&self.json_schema, &datas) {
+                Ok(batch) => Some(batch),
+                Err(()) => {
+                    good.retain(|&i| {
+                        if decode_all(&self.json_schema, &[Self::data(&messages[i])]).is_ok() {
+                            true
+                        } else {
+                            bad.push(self.diagnose(i, &messages[i]));
+                            false
+                        }
+                    });
+                    let datas: Vec<&[u8]> =
+                        good.iter().map(|&i| Self::data(&messages[i])).collect();
+                    Some(decode_all(&self.json_schema, &datas).map_err(|()| {
+                        Error::Unsupported(
+                            "internal: messages that decode alone do not decode together".into(),
+                        )
+                    })?)
+                }
+            }
+        };
+        bad.sort_by_key(|b| b.index);
+        let rows: Vec<&ReceivedMessage> = good.iter().map(|&i| &messages[i]).collect();
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.fillers.len());
+        for (field, filler) in self.schema.fields().iter().zip(&self.fillers) {
+            let t = field.data_type();
+            let built: ArrayRef = match filler {
+                Filler::Json(j) => json
+                    .as_ref()
+                    .map(|b| b.column(*j).clone())
+                    .unwrap_or_else(|| datafusion::arrow::array::new_null_array(t, 0)),
+                Filler::Data => {
+                    let bytes = BinaryArray::from_iter_values(rows.iter().map(|m| Self::data(m)));
+                    if is_string(t) {
+                        // Checked above: every row left is UTF-8.
+                        let text = StringArray::from_iter_values(
+                            rows.iter()
+                                .map(|m| std::str::from_utf8(Self::data(m)).unwrap_or_default()),
+                        );
+                        cast(&text, t)?
+                    } else {
+                        cast(&bytes, t)?
+                    }
+                }
+                Filler::MessageId => cast(
+                    &StringArray::from_iter_values(rows.iter().map(|m| Self::message_id(m))),
+                    t,
+                )?,
+                Filler::OrderingKey => cast(
+                    &StringArray::from_iter_values(
+                        rows.iter()
+                            .map(|m| m.message.as_ref().map_or("", |m| m.ordering_key.as_str())),
+                    ),
+                    t,
+                )?,
+                Filler::PublishTime => {
+                    let nanos: TimestampNanosecondArray = rows
+                        .iter()
+                        .map(|m| {
+                            m.message
+                                .as_ref()
+                                .and_then(|m| m.publish_time.as_ref())
+                                .and_then(|ts| {
+                                    ts.seconds
+                                        .checked_mul(1_000_000_000)
+                                        .and_then(|s| s.checked_add(i64::from(ts.nanos)))
+                                })
+                        })
+                        .collect();
+                    cast(&nanos.with_timezone("UTC"), t)?
+                }
+                Filler::DeliveryAttempt => {
+                    let attempts: Int32Array = rows
+                        .iter()
+                        .map(|m| (m.delivery_attempt > 0).then_some(m.delivery_attempt))
+                        .collect();
+                    cast(&attempts, t)?
+                }
+                Filler::Attributes => attributes_array(t, &rows)?,
+            };
+            arrays.push(built);
+        }
+        let batch = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            arrays,
+            &RecordBatchOptions::new().with_row_count(Some(rows.len())),
+        )?;
+        Ok(Decoded { batch, bad })
+    }
+}
+
+/// The attributes of `rows` as a map column of type `t` (checked to be a string map), keys in
+/// order.
+fn attributes_array(t: &DataType, rows: &[&ReceivedMessage]) -> Result<ArrayRef> {
+    let Some((fields, sorted)) = string_map(t) else {
+        return Err(Error::Unsupported(format!(
+            "internal: attributes column of type {t}"
+        )));
+    };
+    let DataType::Map(entries, _) = t else {
+        return unreachable_map();
+    };
+    let mut keys = Vec::new();
+    let mut values = Vec::new();
+    let mut offsets = vec![0usize];
+    for m in rows {
+        if let Some(message) = &m.message {
+            let mut pairs: Vec<(&String, &String)> = message.attributes.iter().collect();
+            pairs.sort();
+            for (k, v) in pairs {
+                keys.push(k.as_str());
+                values.push(v.as_str());
+            }
+        }
+        offsets.push(keys.len());
+    }
+    let keys = cast(&StringArray::from(keys), fields[0].data_type())?;
+    let values = cast(&StringArray::from(values), fields[1].data_type())?;
+    let entries_array = StructArray::try_new(fields.clone(), vec![keys, values], None)?;
+    Ok(Arc::new(MapArray::try_new(
+        entries.clone(),
+        OffsetBuffer::from_lengths(offsets.windows(2).map(|w| w[1] - w[0])),
+        entries_array,
+        None,
+        sorted,
+    )?))
+}
+
+fn unreachable_map<T>() -> Result<T> {
+    Err(Error::Unsupported("internal: not a map type".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::{Int64Type, TimeUnit};
+    use gcloud_sdk::google::pubsub::v1::PubsubMessage;
+
+    fn message(id: &str, data: &[u8]) -> ReceivedMessage {
+        ReceivedMessage {
+            ack_id: format!("ack-{id}"),
+            message: Some(PubsubMessage {
+                data: data.to_vec(),
+                message_id: id.to_string(),
+                attributes: [
+                    ("b".to_string(), "2".to_string()),
+                    ("a".to_string(), "1".to_string()),
+                ]
+                .into_iter()
+                .collect(),
+                ordering_key: "k".into(),
+                publish_time: Some(prost_types::Timestamp {
+                    seconds: 1_700_000_000,
+                    nanos: 123_000,
+                }),
+            }),
+            delivery_attempt: 0,
+        }
+    }
+
+    fn attrs_type() -> DataType {
+        DataType::Map(
+            Arc::new(Field::new(
+                "entries",
+                DataType::Struct(Fields::from(vec![
+                    Field::new("key", DataType::Utf8, false),
+                    Field::new("value", DataType::Utf8View, true),
+                ])),
+                false,
+            )),
+            false,
+        )
+    }
+
+    fn columns() -> SourceColumns {
+        SourceColumns {
+            attributes: Some("attrs".into()),
+            message_id: Some("id".into()),
+            publish_time: Some("pt".into()),
+            ordering_key: Some("key".into()),
+            delivery_attempt: Some("n".into()),
+            ..Default::default()
+        }
+    }
+
+    fn json_schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("user_id", DataType::Int64, true),
+            Field::new("url", DataType::Utf8View, true),
+            Field::new("id", DataType::Utf8, true),
+            Field::new("pt", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+            Field::new("key", DataType::Utf8View, true),
+            Field::new("attrs", attrs_type(), true),
+            Field::new("n", DataType::Int64, true),
+        ]))
+    }
+
+    #[test]
+    fn json_messages_fill_the_declared_and_metadata_columns() {
+        let d = MessageDecoder::new(json_schema(), PayloadFormat::Json, &columns()).unwrap();
+        let out = d
+            .decode(&[
+                message("m1", br#"{"user_id": 7, "url": "/a"}"#),
+                message("m2", br#"{"url": "/b", "other": true}"#),
+            ])
+            .unwrap();
+        assert!(out.bad.is_empty());
+        let b = out.batch;
+        assert_eq!(b.num_rows(), 2);
+        let ids = b.column(0).as_primitive::<Int64Type>();
+        assert_eq!(ids.value(0), 7);
+        assert!(ids.is_null(1));
+        let url = cast(b.column(1), &DataType::Utf8).unwrap();
+        assert_eq!(url.as_string::<i32>().value(1), "/b");
+        assert_eq!(b.column(2).as_string::<i32>().value(0), "m1");
+        let pt = b
+            .column(3)
+            .as_primitive::<datafusion::arrow::datatypes::TimestampMicrosecondType>();
+        assert_eq!(pt.value(0), 1_700_000_000_000_123);
+        let attrs = b.column(5).as_map();
+        let keys = attrs.value(0).column(0).as_string::<i32>().clone();
+        assert_eq!(keys.value(0), "a");
+        assert_eq!(keys.value(1), "b");
+        assert!(
+            b.column(6).is_null(0),
+            "no dead-letter policy: NULL attempt"
+        );
+    }
+
+    #[test]
+    fn a_bad_message_is_named_with_its_column_and_never_its_data() {
+        let d = MessageDecoder::new(json_schema(), PayloadFormat::Json, &columns()).unwrap();
+        let out = d
+            .decode(&[
+                message("m1", br#"{"user_id": 1}"#),
+                message("m2", br#"{"user_id": "secret-value"}"#),
+                message("m3", b"not json secret"),
+                message("m4", br#"{"user_id": 4}{"user_id": 5}"#),
+                message("m5", br#"{"user_id": 5}"#),
+            ])
+            .unwrap();
+        assert_eq!(out.batch.num_rows(), 2);
+        let ids: Vec<_> = out.bad.iter().map(|b| b.message_id.as_str()).collect();
+        assert_eq!(ids, ["m2", "m3", "m4"]);
+        assert_eq!(out.bad[0].column.as_deref(), Some("user_id"));
+        for b in &out.bad {
+            assert!(!b.describe().contains("secret"), "{}", b.describe());
+        }
+        assert!(out.bad[1].describe().contains("not one JSON object"));
+        let kept = out.batch.column(0).as_primitive::<Int64Type>();
+        assert_eq!(kept.values().to_vec(), vec![1, 5]);
+    }
+
+    #[test]
+    fn raw_fills_bytes_or_text() {
+        let cols = SourceColumns {
+            data: Some("data".into()),
+            ..Default::default()
+        };
+        let text = Arc::new(Schema::new(vec![Field::new(
+            "data",
+            DataType::Utf8View,
+            true,
+        )]));
+        let d = MessageDecoder::new(text, PayloadFormat::Raw, &cols).unwrap();
+        let out = d
+            .decode(&[message("m1", b"hello"), message("m2", &[0xff, 0xfe])])
+            .unwrap();
+        assert_eq!(out.batch.num_rows(), 1);
+        assert_eq!(out.bad[0].message_id, "m2");
+        assert!(out.bad[0].reason.contains("UTF-8"));
+        let bytes = Arc::new(Schema::new(vec![Field::new(
+            "data",
+            DataType::Binary,
+            true,
+        )]));
+        let d = MessageDecoder::new(bytes, PayloadFormat::Raw, &cols).unwrap();
+        let out = d.decode(&[message("m2", &[0xff, 0xfe])]).unwrap();
+        assert_eq!(
+            out.batch.column(0).as_binary::<i32>().value(0),
+            &[0xff, 0xfe]
+        );
+    }
+
+    #[test]
+    fn schemas_that_cannot_be_filled_are_refused_naming_column_and_types() {
+        let with = |fields: Vec<Field>, format, cols: &SourceColumns| {
+            MessageDecoder::new(Arc::new(Schema::new(fields)), format, cols)
+                .unwrap_err()
+                .to_string()
+        };
+        let only = |set: fn(&mut SourceColumns)| {
+            let mut c = SourceColumns::default();
+            set(&mut c);
+            c
+        };
+        let e = with(
+            vec![Field::new("pt", DataType::Utf8, true)],
+            PayloadFormat::Json,
+            &only(|c| c.publish_time = Some("pt".into())),
+        );
+        assert!(
+            e.contains("'pt'")
+                && e.contains("publish_time_column")
+                && e.contains("Utf8")
+                && e.contains("TIMESTAMP"),
+            "{e}"
+        );
+        let e = with(
+            vec![Field::new("attrs", DataType::Utf8, true)],
+            PayloadFormat::Json,
+            &only(|c| c.attributes = Some("attrs".into())),
+        );
+        assert!(
+            e.contains("'attrs'") && e.contains("MAP(VARCHAR, VARCHAR)"),
+            "{e}"
+        );
+        let e = with(
+            vec![Field::new("n", DataType::Int64, false)],
+            PayloadFormat::Json,
+            &only(|c| c.delivery_attempt = Some("n".into())),
+        );
+        assert!(
+            e.contains("'n'") && e.contains("NOT NULL") && e.contains("nullable"),
+            "{e}"
+        );
+        let e = with(
+            vec![Field::new("x", DataType::Int64, true)],
+            PayloadFormat::Json,
+            &columns(),
+        );
+        assert!(e.contains("'attrs'") && e.contains("no such column"), "{e}");
+        let raw = SourceColumns {
+            data: Some("data".into()),
+            ..Default::default()
+        };
+        let e = with(
+            vec![
+                Field::new("data", DataType::Binary, true),
+                Field::new("extra", DataType::Int64, true),
+            ],
+            PayloadFormat::Raw,
+            &raw,
+        );
+        assert!(e.contains("'extra'") && e.contains("raw"), "{e}");
+        let e = with(
+            vec![Field::new("data", DataType::Int64, true)],
+            PayloadFormat::Raw,
+            &raw,
+        );
+        assert!(
+            e.contains("'data'") && e.contains("Int64") && e.contains("binary"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,701 @@
+//! The source's execution plan node: one partition per StreamingPull stream, unbounded,
+//! emitting a batch whenever messages are ready.
+//!
+//! A partition emits at most `datafusion.execution.batch_size` rows a batch, from what has
+//! arrived: it never waits to fill a batch. Before it waits for the next batch it seals the
+//! previous one ([`BatchTicket::seal`]); the ticket of the batch it emits is put in its
+//! [`SourceSlot`] first.
+//!
+//! Stopping ([`SourceHandle::stop`]):
+//! - graceful (also what `stop_after_idle` does to one partition): the stream stops reading;
+//!   the messages already received are emitted, the last batch is sealed at the end of the
+//!   stream, and the partition ends;
+//! - abort: the partition ends at once; nothing more is acknowledged or nacked (the service
+//!   delivers the held messages again once their lease lapses).
+//!
+//! A partition dropped before its end (the query was cancelled, a `LIMIT` was reached, another
+//! operator failed) does not seal its last batch: the messages it holds are nacked.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result as DFResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use gcloud_sdk::google::pubsub::v1::ReceivedMessage;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::acks::{AckClient, run_settler};
+use super::decode::{BadMessage, MessageDecoder};
+use super::lease::Outstanding;
+use super::options::PubSubSourceOptions;
+use super::pull::{Pulled, Puller, StopKind};
+use super::ticket::{AckQueue, BatchTicket, SourceSlot};
+use super::{SourceCounters, SourceCounts};
+use crate::connectors::dead_letter::{self, DeadLetterContext, DeadLetterTarget};
+use crate::connectors::google::{Connection, Reachability, emulator_setting};
+use crate::connectors::pubsub::client::DEFAULT_ENDPOINT;
+use crate::core::FailurePolicy;
+use crate::core::dead_letter::{DeadClass, DeadLetterSink, DeadPayload, DeadRow};
+use crate::error::Error;
+
+/// What every partition of one scan shares: the options and the decoder.
+#[derive(Debug)]
+pub struct SourceConfig {
+    /// The table's name, for dead letters and logs (empty when built without SQL).
+    pub table: String,
+    /// The source options.
+    pub options: PubSubSourceOptions,
+    /// The decoder, checked against the table schema.
+    pub decoder: MessageDecoder,
+}
+
+#[derive(Debug)]
+struct HandleInner {
+    stop: watch::Sender<StopKind>,
+    aborted: Arc<AtomicBool>,
+    slots: Vec<Arc<SourceSlot>>,
+    counters: Arc<SourceCounters>,
+    settlers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// The control side of one source scan: stop it, read its counts, find its partitions'
+/// handoff slots, and wait until every acknowledgement it decided was sent.
+#[derive(Debug, Clone)]
+pub struct SourceHandle {
+    inner: Arc<HandleInner>,
+}
+
+impl SourceHandle {
+    fn new(partitions: usize) -> Self {
+        SourceHandle {
+            inner: Arc::new(HandleInner {
+                stop: watch::Sender::new(StopKind::Running),
+                aborted: Arc::new(AtomicBool::new(false)),
+                slots: (0..partitions)
+                    .map(|_| Arc::new(SourceSlot::default()))
+                    .collect(),
+                counters: Arc::new(SourceCounters::default()),
+                settlers: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The handoff slot of every partition, by partition number.
+    pub fn slots(&self) -> &[Arc<SourceSlot>] {
+        &self.inner.slots
+    }
+
+    /// Stops the scan: [`StopKind::Graceful`] stops reading and ends each partition once what
+    /// it read is emitted; [`StopKind::Abort`] ends the partitions at once and acknowledges
+    /// or nacks nothing more. An abort after a graceful stop still aborts.
+    pub fn stop(&self, kind: StopKind) {
+        if kind == StopKind::Abort {
+            self.inner.aborted.store(true, Ordering::SeqCst);
+        }
+        if kind != StopKind::Running {
+            self.inner.stop.send_if_modified(|current| {
+                let upgrade = *current == StopKind::Running
+                    || (*current == StopKind::Graceful && kind == StopKind::Abort);
+                if upgrade {
+                    *current = kind;
+                }
+                upgrade
+            });
+        }
+    }
+
+    /// What the scan did so far.
+    pub fn counts(&self) -> SourceCounts {
+        self.inner.counters.snapshot()
+    }
+
+    /// Waits until the settler of every started partition ended: every acknowledgement and nack
+    /// decided so far was sent. A settler ends once its partition stream and every ticket of
+    /// its batches are gone, so call this after the query finished and its consumers dropped
+    /// their tickets.
+    pub async fn settled(&self) {
+        loop {
+            let next = self
+                .inner
+                .settlers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop();
+            match next {
+                Some(task) => {
+                    let _ = task.await;
+                }
+                None => return,
+            }
+        }
+    }
+}
+
+/// The source node: `parallel_pull_count` partitions, unbounded, incremental.
+#[derive(Debug)]
+pub struct PubSubSourceExec {
+    config: Arc<SourceConfig>,
+    projection: Option<Vec<usize>>,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+    handle: SourceHandle,
+}
+
+impl PubSubSourceExec {
+    /// A scan of `config`'s subscription emitting the columns `projection` picks (all when
+    /// `None`).
+    pub fn try_new(config: Arc<SourceConfig>, projection: Option<Vec<usize>>) -> DFResult<Self> {
+        let full = config.decoder.schema().clone();
+        let schema = match &projection {
+            Some(p) => Arc::new(full.project(p)?),
+            None => full,
+        };
+        let partitions = config.options.parallel_pull_count.max(1);
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(partitions),
+            EmissionType::Incremental,
+            Boundedness::Unbounded {
+                requires_infinite_memory: false,
+            },
+        );
+        Ok(PubSubSourceExec {
+            config,
+            projection,
+            schema,
+            properties: Arc::new(properties),
+            handle: SourceHandle::new(partitions),
+        })
+    }
+
+    /// The scan's control handle.
+    pub fn handle(&self) -> &SourceHandle {
+        &self.handle
+    }
+
+    /// The subscription read.
+    pub fn subscription(&self) -> &str {
+        &self.config.options.subscription
+    }
+}
+
+impl DisplayAs for PubSubSourceExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "PubSubSourceExec: subscription={}, streams={}",
+            self.config.options.subscription, self.config.options.parallel_pull_count
+        )
+    }
+}
+
+impl ExecutionPlan for PubSubSourceExec {
+    fn name(&self) -> &'static str {
+        "PubSubSourceExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
+    ) -> DFResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        if children.is_empty() {
+            Ok(self)
+        } else {
+            Err(DataFusionError::Internal(
+                "PubSubSourceExec has no children".into(),
+            ))
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
+        let Some(slot) = self.handle.inner.slots.get(partition).cloned() else {
+            return Err(DataFusionError::Internal(format!(
+                "PubSubSourceExec has {} partition(s), asked for {partition}",
+                self.handle.inner.slots.len()
+            )));
+        };
+        let start = Start {
+            config: self.config.clone(),
+            projection: self.projection.clone(),
+            handle: self.handle.clone(),
+            slot,
+            partition,
+            batch_size: context.session_config().batch_size().max(1),
+            runtime: context.runtime_env(),
+        };
+        let stream = futures::stream::unfold(Step::Start(Box::new(start)), |step| async move {
+            let mut reader = match step {
+                Step::Start(start) => match start.open().await {
+                    Ok(reader) => Box::new(reader),
+                    Err(e) => return Some((Err(e.into()), Step::Done)),
+                },
+                Step::Run(reader) => reader,
+                Step::Done => return None,
+            };
+            reader.next().await.map(|item| (item, Step::Run(reader)))
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            stream,
+        )))
+    }
+}
+
+enum Step {
+    Start(Box<Start>),
+    Run(Box<PartitionReader>),
+    Done,
+}
+
+struct Start {
+    config: Arc<SourceConfig>,
+    projection: Option<Vec<usize>>,
+    handle: SourceHandle,
+    slot: Arc<SourceSlot>,
+    partition: usize,
+    batch_size: usize,
+    runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
+}
+
+impl Start {
+    async fn open(self) -> crate::Result<PartitionReader> {
+        let opts = &self.config.options;
+        let emulator = opts.connection.emulator.as_ref().map(|e| e.host.clone());
+        let endpoint = match &emulator {
+            Some(host) => host.clone(),
+            None => opts
+                .connection
+                .endpoint
+                .clone()
+                .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string()),
+        };
+        let connection = Connection::open(
+            emulator.as_deref(),
+            &endpoint,
+            opts.connection.credentials_file.as_deref(),
+        )
+        .await?;
+        let reach = match &emulator {
+            Some(host) => Reachability::emulator(
+                host,
+                emulator_setting(host, super::super::SERVICE.emulator_env_var),
+            ),
+            None => Reachability::endpoint(&endpoint),
+        };
+        let channel = connection.channel();
+        let inner = &self.handle.inner;
+        let outstanding = Arc::new(Outstanding::new(
+            opts.max_outstanding_messages,
+            opts.max_outstanding_bytes,
+        ));
+        let (queue, acks) = AckQueue::new(inner.aborted.clone());
+        let settler = tokio::spawn(run_settler(
+            AckClient::new(channel.clone(), opts.subscription.clone()),
+            acks,
+            outstanding.clone(),
+            inner.counters.clone(),
+            opts.max_lease_duration,
+            opts.stream_ack_deadline,
+        ));
+        inner
+            .settlers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(settler);
+        let (pull_tx, pull_rx) = mpsc::unbounded_channel();
+        let (idle_tx, idle_rx) = watch::channel(false);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let puller = Puller {
+            channel,
+            reach,
+            subscription: opts.subscription.clone(),
+            client_id: format!(
+                "gcp-sql-{}-{nanos:x}-{}",
+                std::process::id(),
+                self.partition
+            ),
+            max_outstanding_messages: opts.max_outstanding_messages,
+            max_outstanding_bytes: opts.max_outstanding_bytes,
+            ack_deadline: opts.stream_ack_deadline,
+        };
+        tokio::spawn(puller.run(
+            pull_tx,
+            outstanding,
+            inner.counters.clone(),
+            inner.stop.subscribe(),
+            idle_rx,
+        ));
+        let statement = format!(
+            "source-{}-{}",
+            opts.subscription.rsplit('/').next().unwrap_or_default(),
+            nanos / 1_000_000
+        );
+        Ok(PartitionReader {
+            stop: inner.stop.subscribe(),
+            config: self.config,
+            projection: self.projection,
+            counters: inner.counters.clone(),
+            slot: self.slot,
+            partition: self.partition,
+            batch_size: self.batch_size,
+            runtime: self.runtime,
+            queue,
+            pulled: pull_rx,
+            pending: VecDeque::new(),
+            failure: None,
+            idle: idle_tx,
+            idle_sent: false,
+            last: None,
+            dead_letter: None,
+            held_for_dead_letter: Vec::new(),
+            statement,
+            finished: false,
+        })
+    }
+}
+
+/// One running partition.
+struct PartitionReader {
+    config: Arc<SourceConfig>,
+    projection: Option<Vec<usize>>,
+    counters: Arc<SourceCounters>,
+    slot: Arc<SourceSlot>,
+    partition: usize,
+    batch_size: usize,
+    runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
+    queue: AckQueue,
+    pulled: mpsc::UnboundedReceiver<Pulled>,
+    pending: VecDeque<ReceivedMessage>,
+    failure: Option<Error>,
+    stop: watch::Receiver<StopKind>,
+    idle: watch::Sender<bool>,
+    idle_sent: bool,
+    last: Option<Arc<BatchTicket>>,
+    dead_letter: Option<Arc<dyn DeadLetterSink>>,
+    /// Ack ids of messages dead-lettered to a path: stored only once the dead-letter object is
+    /// completed at the end of the partition, so acknowledged then.
+    held_for_dead_letter: Vec<String>,
+    statement: String,
+    finished: bool,
+}
+
+enum Wait {
+    Pulled(Option<Pulled>),
+    Idle,
+    Abort,
+}
+
+impl PartitionReader {
+    async fn next(&mut self) -> Option<DFResult<RecordBatch>> {
+        if let Some(t) = self.last.take() {
+            t.seal();
+        }
+        loop {
+            if self.finished {
+                return None;
+            }
+            if self.pending.is_empty() {
+                if let Some(e) = self.failure.take() {
+                    return Some(Err(self.fail(e)));
+                }
+                let idle_after = self
+                    .config
+                    .options
+                    .stop_after_idle
+                    .filter(|_| !self.idle_sent);
+                let wait = tokio::select! {
+                    p = self.pulled.recv() => Wait::Pulled(p),
+                    _ = sleep_or_never(idle_after) => Wait::Idle,
+                    _ = abort_signal(&mut self.stop) => Wait::Abort,
+                };
+                match wait {
+                    Wait::Abort => {
+                        self.finished = true;
+                        self.slot.clear();
+                        return None;
+                    }
+                    Wait::Idle => {
+                        tracing::info!(
+                            subscription = %self.config.options.subscription,
+                            partition = self.partition,
+                            "no message for stop_after_idle ({:?}): the stream stops reading",
+                            idle_after.unwrap_or_default()
+                        );
+                        self.idle_sent = true;
+                        let _ = self.idle.send(true);
+                        continue;
+                    }
+                    Wait::Pulled(None) => return self.finish().await,
+                    Wait::Pulled(Some(Pulled::Failed(e))) => {
+                        return Some(Err(self.fail(e)));
+                    }
+                    Wait::Pulled(Some(Pulled::Messages(m))) => self.pending.extend(m),
+                }
+            }
+            // Take what else has arrived, without waiting.
+            while self.pending.len() < self.batch_size && self.failure.is_none() {
+                match self.pulled.try_recv() {
+                    Ok(Pulled::Messages(m)) => self.pending.extend(m),
+                    Ok(Pulled::Failed(e)) => self.failure = Some(e),
+                    Err(_) => break,
+                }
+            }
+            let take = self.pending.len().min(self.batch_size);
+            let messages: Vec<ReceivedMessage> = self.pending.drain(..take).collect();
+            match self.make_batch(messages).await {
+                Ok(Some(batch)) => return Some(Ok(batch)),
+                Ok(None) => continue,
+                Err(e) => return Some(Err(self.fail(e))),
+            }
+        }
+    }
+
+    /// Ends the partition with `e`: what it holds is nacked (the ticket drops do that).
+    fn fail(&mut self, e: Error) -> DataFusionError {
+        self.finished = true;
+        self.slot.clear();
+        self.release_unemitted();
+        e.into()
+    }
+
+    fn release_unemitted(&mut self) {
+        let mut ids: Vec<String> = self.pending.drain(..).map(|m| m.ack_id).collect();
+        while let Ok(p) = self.pulled.try_recv() {
+            if let Pulled::Messages(m) = p {
+                ids.extend(m.into_iter().map(|m| m.ack_id));
+            }
+        }
+        ids.append(&mut self.held_for_dead_letter);
+        self.queue.nack(ids);
+    }
+
+    async fn finish(&mut self) -> Option<DFResult<RecordBatch>> {
+        self.finished = true;
+        self.slot.clear();
+        if let Some(sink) = self.dead_letter.take() {
+            if let Err(e) = sink.finish().await {
+                self.release_unemitted();
+                return Some(Err(e.into()));
+            }
+            self.queue
+                .ack(std::mem::take(&mut self.held_for_dead_letter));
+        }
+        None
+    }
+
+    async fn dead_letter_sink(&mut self) -> crate::Result<Arc<dyn DeadLetterSink>> {
+        if let Some(s) = &self.dead_letter {
+            return Ok(s.clone());
+        }
+        let Some(target) = &self.config.options.dead_letter else {
+            return Err(Error::Unsupported(
+                "internal: dead_letter policy without a target".into(),
+            ));
+        };
+        let sink = dead_letter::open(
+            target,
+            DeadLetterContext {
+                connector: super::super::KIND,
+                table: self.config.table.clone(),
+                statement: self.statement.clone(),
+                writer: self.partition,
+                runtime: Some(self.runtime.clone()),
+            },
+        )
+        .await?;
+        self.dead_letter = Some(sink.clone());
+        Ok(sink)
+    }
+
+    /// Decodes `messages` into the next batch and its ticket. `Ok(None)` when no row is left
+    /// (every message dropped or dead-lettered: their ticket is settled at once).
+    async fn make_batch(
+        &mut self,
+        messages: Vec<ReceivedMessage>,
+    ) -> crate::Result<Option<RecordBatch>> {
+        let decoded = match self.config.decoder.decode(&messages) {
+            Ok(d) => d,
+            Err(e) => {
+                self.queue
+                    .nack(messages.into_iter().map(|m| m.ack_id).collect());
+                return Err(e);
+            }
+        };
+        let mut ack_ids: Vec<String> = Vec::with_capacity(messages.len());
+        let mut bad = decoded.bad.iter().peekable();
+        let policy = self.config.options.failure_policy;
+        let mut outcome: crate::Result<()> = Ok(());
+        for (i, m) in messages.iter().enumerate() {
+            let this_bad = bad.next_if(|b| b.index == i);
+            let Some(b) = this_bad else {
+                ack_ids.push(m.ack_id.clone());
+                continue;
+            };
+            if outcome.is_err() {
+                continue;
+            }
+            match policy {
+                FailurePolicy::Fail => {
+                    outcome = Err(Error::Unsupported(format!(
+                        "subscription '{}': {} (failure_policy = 'fail'; set failure_policy = 'drop' \
+                         or 'dead_letter' to let such messages pass; the message is not acknowledged)",
+                        self.config.options.subscription,
+                        b.describe()
+                    )));
+                }
+                FailurePolicy::Drop => {
+                    tracing::warn!(
+                        subscription = %self.config.options.subscription,
+                        message_id = %b.message_id,
+                        "dropped (failure_policy = 'drop'): {}",
+                        b.describe()
+                    );
+                    self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                    ack_ids.push(m.ack_id.clone());
+                }
+                FailurePolicy::DeadLetter => match self.write_dead_letter(m, b).await {
+                    Ok(()) => {
+                        self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                        if matches!(
+                            self.config.options.dead_letter,
+                            Some(DeadLetterTarget::Path { .. })
+                        ) {
+                            self.held_for_dead_letter.push(m.ack_id.clone());
+                        } else {
+                            ack_ids.push(m.ack_id.clone());
+                        }
+                    }
+                    Err(e) => outcome = Err(e),
+                },
+            }
+        }
+        if let Err(e) = outcome {
+            self.queue
+                .nack(messages.into_iter().map(|m| m.ack_id).collect());
+            return Err(e);
+        }
+        let rows = decoded.batch.num_rows();
+        let ticket = Arc::new(BatchTicket::new(ack_ids, rows, self.queue.clone()));
+        if rows == 0 {
+            ticket.seal();
+            return Ok(None);
+        }
+        let batch = match &self.projection {
+            Some(p) => decoded.batch.project(p)?,
+            None => decoded.batch,
+        };
+        self.slot.put(ticket.clone());
+        self.last = Some(ticket);
+        self.counters
+            .emitted
+            .fetch_add(rows as u64, Ordering::Relaxed);
+        Ok(Some(batch))
+    }
+
+    async fn write_dead_letter(
+        &mut self,
+        m: &ReceivedMessage,
+        b: &BadMessage,
+    ) -> crate::Result<()> {
+        let sink = self.dead_letter_sink().await?;
+        let mut row = serde_json::Map::new();
+        let mut payload = None;
+        if let Some(msg) = &m.message {
+            payload = Some(msg.data.clone());
+            row.insert("message_id".into(), msg.message_id.clone().into());
+            if !msg.ordering_key.is_empty() {
+                row.insert("ordering_key".into(), msg.ordering_key.clone().into());
+            }
+            if let Some(t) = msg
+                .publish_time
+                .as_ref()
+                .and_then(|t| chrono::DateTime::from_timestamp(t.seconds, t.nanos.max(0) as u32))
+            {
+                // RFC 3339 in UTC with microseconds, as the dead letters' own times are written.
+                row.insert(
+                    "publish_time".into(),
+                    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string().into(),
+                );
+            }
+            let attributes: serde_json::Map<String, serde_json::Value> = msg
+                .attributes
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone().into()))
+                .collect();
+            row.insert("attributes".into(), attributes.into());
+        }
+        sink.write(DeadRow {
+            destination: self.config.options.subscription.clone(),
+            class: DeadClass::Encoding,
+            code: None,
+            message: b.describe(),
+            attempts: 0,
+            data: DeadPayload {
+                payload,
+                row: Some(row),
+            },
+        })
+        .await
+    }
+}
+
+impl Drop for PartitionReader {
+    fn drop(&mut self) {
+        if !self.finished {
+            // Dropped before its end: nothing more is sealed; what it holds goes back.
+            self.slot.clear();
+            self.release_unemitted();
+        }
+    }
+}
+
+async fn sleep_or_never(d: Option<Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn abort_signal(stop: &mut watch::Receiver<StopKind>) {
+    loop {
+        if *stop.borrow_and_update() == StopKind::Abort {
+            return;
+        }
+        if stop.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}

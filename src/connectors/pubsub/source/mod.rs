@@ -1,0 +1,87 @@
+//! The Pub/Sub subscription source: a table whose rows are the messages of a subscription,
+//! acknowledged only after every row made from them was delivered.
+//!
+//! - [`options`]: the source's options ([`options::PubSubSourceOptions`]).
+//! - [`pull`]: one StreamingPull stream per partition, flow control, reconnection.
+//! - [`lease`]: what a partition holds (flow control and lease extension).
+//! - [`acks`]: the settler that acknowledges, nacks and extends leases.
+//! - [`ticket`]: the acknowledgement contract between the source and its consumers
+//!   ([`ticket::BatchTicket`], [`ticket::SourceSlot`]).
+//! - [`decode`]: messages to rows (`json` / `raw`, metadata columns).
+//! - [`exec`]: the execution plan node ([`exec::PubSubSourceExec`]) and its
+//!   [`exec::SourceHandle`] (stop, counts, slots).
+//! - [`table`]: the [`table::PubSubSourceTable`] a session registers.
+//!
+//! See `docs/pubsub.md` ("Reading a subscription") and ADR 0041 for the acknowledgement rule.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub mod acks;
+pub mod decode;
+pub mod exec;
+pub mod lease;
+pub mod options;
+pub mod pull;
+pub mod table;
+pub mod ticket;
+
+pub use exec::{PubSubSourceExec, SourceHandle};
+pub use pull::StopKind;
+pub use table::PubSubSourceTable;
+pub use ticket::{BatchTicket, Outcome, SourceSlot};
+
+/// The live counters of one source scan (all partitions).
+#[derive(Debug, Default)]
+pub struct SourceCounters {
+    read: AtomicU64,
+    emitted: AtomicU64,
+    acked: AtomicU64,
+    nacked: AtomicU64,
+    dropped: AtomicU64,
+    dead_lettered: AtomicU64,
+    lease_expired: AtomicU64,
+    reconnects: AtomicU64,
+}
+
+/// What a source scan did so far: a snapshot of its counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SourceCounts {
+    /// Messages received from the service.
+    pub messages_read: u64,
+    /// Rows emitted (one per message that decoded).
+    pub rows_emitted: u64,
+    /// Messages whose acknowledgement the service took.
+    pub messages_acked: u64,
+    /// Messages nacked (deadline set to 0: delivered again at once).
+    pub messages_nacked: u64,
+    /// Messages that did not decode and were dropped (`failure_policy = 'drop'`).
+    pub messages_dropped: u64,
+    /// Messages that did not decode and were dead-lettered.
+    pub messages_dead_lettered: u64,
+    /// Messages held past `max_lease_duration` (left to be delivered again).
+    pub leases_expired: u64,
+    /// Streams opened again after a transient failure.
+    pub reconnects: u64,
+}
+
+impl SourceCounters {
+    /// A snapshot.
+    pub fn snapshot(&self) -> SourceCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        SourceCounts {
+            messages_read: get(&self.read),
+            rows_emitted: get(&self.emitted),
+            messages_acked: get(&self.acked),
+            messages_nacked: get(&self.nacked),
+            messages_dropped: get(&self.dropped),
+            messages_dead_lettered: get(&self.dead_lettered),
+            leases_expired: get(&self.lease_expired),
+            reconnects: get(&self.reconnects),
+        }
+    }
+}
+
+/// Whether `plan` is a subscription's plan node ([`exec::PubSubSourceExec`]).
+pub fn is_source_node(plan: &dyn datafusion::physical_plan::ExecutionPlan) -> bool {
+    plan.downcast_ref::<exec::PubSubSourceExec>().is_some()
+}

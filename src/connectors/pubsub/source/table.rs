@@ -1,0 +1,107 @@
+//! The source table a session registers: a subscription read as an unbounded table.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use datafusion::arrow::datatypes::{DataType, Field, Schema};
+//! use datafusion::prelude::SessionContext;
+//! use gcp_sql::connectors::pubsub::source::PubSubSourceTable;
+//! use gcp_sql::connectors::pubsub::source::options::PubSubSourceOptions;
+//!
+//! # async fn demo() -> gcp_sql::Result<()> {
+//! let schema = Arc::new(Schema::new(vec![
+//!     Field::new("user_id", DataType::Int64, true),
+//!     Field::new("url", DataType::Utf8, true),
+//! ]));
+//! let mut options =
+//!     PubSubSourceOptions::emulator("projects/demo/subscriptions/clicks", "localhost:8085");
+//! options.stop_after_idle = Some(std::time::Duration::from_secs(5));
+//! let table = Arc::new(PubSubSourceTable::try_new("clicks_in", schema, options)?);
+//! let ctx = SessionContext::new();
+//! ctx.register_table("clicks_in", table.clone())?;
+//! let rows = ctx.sql("SELECT url FROM clicks_in WHERE user_id > 10").await?.collect().await?;
+//! for handle in table.handles() {
+//!     handle.settled().await; // every acknowledgement sent
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::datasource::TableType;
+use datafusion::error::Result as DFResult;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+
+use super::decode::MessageDecoder;
+use super::exec::{PubSubSourceExec, SourceConfig, SourceHandle};
+use super::options::PubSubSourceOptions;
+use crate::error::Result;
+
+/// A Pub/Sub subscription as a table: every scan is a [`PubSubSourceExec`].
+#[derive(Debug)]
+pub struct PubSubSourceTable {
+    config: Arc<SourceConfig>,
+    handles: Mutex<Vec<SourceHandle>>,
+}
+
+impl PubSubSourceTable {
+    /// Checks `schema` against `options` (the metadata columns' types, the format, each JSON
+    /// column's type) and builds the table. Nothing connects until a scan runs.
+    pub fn try_new(
+        name: impl Into<String>,
+        schema: SchemaRef,
+        options: PubSubSourceOptions,
+    ) -> Result<Self> {
+        let decoder = MessageDecoder::new(schema, options.format, &options.columns)?;
+        Ok(PubSubSourceTable {
+            config: Arc::new(SourceConfig {
+                table: name.into(),
+                options,
+                decoder,
+            }),
+            handles: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The source options.
+    pub fn options(&self) -> &PubSubSourceOptions {
+        &self.config.options
+    }
+
+    /// The handles of every scan planned so far, oldest first.
+    pub fn handles(&self) -> Vec<SourceHandle> {
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+#[async_trait]
+impl TableProvider for PubSubSourceTable {
+    fn schema(&self) -> SchemaRef {
+        self.config.decoder.schema().clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let exec = PubSubSourceExec::try_new(self.config.clone(), projection.cloned())?;
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(exec.handle().clone());
+        Ok(Arc::new(exec))
+    }
+}

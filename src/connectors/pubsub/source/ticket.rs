@@ -1,0 +1,431 @@
+//! The acknowledgement contract between the source and whatever consumes its rows.
+//!
+//! Every [`RecordBatch`](datafusion::arrow::array::RecordBatch) the source emits has a
+//! [`BatchTicket`] naming the ack ids of the messages it was made from (including messages
+//! that did not decode and were dropped or dead-lettered under the failure policy). The
+//! ticket's messages are acknowledged when, and only when:
+//!
+//! 1. the ticket is **sealed**: the source seals batch *k* when its partition stream is polled
+//!    for the next item (or ends). In a synchronous, non-buffering chain between the source and
+//!    the consumer (projection, filter without coalescing, union), a poll of the source for
+//!    batch *k+1* happens only after batch *k* went through the chain: every row of batch *k*
+//!    has then reached the consumer or been filtered out; and
+//! 2. every row a consumer **retained** from the batch ([`BatchTicket::retain`], which must
+//!    happen before the consumer polls its input again) has been **settled** positively
+//!    ([`BatchTicket::settle`] with [`Outcome::Delivered`], [`Outcome::DeadLettered`] or
+//!    [`Outcome::Dropped`]).
+//!
+//! Anything else acknowledges nothing: a row retained and never settled, a row settled as
+//! [`Outcome::Failed`] or marked by [`BatchTicket::fail`], a ticket whose last clone is
+//! dropped before both conditions held. Such a ticket's messages are nacked (a modack of 0:
+//! another reader gets them at once) when its last clone is dropped, unless the source was
+//! aborted, in which case nothing more is sent and the service redelivers them once their lease
+//! lapses. Positive settlement is explicit: dropping a clone never acknowledges.
+//!
+//! With no consumer retaining (a plain `SELECT`), sealing alone acknowledges: rows handed to
+//! the client count as delivered.
+//!
+//! A consumer finds the ticket of the batch it just received in the [`SourceSlot`] of the
+//! partition that feeds it ([`SourceSlot::current`]).
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use tokio::sync::mpsc;
+
+use crate::error::{Error, Result};
+
+/// How a retained row ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The destination has it.
+    Delivered,
+    /// It went to the dead-letter destination, which stored it.
+    DeadLettered,
+    /// The failure policy dropped it (or the query filtered it out after retaining it).
+    Dropped,
+    /// It was not delivered: its batch is never acknowledged.
+    Failed,
+}
+
+impl Outcome {
+    /// Whether the outcome lets the batch be acknowledged.
+    pub fn is_positive(self) -> bool {
+        !matches!(self, Outcome::Failed)
+    }
+}
+
+/// A request to the partition's settler: acknowledge or nack these ack ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AckCommand {
+    /// `Acknowledge` them.
+    Ack(Vec<String>),
+    /// `ModifyAckDeadline` to 0 (a nack): the service delivers them again at once.
+    Nack(Vec<String>),
+}
+
+/// Where tickets send their verdicts: the settler of one source partition, and whether the
+/// source was aborted (then dropped tickets nack nothing).
+#[derive(Debug, Clone)]
+pub struct AckQueue {
+    // Unbounded: every command names messages that are outstanding, which the flow control
+    // of the stream bounds (max_outstanding_messages), so the queue cannot grow past that.
+    tx: mpsc::UnboundedSender<AckCommand>,
+    aborted: Arc<AtomicBool>,
+}
+
+impl AckQueue {
+    /// A queue and the receiver its settler reads.
+    pub fn new(aborted: Arc<AtomicBool>) -> (Self, mpsc::UnboundedReceiver<AckCommand>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (AckQueue { tx, aborted }, rx)
+    }
+
+    /// Whether the source was aborted.
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::SeqCst)
+    }
+
+    /// Asks for `ids` to be acknowledged.
+    pub fn ack(&self, ids: Vec<String>) {
+        if !ids.is_empty() {
+            // A closed settler means the source is gone: nothing can be sent any more, and the
+            // service redelivers the messages when their lease lapses.
+            let _ = self.tx.send(AckCommand::Ack(ids));
+        }
+    }
+
+    /// Asks for `ids` to be nacked, unless the source was aborted.
+    pub fn nack(&self, ids: Vec<String>) {
+        if !ids.is_empty() && !self.is_aborted() {
+            let _ = self.tx.send(AckCommand::Nack(ids));
+        }
+    }
+}
+
+/// The acknowledgement ticket of one emitted batch. Shared (`Arc`) between the source, its
+/// [`SourceSlot`] and the consumers that retain rows of the batch.
+#[derive(Debug)]
+pub struct BatchTicket {
+    ack_ids: Mutex<Vec<String>>,
+    messages: usize,
+    rows: usize,
+    retained: AtomicU64,
+    settled: AtomicU64,
+    sealed: AtomicBool,
+    failed: AtomicBool,
+    resolved: AtomicBool,
+    queue: AckQueue,
+}
+
+impl BatchTicket {
+    /// The ticket of a batch of `rows` rows made from the messages `ack_ids`.
+    pub fn new(ack_ids: Vec<String>, rows: usize, queue: AckQueue) -> Self {
+        BatchTicket {
+            messages: ack_ids.len(),
+            ack_ids: Mutex::new(ack_ids),
+            rows,
+            retained: AtomicU64::new(0),
+            settled: AtomicU64::new(0),
+            sealed: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            resolved: AtomicBool::new(false),
+            queue,
+        }
+    }
+
+    /// Messages the batch was made from.
+    pub fn messages(&self) -> usize {
+        self.messages
+    }
+
+    /// Rows of the batch.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Rows retained so far.
+    pub fn retained(&self) -> u64 {
+        self.retained.load(Ordering::SeqCst)
+    }
+
+    /// Rows settled positively so far.
+    pub fn settled(&self) -> u64 {
+        self.settled.load(Ordering::SeqCst)
+    }
+
+    /// Whether the source sealed the batch.
+    pub fn is_sealed(&self) -> bool {
+        self.sealed.load(Ordering::SeqCst)
+    }
+
+    /// Whether a row was marked failed (the batch is then never acknowledged).
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Whether the verdict was sent (an acknowledgement, or a nack when dropped unresolved).
+    pub fn is_resolved(&self) -> bool {
+        self.resolved.load(Ordering::SeqCst)
+    }
+
+    /// A consumer keeps `n` rows of the batch, each to be settled later. Must be called before
+    /// the consumer polls its input again (before the source seals the batch); a retain after
+    /// the seal is refused and marks the batch failed, since the rows may already have been
+    /// counted as delivered.
+    pub fn retain(&self, n: u64) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        if self.is_sealed() {
+            self.fail();
+            return Err(Error::Unsupported(format!(
+                "a consumer retained {n} row(s) of a source batch after the source sealed it: \
+                 rows must be retained before the input is polled again (the batch's {} \
+                 message(s) will not be acknowledged)",
+                self.messages
+            )));
+        }
+        self.retained.fetch_add(n, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// `n` retained rows ended with `outcome`. A positive outcome counts toward the
+    /// acknowledgement; [`Outcome::Failed`] marks the batch failed. Settling more rows than
+    /// were retained marks the batch failed too (the consumer's accounting is broken).
+    pub fn settle(&self, n: u64, outcome: Outcome) {
+        if !outcome.is_positive() {
+            self.fail();
+            return;
+        }
+        let settled = self.settled.fetch_add(n, Ordering::SeqCst) + n;
+        if settled > self.retained() {
+            tracing::error!(
+                settled,
+                retained = self.retained(),
+                "a consumer settled more rows of a source batch than it retained; the batch is not acknowledged"
+            );
+            self.fail();
+            return;
+        }
+        self.try_resolve();
+    }
+
+    /// Marks the batch failed: its messages are never acknowledged.
+    pub fn fail(&self) {
+        self.failed.store(true, Ordering::SeqCst);
+    }
+
+    /// The source moved past the batch: every row of it reached its consumers or was filtered
+    /// out.
+    pub fn seal(&self) {
+        self.sealed.store(true, Ordering::SeqCst);
+        self.try_resolve();
+    }
+
+    fn take_ids(&self) -> Vec<String> {
+        std::mem::take(&mut *self.ack_ids.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn try_resolve(&self) {
+        if self.is_sealed()
+            && !self.is_failed()
+            && self.settled() == self.retained()
+            && !self.resolved.swap(true, Ordering::SeqCst)
+        {
+            self.queue.ack(self.take_ids());
+        }
+    }
+}
+
+impl Drop for BatchTicket {
+    fn drop(&mut self) {
+        if !self.resolved.swap(true, Ordering::SeqCst) {
+            self.queue.nack(self.take_ids());
+        }
+    }
+}
+
+/// The handoff slot of one source partition: the ticket of the batch it emitted last.
+#[derive(Debug, Default)]
+pub struct SourceSlot {
+    current: Mutex<Option<Arc<BatchTicket>>>,
+}
+
+impl SourceSlot {
+    /// The ticket of the batch the partition emitted last, if it still holds one.
+    pub fn current(&self) -> Option<Arc<BatchTicket>> {
+        self.lock().clone()
+    }
+
+    /// Puts the ticket of the batch about to be emitted.
+    pub fn put(&self, ticket: Arc<BatchTicket>) {
+        *self.lock() = Some(ticket);
+    }
+
+    /// Empties the slot (the partition ended).
+    pub fn clear(&self) {
+        self.lock().take();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<BatchTicket>>> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ticket(
+        ids: &[&str],
+    ) -> (
+        Arc<BatchTicket>,
+        mpsc::UnboundedReceiver<AckCommand>,
+        Arc<AtomicBool>,
+    ) {
+        let aborted = Arc::new(AtomicBool::new(false));
+        let (queue, rx) = AckQueue::new(aborted.clone());
+        let ids = ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let rows = ids.len();
+        (Arc::new(BatchTicket::new(ids, rows, queue)), rx, aborted)
+    }
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_batch_nobody_retains_is_acknowledged_when_sealed() {
+        let (t, mut rx, _) = ticket(&["a", "b"]);
+        assert!(rx.try_recv().is_err(), "nothing before the seal");
+        t.seal();
+        assert_eq!(rx.try_recv().unwrap(), AckCommand::Ack(ids(&["a", "b"])));
+        drop(t);
+        assert!(rx.try_recv().is_err(), "one verdict only");
+    }
+
+    #[test]
+    fn a_filtered_out_batch_is_acknowledged_at_the_seal() {
+        // The consumer saw no row (the filter removed them all) and so retained none.
+        let (t, mut rx, _) = ticket(&["a"]);
+        t.retain(0).unwrap();
+        t.seal();
+        assert_eq!(rx.try_recv().unwrap(), AckCommand::Ack(ids(&["a"])));
+    }
+
+    #[test]
+    fn retained_rows_are_acknowledged_once_all_are_settled() {
+        let (t, mut rx, _) = ticket(&["a", "b", "c"]);
+        t.retain(3).unwrap();
+        t.seal();
+        t.settle(1, Outcome::Delivered);
+        t.settle(1, Outcome::DeadLettered);
+        assert!(rx.try_recv().is_err(), "one row still unsettled");
+        t.settle(1, Outcome::Dropped);
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            AckCommand::Ack(ids(&["a", "b", "c"]))
+        );
+    }
+
+    #[test]
+    fn settling_before_the_seal_waits_for_the_seal() {
+        let (t, mut rx, _) = ticket(&["a"]);
+        t.retain(1).unwrap();
+        t.settle(1, Outcome::Delivered);
+        assert!(
+            rx.try_recv().is_err(),
+            "not sealed: another consumer may still get rows"
+        );
+        t.seal();
+        assert_eq!(rx.try_recv().unwrap(), AckCommand::Ack(ids(&["a"])));
+    }
+
+    #[test]
+    fn an_unsettled_row_means_no_ack_and_a_nack_when_dropped() {
+        let (t, mut rx, _) = ticket(&["a", "b"]);
+        t.retain(2).unwrap();
+        t.seal();
+        t.settle(1, Outcome::Delivered);
+        let clone = t.clone();
+        drop(t);
+        assert!(
+            rx.try_recv().is_err(),
+            "a clone is still alive; dropping one never acks"
+        );
+        drop(clone);
+        assert_eq!(rx.try_recv().unwrap(), AckCommand::Nack(ids(&["a", "b"])));
+    }
+
+    #[test]
+    fn a_failed_row_means_no_ack() {
+        let (t, mut rx, _) = ticket(&["a", "b"]);
+        t.retain(2).unwrap();
+        t.settle(1, Outcome::Failed);
+        t.seal();
+        t.settle(1, Outcome::Delivered);
+        assert!(rx.try_recv().is_err());
+        assert!(t.is_failed());
+        drop(t);
+        assert_eq!(rx.try_recv().unwrap(), AckCommand::Nack(ids(&["a", "b"])));
+    }
+
+    #[test]
+    fn fail_marks_the_batch_even_when_the_rest_settles() {
+        let (t, mut rx, _) = ticket(&["a"]);
+        t.retain(1).unwrap();
+        t.fail();
+        t.seal();
+        t.settle(1, Outcome::Delivered);
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_ticket_dropped_before_its_seal_is_nacked_not_acked() {
+        let (t, mut rx, _) = ticket(&["a"]);
+        drop(t);
+        assert_eq!(rx.try_recv().unwrap(), AckCommand::Nack(ids(&["a"])));
+    }
+
+    #[test]
+    fn after_an_abort_a_dropped_ticket_sends_nothing() {
+        let (t, mut rx, aborted) = ticket(&["a"]);
+        aborted.store(true, Ordering::SeqCst);
+        drop(t);
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_retain_after_the_seal_is_refused_and_fails_the_batch() {
+        let (t, mut rx, _) = ticket(&["a"]);
+        t.retain(1).unwrap();
+        t.seal();
+        let err = t.retain(1).unwrap_err().to_string();
+        assert!(err.contains("after the source sealed it"), "{err}");
+        t.settle(1, Outcome::Delivered);
+        assert!(rx.try_recv().is_err(), "a failed batch is not acknowledged");
+    }
+
+    #[test]
+    fn settling_more_than_retained_fails_the_batch() {
+        let (t, mut rx, _) = ticket(&["a"]);
+        t.retain(1).unwrap();
+        t.seal();
+        t.settle(2, Outcome::Delivered);
+        assert!(rx.try_recv().is_err());
+        assert!(t.is_failed());
+    }
+
+    #[test]
+    fn the_slot_hands_out_the_last_ticket() {
+        let slot = SourceSlot::default();
+        assert!(slot.current().is_none());
+        let (t, _rx, _) = ticket(&["a"]);
+        slot.put(t.clone());
+        assert!(Arc::ptr_eq(&slot.current().unwrap(), &t));
+        slot.clear();
+        assert!(slot.current().is_none());
+    }
+}

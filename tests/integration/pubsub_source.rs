@@ -1,0 +1,554 @@
+//! The Pub/Sub subscription source against the Pub/Sub emulator: messages published by an
+//! independent client are read through a registered `PubSubSourceTable`, every value is
+//! checked, and an independent pull afterwards shows what was acknowledged (nothing comes back
+//! after the ack deadline) and what was not (it comes back).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Fields, Int64Type, Schema, SchemaRef, TimeUnit};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
+use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
+use gcloud_sdk::google::pubsub::v1::{
+    AcknowledgeRequest, PublishRequest, PubsubMessage, PullRequest, Subscription, Topic,
+};
+use gcp_sql::connectors::pubsub::source::options::{PubSubSourceOptions, SourceColumns};
+use gcp_sql::connectors::pubsub::source::{PubSubSourceTable, SourceCounts};
+use gcp_sql::core::FailurePolicy;
+use gcp_sql::options::PayloadFormat;
+use tonic::transport::Channel;
+
+use crate::support::{PubSubAdmin, unique};
+
+/// The subscription's ack deadline, and the stream's: the service's minimum (10 s), so that an
+/// unacknowledged message comes back soon after the source let go of it.
+const ACK_DEADLINE: Duration = Duration::from_secs(10);
+
+struct Fixture {
+    host: String,
+    topic: String,
+    subscription: String,
+    publisher: PublisherClient<Channel>,
+    subscriber: SubscriberClient<Channel>,
+}
+
+impl Fixture {
+    async fn new(prefix: &str) -> Self {
+        let admin = PubSubAdmin::connect().await;
+        let channel = gcp_sql::emulators::plaintext_channel(&admin.host)
+            .await
+            .expect("channel to the Pub/Sub emulator");
+        let id = unique(prefix);
+        let topic = format!("projects/source-tests/topics/{id}");
+        let subscription = format!("projects/source-tests/subscriptions/{id}-sub");
+        let mut publisher = PublisherClient::new(channel.clone());
+        publisher
+            .create_topic(Topic {
+                name: topic.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("CreateTopic");
+        let mut subscriber = SubscriberClient::new(channel);
+        subscriber
+            .create_subscription(Subscription {
+                name: subscription.clone(),
+                topic: topic.clone(),
+                ack_deadline_seconds: ACK_DEADLINE.as_secs() as i32,
+                ..Default::default()
+            })
+            .await
+            .expect("CreateSubscription");
+        Fixture {
+            host: admin.host,
+            topic,
+            subscription,
+            publisher,
+            subscriber,
+        }
+    }
+
+    async fn publish(&self, messages: Vec<PubsubMessage>) -> Vec<String> {
+        let mut ids = Vec::new();
+        for chunk in messages.chunks(500) {
+            let response = self
+                .publisher
+                .clone()
+                .publish(PublishRequest {
+                    topic: self.topic.clone(),
+                    messages: chunk.to_vec(),
+                })
+                .await
+                .expect("Publish");
+            ids.extend(response.into_inner().message_ids);
+        }
+        ids
+    }
+
+    fn options(&self) -> PubSubSourceOptions {
+        let mut o = PubSubSourceOptions::emulator(&self.subscription, &self.host);
+        o.stop_after_idle = Some(Duration::from_secs(2));
+        o.stream_ack_deadline = ACK_DEADLINE;
+        o
+    }
+
+    /// What an independent reader gets now (pulled and acknowledged), after waiting out the
+    /// ack deadline so that anything left unacknowledged is delivered again.
+    async fn left_over_after_deadline(&self) -> Vec<PubsubMessage> {
+        tokio::time::sleep(ACK_DEADLINE + Duration::from_secs(2)).await;
+        self.pull_now().await
+    }
+
+    async fn pull_now(&self) -> Vec<PubsubMessage> {
+        let mut out = Vec::new();
+        let mut empty = 0;
+        while empty < 3 {
+            #[allow(deprecated)] // return_immediately: the emulator honours it.
+            let pulled = self
+                .subscriber
+                .clone()
+                .pull(PullRequest {
+                    subscription: self.subscription.clone(),
+                    max_messages: 1000,
+                    return_immediately: true,
+                })
+                .await
+                .expect("Pull")
+                .into_inner()
+                .received_messages;
+            if pulled.is_empty() {
+                empty += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            let ack_ids = pulled.iter().map(|m| m.ack_id.clone()).collect();
+            self.subscriber
+                .clone()
+                .acknowledge(AcknowledgeRequest {
+                    subscription: self.subscription.clone(),
+                    ack_ids,
+                })
+                .await
+                .expect("Acknowledge");
+            out.extend(pulled.into_iter().filter_map(|m| m.message));
+        }
+        out
+    }
+}
+
+fn attrs_type() -> DataType {
+    DataType::Map(
+        Arc::new(Field::new(
+            "entries",
+            DataType::Struct(Fields::from(vec![
+                Field::new("key", DataType::Utf8, false),
+                Field::new("value", DataType::Utf8, true),
+            ])),
+            false,
+        )),
+        false,
+    )
+}
+
+fn context(batch_size: usize) -> SessionContext {
+    SessionContext::new_with_config(SessionConfig::new().with_batch_size(batch_size))
+}
+
+/// Runs `sql` over the table registered as `t`, then waits until every acknowledgement the
+/// source decided was sent; returns the rows and the counts.
+async fn run(
+    table: Arc<PubSubSourceTable>,
+    batch_size: usize,
+    sql: &str,
+) -> datafusion::error::Result<(Vec<RecordBatch>, SourceCounts)> {
+    let ctx = context(batch_size);
+    ctx.register_table("t", table.clone())?;
+    let result = async { ctx.sql(sql).await?.collect().await }.await;
+    drop(ctx);
+    let handles = table.handles();
+    assert_eq!(handles.len(), 1, "one scan");
+    handles[0].settled().await;
+    let counts = handles[0].counts();
+    result.map(|rows| (rows, counts))
+}
+
+fn strings(batches: &[RecordBatch], column: usize) -> Vec<String> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            let c = arrow::compute::cast(b.column(column), &DataType::Utf8).unwrap();
+            let c = c.as_string::<i32>();
+            (0..c.len())
+                .map(|i| c.value(i).to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_messages_become_rows_with_their_metadata_and_are_all_acknowledged() {
+    let f = Fixture::new("src-json").await;
+    const N: usize = 300;
+    let messages = (0..N)
+        .map(|i| PubsubMessage {
+            data: format!(r#"{{"user_id": {i}, "url": "/page/{i}"}}"#).into_bytes(),
+            attributes: HashMap::from([
+                ("n".to_string(), i.to_string()),
+                ("src".to_string(), "test".to_string()),
+            ]),
+            ..Default::default()
+        })
+        .collect();
+    let ids = f.publish(messages).await;
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("user_id", DataType::Int64, true),
+        Field::new("url", DataType::Utf8View, true),
+        Field::new("mid", DataType::Utf8, true),
+        Field::new("pt", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+        Field::new("attrs", attrs_type(), true),
+        Field::new("attempt", DataType::Int32, true),
+    ]));
+    let mut options = f.options();
+    options.columns = SourceColumns {
+        message_id: Some("mid".into()),
+        publish_time: Some("pt".into()),
+        attributes: Some("attrs".into()),
+        delivery_attempt: Some("attempt".into()),
+        ..Default::default()
+    };
+    let table = Arc::new(PubSubSourceTable::try_new("t", schema, options).unwrap());
+    let before = chrono::Utc::now().timestamp_micros() - 60_000_000;
+    // A small batch size: the scan emits many batches, each sealed and acknowledged on its own.
+    let (batches, counts) = run(table, 64, "SELECT * FROM t").await.unwrap();
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    assert_eq!(rows, N);
+    assert!(batches.iter().all(|b| b.num_rows() <= 64));
+    let mut seen = vec![false; N];
+    let mids = strings(&batches, 2);
+    let urls = strings(&batches, 1);
+    let mut r = 0;
+    for b in &batches {
+        let user = b.column(0).as_primitive::<Int64Type>();
+        let pt = b
+            .column(3)
+            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+        let attrs = b.column(4).as_map();
+        for i in 0..b.num_rows() {
+            let u = user.value(i) as usize;
+            assert!(!seen[u], "user {u} twice");
+            seen[u] = true;
+            assert_eq!(urls[r], format!("/page/{u}"));
+            assert_eq!(mids[r], ids[u], "message id of user {u}");
+            assert!(pt.value(i) > before, "publish time of user {u}");
+            let entries = attrs.value(i);
+            let keys = entries.column(0).as_string::<i32>();
+            let values = entries.column(1).as_string::<i32>();
+            let pairs: Vec<(&str, &str)> = (0..keys.len())
+                .map(|k| (keys.value(k), values.value(k)))
+                .collect();
+            assert_eq!(pairs, vec![("n", u.to_string().as_str()), ("src", "test")]);
+            assert!(
+                b.column(5).is_null(i),
+                "no dead-letter policy: no attempt count"
+            );
+            r += 1;
+        }
+    }
+    assert_eq!(counts.messages_read, N as u64);
+    assert_eq!(counts.rows_emitted, N as u64);
+    assert_eq!(counts.messages_acked, N as u64, "{counts:?}");
+    assert_eq!(counts.messages_nacked, 0, "{counts:?}");
+    let left = f.left_over_after_deadline().await;
+    assert!(
+        left.is_empty(),
+        "{} message(s) were not acknowledged",
+        left.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_text_through_a_filter_and_two_streams_acknowledges_the_filtered_rows_too() {
+    let f = Fixture::new("src-raw").await;
+    const N: usize = 200;
+    let messages = (0..N)
+        .map(|i| PubsubMessage {
+            data: format!("line {i}").into_bytes(),
+            ..Default::default()
+        })
+        .collect();
+    f.publish(messages).await;
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("body", DataType::Utf8, true),
+        Field::new("key", DataType::Utf8, true),
+    ]));
+    let mut options = f.options();
+    options.format = PayloadFormat::Raw;
+    options.parallel_pull_count = 2;
+    options.columns = SourceColumns {
+        data: Some("body".into()),
+        ordering_key: Some("key".into()),
+        ..Default::default()
+    };
+    let table = Arc::new(PubSubSourceTable::try_new("t", schema, options).unwrap());
+    let (batches, counts) = run(
+        table,
+        32,
+        "SELECT upper(body), key FROM t WHERE body NOT LIKE '%5'",
+    )
+    .await
+    .unwrap();
+    let mut got = strings(&batches, 0);
+    got.sort();
+    let mut want: Vec<String> = (0..N)
+        .filter(|i| i % 10 != 5)
+        .map(|i| format!("LINE {i}"))
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+    assert!(strings(&batches, 1).iter().all(String::is_empty));
+    assert_eq!(counts.messages_read, N as u64);
+    assert_eq!(
+        counts.messages_acked, N as u64,
+        "filtered rows count as done: {counts:?}"
+    );
+    let left = f.left_over_after_deadline().await;
+    assert!(
+        left.is_empty(),
+        "{} message(s) were not acknowledged",
+        left.len()
+    );
+}
+
+fn bad_batch() -> Vec<PubsubMessage> {
+    vec![
+        PubsubMessage {
+            data: br#"{"n": 1}"#.to_vec(),
+            ..Default::default()
+        },
+        PubsubMessage {
+            data: br#"{"n": "private-value"}"#.to_vec(),
+            ..Default::default()
+        },
+        PubsubMessage {
+            data: br#"{"n": 3}"#.to_vec(),
+            ..Default::default()
+        },
+    ]
+}
+
+fn n_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, true)]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_does_not_decode_fails_the_statement_and_is_not_acknowledged() {
+    let f = Fixture::new("src-fail").await;
+    let ids = f.publish(bad_batch()).await;
+    let table = Arc::new(PubSubSourceTable::try_new("t", n_schema(), f.options()).unwrap());
+    let ctx = context(100);
+    ctx.register_table("t", table.clone()).unwrap();
+    let err = async { ctx.sql("SELECT n FROM t").await?.collect().await }
+        .await
+        .unwrap_err()
+        .to_string();
+    drop(ctx);
+    let handle = table.handles().remove(0);
+    handle.settled().await;
+    let counts = handle.counts();
+    assert!(
+        err.contains(&format!("message '{}'", ids[1]))
+            && err.contains("column 'n'")
+            && err.contains("failure_policy = 'fail'"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("private-value"),
+        "the error shows the payload: {err}"
+    );
+    // Nacked, not acknowledged: an independent reader gets the bad message (and whatever was
+    // read with it and not acknowledged) again at once.
+    let again: Vec<String> = f
+        .pull_now()
+        .await
+        .into_iter()
+        .map(|m| m.message_id)
+        .collect();
+    assert!(again.contains(&ids[1]), "{again:?}");
+    assert_eq!(counts.messages_read, 3, "{counts:?}");
+    assert_eq!(
+        counts.messages_acked + again.len() as u64,
+        3,
+        "each message is either acknowledged or back: {counts:?}"
+    );
+    assert!(counts.messages_nacked >= 1, "{counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_drop_a_message_that_does_not_decode_is_acknowledged_without_a_row() {
+    let f = Fixture::new("src-drop").await;
+    f.publish(bad_batch()).await;
+    let mut options = f.options();
+    options.failure_policy = FailurePolicy::Drop;
+    let table = Arc::new(PubSubSourceTable::try_new("t", n_schema(), options).unwrap());
+    let (batches, counts) = run(table, 100, "SELECT n FROM t").await.unwrap();
+    let mut n: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect();
+    n.sort();
+    assert_eq!(n, vec![1, 3]);
+    assert_eq!(counts.messages_dropped, 1);
+    assert_eq!(counts.messages_acked, 3, "{counts:?}");
+    let left = f.left_over_after_deadline().await;
+    assert!(
+        left.is_empty(),
+        "{} message(s) were not acknowledged",
+        left.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_subscription_is_an_error_that_names_it() {
+    let admin = PubSubAdmin::connect().await;
+    let subscription = format!(
+        "projects/source-tests/subscriptions/{}",
+        unique("src-missing")
+    );
+    let options = PubSubSourceOptions::emulator(&subscription, &admin.host);
+    let table = Arc::new(PubSubSourceTable::try_new("t", n_schema(), options).unwrap());
+    let err = run(table, 100, "SELECT n FROM t")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&subscription) && err.contains("NOT_FOUND"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_schema_the_options_cannot_fill_is_refused_at_construction() {
+    let mut options = PubSubSourceOptions::emulator("projects/p/subscriptions/sub", "localhost:1");
+    options.columns.publish_time = Some("pt".into());
+    let schema = Arc::new(Schema::new(vec![Field::new("pt", DataType::Int64, true)]));
+    let err = PubSubSourceTable::try_new("t", schema, options)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'pt'") && err.contains("Int64") && err.contains("TIMESTAMP"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_dead_letter_a_message_that_does_not_decode_is_stored_then_acknowledged() {
+    let f = Fixture::new("src-dead").await;
+    let dead_topic = format!("{}-dead", f.topic);
+    let dead_subscription = format!("{}-dead", f.subscription);
+    f.publisher
+        .clone()
+        .create_topic(Topic {
+            name: dead_topic.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("CreateTopic");
+    f.subscriber
+        .clone()
+        .create_subscription(Subscription {
+            name: dead_subscription.clone(),
+            topic: dead_topic.clone(),
+            ack_deadline_seconds: 600,
+            ..Default::default()
+        })
+        .await
+        .expect("CreateSubscription");
+    let ids = f.publish(bad_batch()).await;
+    let mut options = f.options();
+    options.failure_policy = FailurePolicy::DeadLetter;
+    options.dead_letter = Some(gcp_sql::connectors::dead_letter::DeadLetterTarget::Topic {
+        topic: dead_topic,
+        connection: gcp_sql::options::ClientCore {
+            emulator_host: Some(f.host.clone()),
+            ..Default::default()
+        },
+        via: &gcp_sql::connectors::pubsub::dead_letter::TOPICS,
+    });
+    let table = Arc::new(PubSubSourceTable::try_new("t", n_schema(), options).unwrap());
+    let (batches, counts) = run(table, 100, "SELECT n FROM t").await.unwrap();
+    let mut n: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect();
+    n.sort();
+    assert_eq!(n, vec![1, 3]);
+    assert_eq!(counts.messages_dead_lettered, 1, "{counts:?}");
+    assert_eq!(counts.messages_acked, 3, "{counts:?}");
+    // The dead letter holds the message's data as it was, and says which message it was.
+    let dead = PubSubAdmin::connect()
+        .await
+        .pull_all(&dead_subscription, 1)
+        .await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].data, br#"{"n": "private-value"}"#.to_vec());
+    let described: String = dead[0]
+        .attributes
+        .values()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(described.contains(&ids[1]), "{:?}", dead[0].attributes);
+    let left = f.left_over_after_deadline().await;
+    assert!(
+        left.is_empty(),
+        "{} message(s) were not acknowledged",
+        left.len()
+    );
+}
+
+/// Until a sink settles the source's batches (acknowledgement after delivery), an INSERT from
+/// a subscription is refused while it is planned: nothing is read, nothing acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_insert_from_a_subscription_is_refused_before_anything_is_read() {
+    let f = Fixture::new("src-insert").await;
+    let ids = f.publish(bad_batch()).await;
+    let table = Arc::new(PubSubSourceTable::try_new("t", n_schema(), f.options()).unwrap());
+    let ctx = context(100);
+    gcp_sql::sql::register(&ctx);
+    ctx.register_table("t", table.clone()).unwrap();
+    let statements = format!(
+        "CREATE EXTERNAL TABLE out (n BIGINT) STORED AS PUBSUB LOCATION '{}' \
+         OPTIONS ('emulator_host' '{}', 'format' 'json');
+         INSERT INTO out SELECT n FROM t",
+        f.topic, f.host
+    );
+    let err = gcp_sql::sql::run(&ctx, &statements)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("INSERT INTO 'out' reads from a Pub/Sub source")
+            && err.contains("not supported yet"),
+        "{err}"
+    );
+    for handle in table.handles() {
+        assert_eq!(
+            handle.counts().messages_read,
+            0,
+            "the source was never executed"
+        );
+    }
+    // Every message is still there for an independent reader.
+    let back: Vec<String> = f
+        .pull_now()
+        .await
+        .into_iter()
+        .map(|m| m.message_id)
+        .collect();
+    for id in &ids {
+        assert!(back.contains(id), "{id} was taken: {back:?}");
+    }
+}
