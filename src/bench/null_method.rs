@@ -285,7 +285,7 @@ pub trait WriteOnly: std::fmt::Debug + Send + Sync + 'static {
     /// Writes the serialized message.
     fn write(&self, buf: &mut impl BufMut);
     /// Its serialized length.
-    fn len(&self) -> usize;
+    fn written_len(&self) -> usize;
 }
 
 /// A [`WriteOnly`] response as a `prost::Message`.
@@ -309,7 +309,7 @@ impl<T: WriteOnly> prost::Message for Answer<T> {
     }
 
     fn encoded_len(&self) -> usize {
-        self.0.len()
+        self.0.written_len()
     }
 
     fn clear(&mut self) {

@@ -68,7 +68,7 @@ impl WriteOnly for NullMutateRowsResponse {
         }
     }
 
-    fn len(&self) -> usize {
+    fn written_len(&self) -> usize {
         (0..self.count)
             // Key (1 byte), length (1 byte: an entry is at most 13 bytes), the entry.
             .map(|index| 2 + Self::entry_len(index))

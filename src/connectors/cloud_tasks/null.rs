@@ -54,7 +54,7 @@ impl WriteOnly for NullTask {
         buf.put_slice(itoa::Buffer::new().format(self.id).as_bytes());
     }
 
-    fn len(&self) -> usize {
+    fn written_len(&self) -> usize {
         let name = self.name_len();
         1 + prost::encoding::encoded_len_varint(name as u64) + name
     }

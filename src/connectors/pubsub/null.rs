@@ -48,7 +48,7 @@ impl WriteOnly for NullPublishResponse {
         }
     }
 
-    fn len(&self) -> usize {
+    fn written_len(&self) -> usize {
         let mut text = itoa::Buffer::new();
         (self.first..self.first + self.count)
             // Key (1 byte), length (1 byte: an id has at most 20 digits), digits.
