@@ -11,25 +11,28 @@
 //! With the `testing` feature (on by default through `cli`), this module also starts the
 //! emulators on free loopback ports, for the tests and for `gcp-sql --emulators`.
 //!
-//! Three emulators are supported, each a separate program found on the machine:
+//! Each connector's folder describes its emulator in an [`EmulatorSpec`] that its descriptor
+//! carries (program, arguments, override variable, install step, private install, readiness
+//! probe); this module reads only those and names no connector. Three emulators are supported,
+//! each a separate program found on the machine, listed in [`EmulatorKind::ALL`]:
 //!
 //! | kind | program | install |
 //! |---|---|---|
 //! | [`EmulatorKind::PubSub`] | `cloud-pubsub-emulator` (Java) | `apt-get install google-cloud-cli-pubsub-emulator` |
 //! | [`EmulatorKind::Bigtable`] | `cbtemulator` | `apt-get install google-cloud-cli-bigtable-emulator` |
-//! | [`EmulatorKind::CloudTasks`] | `gcloud-tasks-emulator` (Python) | `pip install gcloud-tasks-emulator==0.6.2` ([`CLOUD_TASKS_EMULATOR_VERSION`]) |
+//! | [`EmulatorKind::CloudTasks`] | `gcloud-tasks-emulator` (Python) | `pip install gcloud-tasks-emulator==0.6.2` ([`EmulatorKind::private_install`]) |
 //!
 //! Each program is looked up in this order: the override variable
 //! ([`EmulatorKind::program_override_var`], e.g. `GCP_SQL_PUBSUB_EMULATOR_BIN`), the `PATH`, then
 //! the `platform/` folder of a Google Cloud SDK (the folder `gcloud` lives in, and the usual
-//! install places such as `/usr/lib/google-cloud-sdk`), and for Cloud Tasks a private install in
-//! the cache folder ([`cache_dir`]). A missing program is an error that says how to install it;
+//! install places such as `/usr/lib/google-cloud-sdk`), and for an emulator whose spec names a
+//! [`PipPackage`] (Cloud Tasks) a private install in the cache folder ([`cache_dir`]). A missing program is an error that says how to install it;
 //! nothing is skipped silently.
 //!
 //! The Cloud Tasks emulator is the one that does not come with the Google Cloud CLI: when it is
 //! found nowhere, [`Emulator::start`] and [`EmulatorKind::locate`] install the pinned release
 //! into a Python virtual environment of their own under the cache folder
-//! ([`install_cloud_tasks_emulator`]: one progress line on stderr, tens of seconds, once; a lock
+//! ([`install_privately`]: one progress line on stderr, tens of seconds, once; a lock
 //! file makes concurrent processes wait for one install). Where that cannot work (no `python3`,
 //! no `venv` module, no network, [`NO_INSTALL_VAR`] set to `1`) the error names the one command
 //! that fixes the machine. [`EmulatorKind::locate`] runs the same
@@ -73,11 +76,15 @@ mod hook;
 #[cfg(any(test, feature = "testing"))]
 mod install;
 #[cfg(any(test, feature = "testing"))]
-mod kind;
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod kind;
 #[cfg(any(test, feature = "testing"))]
 mod launch;
 #[cfg(any(test, feature = "testing"))]
 mod process;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod spec;
 
 /// The plaintext endpoint lives with the rest of the transport in
 /// [`crate::connectors::google`]; it is re-exported here, where the emulators' users look for it.
@@ -88,12 +95,13 @@ pub use crate::connectors::google::{plaintext_channel, plaintext_endpoint};
 pub use discover::locate_program;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-pub use install::{
-    CACHE_DIR_VAR, NO_INSTALL_VAR, cache_dir, cloud_tasks_venv, install_cloud_tasks_emulator,
-};
+pub use install::{CACHE_DIR_VAR, NO_INSTALL_VAR, cache_dir, install_privately, private_venv};
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-pub use kind::{CLOUD_TASKS_EMULATOR_VERSION, EmulatorKind};
+pub use kind::EmulatorKind;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub use launch::*;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub use spec::{EmulatorSpec, PipPackage, ProbeFn};

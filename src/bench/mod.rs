@@ -10,6 +10,7 @@
 //!
 //! `docs/benchmarks.md` shows how the workloads in `examples/bench.rs` use both.
 
+pub mod null_method;
 pub mod null_server;
 
 use std::time::Duration;

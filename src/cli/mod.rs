@@ -66,7 +66,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use tokio::sync::watch;
 
 use crate::core::StopKind;
-use crate::emulators::{Emulator, EmulatorKind, start_all};
+use crate::emulators::{Emulator, start_all};
 use crate::error::Result;
 use crate::sql::StatementControl;
 
@@ -544,12 +544,12 @@ fn start_emulators(
         // over) and the signal thread (waiting for a signal).
         unsafe { std::env::set_var(emulator.env_var(), emulator.host()) };
     }
-    if !quiet && started.iter().any(|e| e.kind() == EmulatorKind::CloudTasks) {
-        // The emulator starts without a queue and the sink never creates one.
-        eprintln!(
-            "The Cloud Tasks emulator has no queue yet: create one with \
-             SELECT * FROM cloud_tasks_create_queue('projects/P/locations/L/queues/Q');"
-        );
+    // What a user must do before the first write (the Cloud Tasks emulator starts without a
+    // queue, and the sink never creates one): each emulator's spec says.
+    for note in started.iter().filter_map(|e| e.kind().spec().started_note) {
+        if !quiet {
+            eprintln!("{note}");
+        }
     }
     for (kind, error) in &failed {
         eprintln!("Could not start the {kind} emulator: {error}");

@@ -24,8 +24,8 @@ use crate::bench::null_server::{
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct ServeNullArgs {
     /// The service to stand in for: pubsub (Publish), bigtable (MutateRows) or cloud-tasks
-    /// (CreateTask)
-    #[arg(long, value_parser = parse_service, default_value = "pubsub")]
+    /// (CreateTask); the help shows [`service_help`], derived from [`NullService::ALL`]
+    #[arg(long, value_parser = parse_service, default_value_t = NullService::default(), help = service_help())]
     pub service: NullService,
     /// Loopback port to listen on; 0 picks a free port (printed at start)
     #[arg(long, default_value_t = 0)]
@@ -36,6 +36,25 @@ pub struct ServeNullArgs {
     /// How often to print the rates of the last interval (0s: only the final totals)
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     pub report_interval: Duration,
+}
+
+/// The help of `--service`: each service of [`NullService::ALL`] by its word and the method it
+/// answers (`The service to stand in for: pubsub (Publish), bigtable (MutateRows) or
+/// cloud-tasks (CreateTask)`).
+fn service_help() -> String {
+    let words: Vec<String> = NullService::ALL
+        .iter()
+        .map(|s| {
+            let method = s.method_path().rsplit('/').next().unwrap_or_default();
+            format!("{} ({method})", s.name())
+        })
+        .collect();
+    match words.split_last() {
+        Some((last, rest)) if !rest.is_empty() => {
+            format!("The service to stand in for: {} or {last}", rest.join(", "))
+        }
+        _ => format!("The service to stand in for: {}", words.concat()),
+    }
 }
 
 /// Reads `--service`: one of [`NullService::name`]'s words.
@@ -194,6 +213,21 @@ mod tests {
         let err = parse(&["serve-null", "--service", "spanner"]).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("pubsub, bigtable, cloud-tasks"), "{text}");
+    }
+
+    #[test]
+    fn the_service_help_names_each_service_and_its_method() {
+        assert_eq!(
+            service_help(),
+            "The service to stand in for: pubsub (Publish), bigtable (MutateRows) or cloud-tasks (CreateTask)"
+        );
+        let help = <Args as clap::CommandFactory>::command()
+            .find_subcommand_mut("serve-null")
+            .expect("serve-null is a subcommand")
+            .render_help()
+            .to_string();
+        assert!(help.contains("pubsub (Publish)"), "{help}");
+        assert!(help.contains("[default: pubsub]"), "{help}");
     }
 
     #[test]

@@ -15,10 +15,14 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableFunctionImpl;
 use datafusion::execution::SendableRecordBatchStream;
 
+#[cfg(any(test, feature = "testing"))]
+use crate::bench::null_method::NullMethod;
 use crate::core::SinkMetrics;
 #[cfg(doc)]
 use crate::core::StopKind;
 use crate::core::run::WriterContext;
+#[cfg(any(test, feature = "testing"))]
+use crate::emulators::spec::EmulatorSpec;
 use crate::error::{Error, Result};
 use crate::options::docs::FixedBudget;
 use crate::options::{
@@ -83,6 +87,16 @@ pub struct ConnectorDescriptor {
     /// Whether a plan node is one of the connector's sources (`|_| false` for a connector
     /// that has none).
     pub source_node: SourceNodeFn,
+    /// How its emulator is found, installed, started and probed (feature `testing`); `None`
+    /// for a service without one.
+    #[cfg(any(test, feature = "testing"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+    pub emulator: Option<&'static EmulatorSpec>,
+    /// The one method its null server answers (feature `testing`, `gcp-sql serve-null`);
+    /// `None` for a service without one.
+    #[cfg(any(test, feature = "testing"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+    pub null_service: Option<&'static NullMethod>,
 }
 
 impl fmt::Debug for ConnectorDescriptor {
@@ -106,7 +120,7 @@ impl ConnectorKind {
     }
 
     /// The connector's descriptor.
-    pub fn descriptor(self) -> &'static ConnectorDescriptor {
+    pub const fn descriptor(self) -> &'static ConnectorDescriptor {
         self.0
     }
 

@@ -21,6 +21,10 @@ use datafusion::arrow::datatypes::SchemaRef;
 use super::descriptor::SinkConnector;
 use super::descriptor::{ConnectorDescriptor, ConnectorKind, Declared};
 use super::{bigtable, cloud_tasks, pubsub};
+#[cfg(any(test, feature = "testing"))]
+use crate::bench::null_method::NullService;
+#[cfg(any(test, feature = "testing"))]
+use crate::emulators::kind::EmulatorKind;
 use crate::error::{Error, Result};
 use crate::options::{
     Bound, DefaultValue, EnvLookup, OptionGroup, OptionKind, OptionSpec, RawOptions, nearest_name,
@@ -53,6 +57,42 @@ pub static CONNECTOR: OptionSpec = OptionSpec {
     description: "Which service the table writes to.",
     redact: crate::options::Redact::None,
 };
+
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+impl EmulatorKind {
+    /// Every emulator, in the order `gcp-sql --emulators` starts and reports them.
+    pub const ALL: [EmulatorKind; 3] = [
+        EmulatorKind::PubSub,
+        EmulatorKind::Bigtable,
+        EmulatorKind::CloudTasks,
+    ];
+}
+
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+impl NullService {
+    /// Every null service, in the order `gcp-sql serve-null --service` lists them.
+    pub const ALL: [NullService; 3] = [
+        NullService::PubSub,
+        NullService::Bigtable,
+        NullService::CloudTasks,
+    ];
+
+    /// The service named `name` (as [`name`](Self::name) spells it).
+    pub fn from_name(name: &str) -> Option<NullService> {
+        NullService::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+/// The first of [`NullService::ALL`] (Pub/Sub), the default of `gcp-sql serve-null`.
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+impl Default for NullService {
+    fn default() -> Self {
+        NullService::ALL[0]
+    }
+}
 
 /// Every connector's handle, in the order of [`CONNECTORS`].
 pub fn kinds() -> impl Iterator<Item = ConnectorKind> + Clone {
@@ -105,6 +145,18 @@ pub fn declare(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_null_service_is_listed_once() {
+        for connector in kinds() {
+            let listed = NullService::ALL
+                .iter()
+                .filter(|s| connector.descriptor().null_service.map(|m| m.name) == Some(s.name()))
+                .count();
+            let has = usize::from(connector.descriptor().null_service.is_some());
+            assert_eq!(listed, has, "{connector}");
+        }
+    }
 
     #[test]
     fn connector_names_round_trip() {

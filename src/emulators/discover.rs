@@ -37,7 +37,8 @@ pub(crate) fn is_executable_file(path: &Path) -> bool {
 
 /// Finds the program of `kind`, reading variables through `env` (so a caller can test the
 /// lookup without touching the process environment): the override variable first, then `PATH`,
-/// then the `platform/` folder of a Google Cloud SDK.
+/// then the `platform/` folder of a Google Cloud SDK, then (for an emulator with a private install)
+/// the private install under the cache folder.
 ///
 /// An override that names no executable file is an error, not a reason to look elsewhere.
 ///
@@ -102,16 +103,24 @@ pub fn locate_program(
         {
             return Ok(found);
         }
+        if kind.private_install().is_none() {
+            return Err(not_installed(
+                kind,
+                &format!(
+                    "'{}' is neither on PATH nor in a Google Cloud SDK folder",
+                    kind.program_name()
+                ),
+            ));
+        }
+    }
+    let Some(package) = kind.private_install() else {
         return Err(not_installed(
             kind,
-            &format!(
-                "'{}' is neither on PATH nor in a Google Cloud SDK folder",
-                kind.program_name()
-            ),
+            &format!("'{}' is not on PATH", kind.program_name()),
         ));
-    }
-    if let Some(program) =
-        super::install::cache_dir(&env).and_then(|cache| super::install::installed_program(&cache))
+    };
+    if let Some(program) = super::install::cache_dir(&env)
+        .and_then(|cache| super::install::installed_program(kind, package, &cache))
     {
         return Ok(program);
     }

@@ -1,9 +1,10 @@
-//! The private install of the Cloud Tasks emulator (feature `testing`): when
-//! `gcloud-tasks-emulator` is not on the `PATH`, the launcher installs the pinned release into a
-//! Python virtual environment of its own, in a per-user cache folder, once.
+//! The private install of an emulator that is a Python package (feature `testing`; its spec
+//! names the package, [`PipPackage`]: today the Cloud Tasks emulator): when its program is not on
+//! the `PATH`, the launcher installs the pinned release into a Python virtual environment of its
+//! own, in a per-user cache folder, once.
 //!
 //! The folder is `$GCP_SQL_CACHE_DIR`, else `$XDG_CACHE_HOME/gcp-sql`, else
-//! `$HOME/.cache/gcp-sql`; the environment is `gcloud-tasks-emulator-<version>` inside it. Two
+//! `$HOME/.cache/gcp-sql`; the environment is `<package>-<version>` inside it. Two
 //! processes that need it at once (test binaries run concurrently by a build tool, `gcp-sql`
 //! next to `cargo test`) are serialised by an exclusive `flock` on a lock file next to it: the
 //! second waits, then finds the finished environment. An environment counts as finished only
@@ -17,14 +18,16 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::kind::{CLOUD_TASKS_EMULATOR_VERSION, EmulatorKind};
+use super::discover::not_installed;
+use super::kind::EmulatorKind;
+use super::spec::PipPackage;
 use crate::error::{Error, Result};
 
 /// The variable that names the cache folder, ahead of `XDG_CACHE_HOME` and `HOME`.
 pub const CACHE_DIR_VAR: &str = "GCP_SQL_CACHE_DIR";
 
-/// The variable that, set to `1`, turns the private install off: a missing Cloud Tasks emulator
-/// is then an error naming the `pip install` command.
+/// The variable that, set to `1`, turns the private install off: a missing emulator that would
+/// be installed privately is then an error naming the `pip install` command.
 pub const NO_INSTALL_VAR: &str = "GCP_SQL_NO_EMULATOR_INSTALL";
 
 /// The file written into the environment once `pip` has installed the emulator into it.
@@ -49,39 +52,50 @@ pub fn cache_dir(env: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
         .or_else(|| set("HOME").map(|d| d.join(".cache").join("gcp-sql")))
 }
 
-/// The folder of the private virtual environment of the pinned Cloud Tasks emulator inside
-/// the cache folder `cache`.
-pub fn cloud_tasks_venv(cache: &Path) -> PathBuf {
-    cache.join(format!(
-        "gcloud-tasks-emulator-{CLOUD_TASKS_EMULATOR_VERSION}"
-    ))
+/// The folder of the private virtual environment of the pinned `package` inside the cache
+/// folder `cache`: `<package>-<version>`.
+///
+/// ```
+/// use gcp_sql::emulators::{EmulatorKind, private_venv};
+/// let package = EmulatorKind::CloudTasks.private_install().unwrap();
+/// let venv = private_venv(package, std::path::Path::new("/c"));
+/// assert_eq!(venv, std::path::PathBuf::from(format!("/c/gcloud-tasks-emulator-{}", package.version)));
+/// ```
+pub fn private_venv(package: PipPackage, cache: &Path) -> PathBuf {
+    cache.join(format!("{}-{}", package.name, package.version))
 }
 
-/// The emulator's program inside a finished private environment under `cache`, if there is one.
-pub(crate) fn installed_program(cache: &Path) -> Option<PathBuf> {
-    let venv = cloud_tasks_venv(cache);
-    let program = venv
-        .join("bin")
-        .join(EmulatorKind::CloudTasks.program_name());
+/// The program of `kind` inside a finished private environment of `package` under `cache`, if
+/// there is one.
+pub(crate) fn installed_program(
+    kind: EmulatorKind,
+    package: PipPackage,
+    cache: &Path,
+) -> Option<PathBuf> {
+    let venv = private_venv(package, cache);
+    let program = venv.join("bin").join(kind.program_name());
     (venv.join(COMPLETE_MARKER).is_file() && super::discover::is_executable_file(&program))
         .then_some(program)
 }
 
 /// The error of an install that cannot be done here: what went wrong and the one command that
 /// fixes it.
-fn cannot_install(why: String, fix: &str) -> Error {
+fn cannot_install(kind: EmulatorKind, why: String, fix: &str) -> Error {
     Error::Io(io::Error::new(
         io::ErrorKind::NotFound,
         format!(
-            "the Cloud Tasks emulator is not installed and gcp-sql cannot install it: {why}; fix: {fix} \
+            "the {} emulator is not installed and gcp-sql cannot install it: {why}; fix: {fix} \
              (or set {} to its executable)",
-            EmulatorKind::CloudTasks.program_override_var()
+            kind.name(),
+            kind.program_override_var()
         ),
     ))
 }
 
-/// Installs the pinned `gcloud-tasks-emulator` into its private environment under the cache
-/// folder (see the module docs), unless a finished one is there, and returns its program.
+/// Installs the pinned package of `kind` ([`EmulatorKind::private_install`]) into its private
+/// environment under the cache folder (see the module docs), unless a finished one is there, and
+/// returns its program. An emulator without a private install is an error naming its install
+/// step.
 ///
 /// It prints one line to stderr before installing. It blocks (creating the environment and
 /// downloading the package take tens of seconds); an async caller runs it on a blocking thread.
@@ -89,8 +103,18 @@ fn cannot_install(why: String, fix: &str) -> Error {
 /// Errors name the one command that fixes the machine: no cache folder (set
 /// `GCP_SQL_CACHE_DIR`), no `python3`, no `venv` module (`apt-get install python3-venv`), or
 /// `pip` failing (`pip install gcloud-tasks-emulator==0.6.2`, with the tail of pip's output).
-pub fn install_cloud_tasks_emulator(env: impl Fn(&str) -> Option<OsString>) -> Result<PathBuf> {
-    let pip_fix = EmulatorKind::CloudTasks.install_hint();
+pub fn install_privately(
+    kind: EmulatorKind,
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Result<PathBuf> {
+    let Some(package) = kind.private_install() else {
+        return Err(not_installed(
+            kind,
+            "gcp-sql installs only a Python package privately, and this emulator is none",
+        ));
+    };
+    let cannot_install = |why: String, fix: &str| cannot_install(kind, why, fix);
+    let pip_fix = kind.install_hint();
     if env(NO_INSTALL_VAR).is_some_and(|v| v == "1") {
         return Err(cannot_install(
             format!("{NO_INSTALL_VAR}=1 turns the private install off"),
@@ -103,7 +127,7 @@ pub fn install_cloud_tasks_emulator(env: impl Fn(&str) -> Option<OsString>) -> R
             &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
         ));
     };
-    if let Some(program) = installed_program(&cache) {
+    if let Some(program) = installed_program(kind, package, &cache) {
         return Ok(program);
     }
     std::fs::create_dir_all(&cache).map_err(|e| {
@@ -112,12 +136,13 @@ pub fn install_cloud_tasks_emulator(env: impl Fn(&str) -> Option<OsString>) -> R
             &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
         )
     })?;
-    let venv = cloud_tasks_venv(&cache);
-    let _lock = lock(&cache.join(format!(
-        "gcloud-tasks-emulator-{CLOUD_TASKS_EMULATOR_VERSION}.lock"
-    )))?;
+    let venv = private_venv(package, &cache);
+    let _lock = lock(
+        kind,
+        &cache.join(format!("{}-{}.lock", package.name, package.version)),
+    )?;
     // Another process may have finished it while this one waited for the lock.
-    if let Some(program) = installed_program(&cache) {
+    if let Some(program) = installed_program(kind, package, &cache) {
         return Ok(program);
     }
     if venv.exists() {
@@ -133,8 +158,9 @@ pub fn install_cloud_tasks_emulator(env: impl Fn(&str) -> Option<OsString>) -> R
         })?;
     }
     eprintln!(
-        "Installing gcloud-tasks-emulator {CLOUD_TASKS_EMULATOR_VERSION} (not on PATH) into {} \
-         (once; later runs reuse it)...",
+        "Installing {} {} (not on PATH) into {} (once; later runs reuse it)...",
+        package.name,
+        package.version,
         venv.display()
     );
     let python = env("PATH")
@@ -150,6 +176,7 @@ pub fn install_cloud_tasks_emulator(env: impl Fn(&str) -> Option<OsString>) -> R
             )
         })?;
     run_quietly(
+        kind,
         Command::new(&python).arg("-m").arg("venv").arg(&venv),
         "python3 -m venv",
         "apt-get install python3-venv",
@@ -158,6 +185,7 @@ pub fn install_cloud_tasks_emulator(env: impl Fn(&str) -> Option<OsString>) -> R
         let _ = std::fs::remove_dir_all(&venv);
     })?;
     run_quietly(
+        kind,
         Command::new(venv.join("bin").join("python"))
             .args([
                 "-m",
@@ -166,9 +194,7 @@ pub fn install_cloud_tasks_emulator(env: impl Fn(&str) -> Option<OsString>) -> R
                 "--quiet",
                 "--disable-pip-version-check",
             ])
-            .arg(format!(
-                "gcloud-tasks-emulator=={CLOUD_TASKS_EMULATOR_VERSION}"
-            )),
+            .arg(format!("{}=={}", package.name, package.version)),
         "pip install",
         pip_fix,
     )
@@ -181,12 +207,12 @@ pub fn install_cloud_tasks_emulator(env: impl Fn(&str) -> Option<OsString>) -> R
             &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
         )
     })?;
-    installed_program(&cache).ok_or_else(|| {
+    installed_program(kind, package, &cache).ok_or_else(|| {
         cannot_install(
             format!(
                 "pip succeeded but '{}' has no bin/{}",
                 venv.display(),
-                EmulatorKind::CloudTasks.program_name()
+                kind.program_name()
             ),
             pip_fix,
         )
@@ -194,11 +220,11 @@ pub fn install_cloud_tasks_emulator(env: impl Fn(&str) -> Option<OsString>) -> R
 }
 
 /// Runs `command` with its output captured; a failure carries the tail of that output.
-fn run_quietly(command: &mut Command, what: &str, fix: &str) -> Result<()> {
+fn run_quietly(kind: EmulatorKind, command: &mut Command, what: &str, fix: &str) -> Result<()> {
     let output = command
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| cannot_install(format!("cannot run {what}: {e}"), fix))?;
+        .map_err(|e| cannot_install(kind, format!("cannot run {what}: {e}"), fix))?;
     if output.status.success() {
         return Ok(());
     }
@@ -207,13 +233,14 @@ fn run_quietly(command: &mut Command, what: &str, fix: &str) -> Result<()> {
     let lines: Vec<&str> = text.lines().collect();
     let tail = lines[lines.len().saturating_sub(PIP_TAIL_LINES)..].join("\n");
     Err(cannot_install(
+        kind,
         format!("{what} failed ({}):\n{tail}\n", output.status),
         fix,
     ))
 }
 
 /// An exclusive `flock` on `path`, released when the file is closed.
-fn lock(path: &Path) -> Result<File> {
+fn lock(kind: EmulatorKind, path: &Path) -> Result<File> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -221,6 +248,7 @@ fn lock(path: &Path) -> Result<File> {
         .open(path)
         .map_err(|e| {
             cannot_install(
+                kind,
                 format!("cannot open the lock file '{}': {e}", path.display()),
                 &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
             )
@@ -233,6 +261,7 @@ fn lock(path: &Path) -> Result<File> {
         let error = io::Error::last_os_error();
         if error.kind() != io::ErrorKind::Interrupted {
             return Err(cannot_install(
+                kind,
                 format!("cannot lock '{}': {error}", path.display()),
                 &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
             ));
@@ -243,6 +272,14 @@ fn lock(path: &Path) -> Result<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The emulator whose spec says it is installed privately, and its package.
+    fn privately_installed() -> (EmulatorKind, PipPackage) {
+        EmulatorKind::ALL
+            .iter()
+            .find_map(|k| Some((*k, k.private_install()?)))
+            .expect("one emulator is installed privately")
+    }
 
     #[test]
     fn cache_dir_prefers_its_own_variable_then_xdg_then_home() {
@@ -275,52 +312,56 @@ mod tests {
 
     #[test]
     fn an_unfinished_install_is_not_used() {
+        let (kind, package) = privately_installed();
         let cache = tempfile::tempdir().unwrap();
-        let bin = cloud_tasks_venv(cache.path()).join("bin");
+        let bin = private_venv(package, cache.path()).join("bin");
         std::fs::create_dir_all(&bin).unwrap();
-        let program = bin.join("gcloud-tasks-emulator");
+        let program = bin.join(kind.program_name());
         std::fs::write(&program, "#!/bin/sh\n").unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(installed_program(cache.path()), None);
-        File::create(cloud_tasks_venv(cache.path()).join(COMPLETE_MARKER)).unwrap();
-        assert_eq!(installed_program(cache.path()), Some(program));
+        assert_eq!(installed_program(kind, package, cache.path()), None);
+        File::create(private_venv(package, cache.path()).join(COMPLETE_MARKER)).unwrap();
+        assert_eq!(
+            installed_program(kind, package, cache.path()),
+            Some(program)
+        );
     }
 
     #[test]
     fn the_lookup_finds_a_finished_private_install_after_the_path() {
+        let (kind, package) = privately_installed();
         let cache = tempfile::tempdir().unwrap();
         let empty_path = tempfile::tempdir().unwrap();
-        let bin = cloud_tasks_venv(cache.path()).join("bin");
+        let bin = private_venv(package, cache.path()).join("bin");
         std::fs::create_dir_all(&bin).unwrap();
-        let program = bin.join("gcloud-tasks-emulator");
+        let program = bin.join(kind.program_name());
         std::fs::write(&program, "#!/bin/sh\n").unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
-        File::create(cloud_tasks_venv(cache.path()).join(COMPLETE_MARKER)).unwrap();
+        File::create(private_venv(package, cache.path()).join(COMPLETE_MARKER)).unwrap();
         let env = |var: &str| match var {
             "PATH" => Some(empty_path.path().as_os_str().to_owned()),
             CACHE_DIR_VAR => Some(cache.path().as_os_str().to_owned()),
             _ => None,
         };
         assert_eq!(
-            super::super::discover::locate_program(EmulatorKind::CloudTasks, env).unwrap(),
+            super::super::discover::locate_program(kind, env).unwrap(),
             program
         );
     }
 
     #[test]
     fn turned_off_or_without_a_cache_folder_it_names_the_fix() {
-        let off = install_cloud_tasks_emulator(|var| (var == NO_INSTALL_VAR).then(|| "1".into()))
+        let (kind, _) = privately_installed();
+        let off = install_privately(kind, |var| (var == NO_INSTALL_VAR).then(|| "1".into()))
             .unwrap_err()
             .to_string();
         assert!(
             off.contains("fix: pip install gcloud-tasks-emulator==0.6.2"),
             "{off}"
         );
-        let nowhere = install_cloud_tasks_emulator(|_| None)
-            .unwrap_err()
-            .to_string();
+        let nowhere = install_privately(kind, |_| None).unwrap_err().to_string();
         assert!(
             nowhere.contains("fix: export GCP_SQL_CACHE_DIR="),
             "{nowhere}"

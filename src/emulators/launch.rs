@@ -61,7 +61,7 @@ impl EmulatorOptions {
         self
     }
 
-    /// The folder for the emulator's log file and, for Cloud Tasks, its start-up hook (default:
+    /// The folder for the emulator's log file and, for a Python emulator, its start-up hook (default:
     /// the system's temporary folder). Neither stays there unless the start fails, which keeps
     /// the log.
     pub fn log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
@@ -84,7 +84,7 @@ pub struct Emulator {
     /// The log, open: the emulator writes to it, we read it back through this handle.
     log: File,
     keep_log: bool,
-    /// The folder of the Cloud Tasks start-up hook, if it is still there.
+    /// The folder of a Python emulator's start-up hook, if it is still there.
     site_dir: Option<PathBuf>,
 }
 
@@ -111,7 +111,7 @@ impl Emulator {
                     ),
                 ));
             }
-            // Blocking: the Cloud Tasks emulator may be installed first.
+            // Blocking: an emulator with a private install may be installed first.
             None => tokio::task::spawn_blocking(move || kind.locate())
                 .await
                 .map_err(|e| {
@@ -175,7 +175,7 @@ impl Emulator {
             // group (the Pub/Sub program is a shell script that execs a JVM).
             .process_group(0);
         let mut site_dir = None;
-        if kind == EmulatorKind::CloudTasks {
+        if kind.spec().python_loopback_hook {
             // Python buffers its output into a file: without this, the log tail of a failed
             // start can be empty. Its FutureWarnings about Python versions are noise there.
             command
@@ -383,8 +383,9 @@ pub async fn start_all() -> (Vec<Emulator>, Vec<(EmulatorKind, Error)>) {
 #[doc(hidden)]
 pub async fn shared(kind: EmulatorKind) -> &'static Emulator {
     type Slot = tokio::sync::OnceCell<std::result::Result<Emulator, String>>;
-    static SLOTS: [Slot; 3] = [const { Slot::const_new() }; 3];
-    let outcome = SLOTS[kind.index()]
+    static SLOTS: [Slot; EmulatorKind::ALL.len()] =
+        [const { Slot::const_new() }; EmulatorKind::ALL.len()];
+    let outcome = SLOTS[index(kind)]
         .get_or_init(|| async move {
             // It is never dropped; its log was unlinked at spawn, so nothing stays behind.
             Emulator::start(kind).await.map_err(|e| e.to_string())
@@ -396,6 +397,14 @@ pub async fn shared(kind: EmulatorKind) -> &'static Emulator {
     }
 }
 
+/// Where `kind` is in [`EmulatorKind::ALL`].
+fn index(kind: EmulatorKind) -> usize {
+    EmulatorKind::ALL
+        .iter()
+        .position(|k| *k == kind)
+        .expect("every emulator is in EmulatorKind::ALL")
+}
+
 /// The panic message of a test that needs an emulator that cannot start: the whole reason in
 /// the first test of the process that meets it, a one-line reminder (still naming what to
 /// install) in every later one, so a missing emulator reads as one failure, not as dozens of
@@ -403,8 +412,9 @@ pub async fn shared(kind: EmulatorKind) -> &'static Emulator {
 #[doc(hidden)]
 pub fn start_failure(kind: EmulatorKind, message: &str) -> String {
     use std::sync::atomic::{AtomicBool, Ordering};
-    static REPORTED: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
-    let first = !REPORTED[kind.index()].swap(true, Ordering::Relaxed);
+    static REPORTED: [AtomicBool; EmulatorKind::ALL.len()] =
+        [const { AtomicBool::new(false) }; EmulatorKind::ALL.len()];
+    let first = !REPORTED[index(kind)].swap(true, Ordering::Relaxed);
     let missing = message.contains("emulator is not installed");
     match (first, missing) {
         (true, _) => format!("cannot start the {kind} emulator for these tests: {message}"),

@@ -307,8 +307,11 @@ fn emulators_install_the_cloud_tasks_emulator_when_it_is_not_on_path() {
     );
     assert_eq!(text(&output.stdout), "state\nPAUSED\n");
     assert!(
-        gcp_sql::emulators::cloud_tasks_venv(cache.path())
-            .join("bin/gcloud-tasks-emulator")
-            .exists()
+        gcp_sql::emulators::private_venv(
+            EmulatorKind::CloudTasks.private_install().unwrap(),
+            cache.path()
+        )
+        .join("bin/gcloud-tasks-emulator")
+        .exists()
     );
 }

@@ -93,7 +93,7 @@ pub const DEFAULT_ADMIN_ENDPOINT: &str = "https://bigtableadmin.googleapis.com";
 /// client allows a `MutateRows` attempt.
 pub const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
-const MUTATE_ROWS_PATH: &str = "/google.bigtable.v2.Bigtable/MutateRows";
+pub(crate) const MUTATE_ROWS_PATH: &str = "/google.bigtable.v2.Bigtable/MutateRows";
 /// Metadata key marking a status as one entry's (not the whole call's), for classification.
 const ENTRY_SCOPE_KEY: &str = "x-gcp-sql-entry-status";
 

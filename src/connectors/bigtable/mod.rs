@@ -9,6 +9,9 @@ pub mod client;
 pub mod inspect;
 pub mod mapping;
 pub mod names;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod null;
 pub mod options;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -16,6 +19,10 @@ pub mod probe;
 pub mod writer;
 
 use crate::connectors::descriptor::{ConnectorDescriptor, ConnectorKind};
+#[cfg(any(test, feature = "testing"))]
+use crate::emulators::kind::EmulatorKind;
+#[cfg(any(test, feature = "testing"))]
+use crate::emulators::spec::EmulatorSpec;
 use crate::options::Service;
 
 /// The service: its emulator variable and public endpoint.
@@ -37,7 +44,43 @@ pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
     declare: crate::connectors::sink::declare::<writer::Bigtable>,
     inspection: inspect::inspection_functions,
     source_node: |_| false,
+    #[cfg(any(test, feature = "testing"))]
+    emulator: Some(&EMULATOR),
+    #[cfg(any(test, feature = "testing"))]
+    null_service: Some(&null::NULL_METHOD),
 };
 
 /// This connector's handle.
 pub const KIND: ConnectorKind = ConnectorKind::of(&CONNECTOR);
+
+/// The Bigtable emulator (`cbtemulator`) of the Google Cloud CLI, as the launcher runs it.
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub static EMULATOR: EmulatorSpec = EmulatorSpec {
+    name: "Bigtable",
+    slug: "bigtable",
+    program_name: "cbtemulator",
+    program_override_var: "GCP_SQL_BIGTABLE_EMULATOR_BIN",
+    sdk_relative_path: Some("platform/bigtable-emulator/cbtemulator"),
+    listen_args: |port| {
+        vec![
+            "-host".into(),
+            "127.0.0.1".into(),
+            "-port".into(),
+            port.to_string(),
+        ]
+    },
+    python_loopback_hook: false,
+    install_hint: "apt-get install google-cloud-cli-bigtable-emulator",
+    private_install: None,
+    probe: |channel| Box::pin(probe::probe(channel)),
+    started_note: None,
+};
+
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+impl EmulatorKind {
+    /// The Bigtable emulator.
+    #[allow(non_upper_case_globals)]
+    pub const Bigtable: EmulatorKind = EmulatorKind::of(KIND);
+}

@@ -62,7 +62,7 @@ pub const DEFAULT_ENDPOINT: &str = "https://pubsub.googleapis.com";
 /// none); it matches the Java publisher's default maximum RPC timeout of 60 s.
 pub const CREATE_TOPIC_TIMEOUT: Duration = Duration::from_secs(60);
 
-const PUBLISH_PATH: &str = "/google.pubsub.v1.Publisher/Publish";
+pub(crate) const PUBLISH_PATH: &str = "/google.pubsub.v1.Publisher/Publish";
 
 /// Connection settings of a [`PubSubTransport`], as plain values (filled from the table's
 /// connection options).
