@@ -36,7 +36,6 @@ use datafusion_proto::physical_plan::{
 use datafusion_proto::protobuf;
 use prost::Message;
 
-use crate::connectors::ConnectorKind;
 use crate::options::RawOptions;
 use crate::sql::{SinkCountExec, SinkDeclaration, SinkSpec, SinkTable, SinkWriterExec};
 
