@@ -15,11 +15,13 @@
 //!     ("BATCH_ELEMENT_COUNT_THRESHOLD".to_string(), "500".to_string()),
 //! ])?;
 //! assert_eq!(raw.get("batch_element_count_threshold"), Some("500"));
-//! let parsed = parse_options(gcp_sql::connectors::pubsub::KIND, &raw)?;
-//! assert!(parsed.text_as_written(&gcp_sql::connectors::pubsub::options::TOPIC).is_some());
+//! let pubsub = gcp_sql::connectors::registry::kind_named("pubsub")?;
+//! let parsed = parse_options(pubsub, &raw)?;
+//! let topic = gcp_sql::connectors::catalog::lookup(pubsub, "topic").expect("a topic option");
+//! assert!(parsed.text_as_written(topic).is_some());
 //!
 //! let err = RawOptions::from_pairs([("topc".to_string(), "x".to_string())])
-//!     .and_then(|raw| validate_names(gcp_sql::connectors::pubsub::KIND, &raw))
+//!     .and_then(|raw| validate_names(pubsub, &raw))
 //!     .unwrap_err();
 //! assert!(err.to_string().contains("did you mean 'topic'"));
 //! # Ok::<(), gcp_sql::Error>(())

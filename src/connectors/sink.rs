@@ -7,10 +7,8 @@
 //! only what differs: its kind, its options, mapping, client settings and transport types, how
 //! the options become a `FlowConfig` and client settings, and how a batch is encoded.
 //!
-//! The public names stay as aliases: [`PubSubSink`](crate::connectors::pubsub::writer::PubSubSink)
-//! is `Sink<PubSub>`, [`CloudTasksSink`](crate::connectors::cloud_tasks::writer::CloudTasksSink)
-//! is `Sink<CloudTasks>` and [`BigtableSink`](crate::connectors::bigtable::writer::BigtableSink)
-//! is `Sink<Bigtable>`.
+//! Each connector's `writer` module names its sink as an alias of `Sink<Marker>`, its
+//! marker type.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -43,7 +41,7 @@ pub trait Connector: Send + Sync + 'static {
     /// Which connector this is.
     const KIND: ConnectorKind;
 
-    /// The typed options (`PubSubSinkOptions`, ...).
+    /// The typed options (the connector's `*SinkOptions`).
     type Options: Debug + Send + Sync;
     /// The validated row mapping, built from the options and the table schema.
     type Mapping: Debug + Send + Sync;

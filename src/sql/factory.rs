@@ -88,7 +88,8 @@ impl SinkTableFactory {
 ///     ("url".to_string(), "https://user:pw@worker.example.com/run?key=SECRET".to_string()),
 ///     ("headers".to_string(), "Authorization: Bearer SECRET; X-Source: demo".to_string()),
 /// ])?;
-/// let d = SinkDeclaration::new(gcp_sql::connectors::cloud_tasks::KIND, Some("projects/p/locations/l/queues/q"), &raw);
+/// let cloud_tasks = gcp_sql::connectors::registry::kind_named("cloud_tasks")?;
+/// let d = SinkDeclaration::new(cloud_tasks, Some("projects/p/locations/l/queues/q"), &raw);
 /// assert_eq!(d.given("url"), Some("https://worker.example.com/... (rest hidden)"));
 /// assert_eq!(d.given("headers"), Some("Authorization, X-Source (values hidden)"));
 /// let queue = d.in_force().into_iter().find(|o| o.name == "queue").unwrap();

@@ -70,12 +70,11 @@ pub fn register(ctx: &SessionContext) {
 }
 
 /// Installs the inspection table functions: `pubsub_subscribe(topic, subscription)` and
-/// `pubsub_pull(subscription [, max_messages])` (see [`crate::connectors::pubsub::inspect`] for
-/// their arguments: full resource names, checked before any call, and a message count from 1
-/// to 10 000, default 100, pulled in pages), `bigtable_read(table [, max_rows])`,
-/// `cloud_tasks_create_queue(queue [, paused])` and `cloud_tasks_list(queue [, max_tasks])`
-/// (see [`crate::connectors::bigtable::inspect`], [`crate::connectors::cloud_tasks::inspect`];
-/// [`inspect`] has the design they share).
+/// `pubsub_pull(subscription [, max_messages])` (their arguments are full resource names,
+/// checked before any call, and a message count from 1 to 10 000, default 100, pulled in
+/// pages), `bigtable_read(table [, max_rows])`, `cloud_tasks_create_queue(queue [, paused])`
+/// and `cloud_tasks_list(queue [, max_tasks])`: each connector's `inspect` module documents its
+/// own, and [`inspect`] has the design they share.
 ///
 /// They are emulator and debugging helpers: they create a subscription and pull (and
 /// acknowledge) what a sink published to it, read a Bigtable table back, create a Cloud Tasks

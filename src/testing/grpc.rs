@@ -311,11 +311,11 @@ impl FakeServerBuilder {
 /// ```no_run
 /// # async fn demo() -> std::io::Result<()> {
 /// use gcp_sql::testing::{FakeServer, Reply, Script};
-/// use gcloud_sdk::google::pubsub::v1::{PublishRequest, PublishResponse};
-///
-/// let publish: Script<PublishRequest, PublishResponse> = Script::new();
-/// publish.push(Reply::code(tonic::Code::Unavailable));
-/// let server = FakeServer::builder().unary("/google.pubsub.v1.Publisher/Publish", publish.clone()).start().await?;
+/// // Any unary method, by its gRPC path (here with empty messages): its first call answers
+/// // UNAVAILABLE.
+/// let call: Script<(), ()> = Script::new();
+/// call.push(Reply::code(tonic::Code::Unavailable));
+/// let server = FakeServer::builder().unary("/demo.v1.Demo/Call", call.clone()).start().await?;
 /// println!("serving at {}", server.uri());
 /// # Ok(()) }
 /// ```

@@ -45,12 +45,10 @@ pub fn plaintext_endpoint(host: &str) -> Result<Endpoint> {
 /// Connects a plaintext gRPC channel to an emulator at `host`; see [`plaintext_endpoint`].
 ///
 /// ```no_run
-/// use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
-///
 /// # async fn demo() -> gcp_sql::Result<()> {
+/// // Any generated client takes the channel (`XxxClient::new(channel)`).
 /// let channel = gcp_sql::connectors::google::plaintext_channel("127.0.0.1:8085").await?;
-/// let publisher = PublisherClient::new(channel);
-/// # drop(publisher);
+/// # drop(channel);
 /// # Ok(())
 /// # }
 /// ```
