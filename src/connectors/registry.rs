@@ -2,7 +2,7 @@
 //! the words of the `connector` option, the option reference, the inspection functions, the
 //! emulators a session starts) is derived from [`CONNECTORS`].
 //!
-//! Adding a connector is one folder that exports a `CONNECTOR` descriptor, plus one line here
+//! Adding a connector is one folder that exports a `CONNECTOR` descriptor, plus its entries here
 //! (see `docs/architecture.md`).
 //!
 //! ```
