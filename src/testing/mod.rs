@@ -7,6 +7,8 @@
 //!   emulators cannot produce.
 
 mod grpc;
+#[cfg(all(test, feature = "cli"))]
+pub(crate) mod logs;
 mod transport;
 
 pub use grpc::{FakeServer, FakeServerBuilder, Reply, Script};

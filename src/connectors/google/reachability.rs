@@ -284,33 +284,10 @@ mod tests {
         assert!(reach.has_answered());
     }
 
-    /// A writer of log lines into a shared buffer.
-    #[cfg(feature = "cli")]
-    #[derive(Clone, Default)]
-    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-    #[cfg(feature = "cli")]
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     #[cfg(feature = "cli")]
     #[test]
     fn an_address_that_keeps_failing_without_an_answer_is_warned_about_once() {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let (captured, _guard) = crate::testing::logs::capture_warnings();
         let reach = Reachability::endpoint("https://pubsub.example.test");
         let reset = || {
             tonic::Status::from_error(Box::new(Wrapped(Box::new(std::io::Error::from(
@@ -322,14 +299,14 @@ mod tests {
                 .observe::<()>(Err(transport_status(reset())))
                 .unwrap_err();
             assert!(!nothing_listens(&seen), "attempt {attempt}");
-            let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+            let log = captured.text();
             assert_eq!(
                 log.contains("no answer from"),
                 attempt >= NO_ANSWER_WARN_ATTEMPTS,
                 "attempt {attempt}: {log}"
             );
         }
-        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let log = captured.text();
         assert_eq!(log.matches("no answer from").count(), 1, "{log}");
         assert!(
             log.contains(&format!(

@@ -1005,33 +1005,10 @@ async fn not_delivered_leaves_out_acknowledged_dropped_and_refused_records() {
     assert_eq!(h.writer.not_delivered(), 10);
 }
 
-/// Captures the log lines written while it is the thread's default subscriber.
-#[cfg(feature = "cli")]
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-#[cfg(feature = "cli")]
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        lock(&self.0).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[cfg(feature = "cli")]
 #[tokio::test(start_paused = true)]
 async fn a_writer_dropped_mid_statement_logs_its_counts_at_warn() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = crate::testing::logs::capture_warnings();
     let mut h = Harness::new(config());
     // One batch of ten acknowledged, then a batch of ten that stalls.
     h.write_all(1..=10, "d").await.expect("write");
@@ -1041,7 +1018,7 @@ async fn a_writer_dropped_mid_statement_logs_its_counts_at_warn() {
     tokio::task::yield_now().await;
     // The statement's future is dropped (cancelled): no error can carry the counts.
     drop(h.writer);
-    let log = String::from_utf8(lock(&captured.0).clone()).expect("utf-8");
+    let log = captured.text();
     assert!(log.contains("WARN"), "{log}");
     assert!(
         log.contains("10 row(s) were acknowledged; 10 admitted row(s) were not delivered"),
@@ -1056,14 +1033,7 @@ async fn a_writer_dropped_mid_statement_logs_its_counts_at_warn() {
 #[cfg(feature = "cli")]
 #[tokio::test(start_paused = true)]
 async fn the_resend_after_an_asked_for_creation_is_not_a_retry() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = crate::testing::logs::capture_warnings();
     let mut c = config();
     c.not_found = Some(recovery(true));
     let mut h = Harness::new(c);
@@ -1077,7 +1047,7 @@ async fn the_resend_after_an_asked_for_creation_is_not_a_retry() {
     assert_eq!(h.metric(names::RESOURCES_CREATED), 1);
     assert!(h.metric(names::SEND_ERRORS) >= 10, "a batch met NOT_FOUND");
     assert_eq!(h.metric(names::RETRIES), 0);
-    let log = String::from_utf8(lock(&captured.0).clone()).expect("utf-8");
+    let log = captured.text();
     assert!(!log.contains("retrying a send"), "{log}");
     assert!(!log.contains("WARN"), "{log}");
 }
