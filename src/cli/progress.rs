@@ -214,6 +214,15 @@ pub(crate) fn statement_control(quiet: bool) -> StatementControl {
 /// ```
 fn flush_point_line(p: &FlushPoint) -> String {
     let c = &p.counts;
+    let source = p
+        .source
+        .map(|s| {
+            format!(
+                "; source: {} message(s) read, {} acknowledged, {} nacked",
+                s.read, s.acknowledged, s.nacked
+            )
+        })
+        .unwrap_or_default();
     format!(
         "flush point {} of writer {}/{} at {:.1} s: {} row(s) read, {} acknowledged, {} skipped, {} dropped, {} retries, {} destination(s) released",
         p.sequence,
@@ -226,7 +235,7 @@ fn flush_point_line(p: &FlushPoint) -> String {
         c.dropped,
         c.retries,
         c.destinations_released
-    )
+    ) + &source
 }
 
 /// A live progress line on stderr while a statement runs; drawn only once the plan reports sink

@@ -59,7 +59,10 @@ pub fn options_for(kind: ConnectorKind) -> impl Iterator<Item = &'static OptionS
 
 /// The spec of option `name` for connector `kind`, if it has one.
 pub fn lookup(kind: ConnectorKind, name: &str) -> Option<&'static OptionSpec> {
-    options_for(kind).find(|s| s.name == name)
+    options_for(kind).find(|s| s.name == name).or_else(|| {
+        let source = kind.descriptor().source?;
+        (source.options)().iter().copied().find(|s| s.name == name)
+    })
 }
 
 /// Checks the names of `raw` against `kind`'s options ([`crate::Error::UnknownOption`] with the

@@ -12,14 +12,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::catalog::TableFunctionImpl;
+use datafusion::catalog::{TableFunctionImpl, TableProvider};
 use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::ExecutionPlan;
 
 #[cfg(any(test, feature = "testing"))]
 use crate::bench::null_method::NullMethod;
 use crate::core::SinkMetrics;
 #[cfg(doc)]
 use crate::core::StopKind;
+use crate::core::origin::OriginSlot;
 use crate::core::run::WriterContext;
 #[cfg(any(test, feature = "testing"))]
 use crate::emulators::spec::EmulatorSpec;
@@ -42,9 +44,33 @@ pub struct Declared {
 /// the options as written and the environment the emulator variable is read from.
 pub type DeclareFn = fn(SchemaRef, Option<&str>, &RawOptions, EnvLookup<'_>) -> Result<Declared>;
 
-/// Whether a physical plan node is one of the connector's sources (a node that reads a
-/// subscription, for instance).
-pub type SourceNodeFn = fn(&dyn datafusion::physical_plan::ExecutionPlan) -> bool;
+/// A connector's source (a table whose rows are read from the service, a subscription for
+/// instance): how a `CREATE` declares it, and how the SQL layer finds its scans in a plan and
+/// the [`OriginSlot`] of each scan partition (see [`crate::core::origin`]).
+pub struct SourceDescriptor {
+    /// What a source's `LOCATION` names (`subscription`).
+    pub location: &'static str,
+    /// Every option a source table accepts besides `connector`.
+    pub options: fn() -> &'static [&'static OptionSpec],
+    /// Whether a declaration (its `LOCATION` and options) is of a source rather than a sink.
+    pub declares_source: fn(Option<&str>, &RawOptions) -> bool,
+    /// Builds the source table from its name, schema, `LOCATION` and options, checking them;
+    /// contacts no service.
+    pub declare: fn(&str, SchemaRef, Option<&str>, &RawOptions) -> Result<Arc<dyn TableProvider>>,
+    /// Whether a plan node is one of this source's scans.
+    pub is_node: fn(&dyn ExecutionPlan) -> bool,
+    /// The origin slot of partition `p` of a scan node; `None` for another node or a
+    /// partition out of range.
+    pub origin_slot: fn(&dyn ExecutionPlan, usize) -> Option<Arc<dyn OriginSlot>>,
+}
+
+impl fmt::Debug for SourceDescriptor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SourceDescriptor")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
 
 /// The table functions a connector offers for inspection (`pubsub_pull`, `bigtable_read`,
 /// ...), by name.
@@ -84,9 +110,8 @@ pub struct ConnectorDescriptor {
     pub declare: DeclareFn,
     /// The connector's inspection table functions.
     pub inspection: InspectionFn,
-    /// Whether a plan node is one of the connector's sources (`|_| false` for a connector
-    /// that has none).
-    pub source_node: SourceNodeFn,
+    /// The connector's source, if it has one.
+    pub source: Option<&'static SourceDescriptor>,
     /// How its emulator is found, installed, started and probed (feature `testing`); `None`
     /// for a service without one.
     #[cfg(any(test, feature = "testing"))]

@@ -15,7 +15,9 @@ pub mod registry;
 pub mod shared;
 pub mod sink;
 
-pub use descriptor::{ConnectorDescriptor, ConnectorKind, Routing, SinkConnector};
+pub use descriptor::{
+    ConnectorDescriptor, ConnectorKind, Routing, SinkConnector, SourceDescriptor,
+};
 pub use registry::build_sink;
 
 /// Selects the process-wide TLS crypto provider (ring) unless one is installed already.

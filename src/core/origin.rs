@@ -18,6 +18,8 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
+
 use crate::error::Result;
 
 /// How a retained row ended, among the outcomes that let its origin acknowledge it.
@@ -42,10 +44,37 @@ pub trait RowOrigin: Debug + Send + Sync {
     fn settle(&self, rows: u64, how: Settled);
 }
 
-/// Where a writer finds the origin of the batch its input produced last.
+/// Where a writer finds the origin of the batch its input produced last, and how it talks to
+/// the source behind its input.
 pub trait OriginSlot: Debug + Send + Sync {
     /// The origin of the last batch the input produced, if it has one.
     fn current(&self) -> Option<Arc<dyn RowOrigin>>;
+
+    /// The statement was asked to stop gracefully: the source stops reading, emits what it
+    /// already read, and then ends the input. The writer keeps reading until then.
+    fn stop_reading(&self);
+
+    /// What the source did so far (its whole scan, every partition).
+    fn counts(&self) -> OriginCounts;
+
+    /// Resolves once every acknowledgement and nack the source decided was sent. Await it
+    /// after the input stream was dropped.
+    fn settled(&self) -> BoxFuture<'static, ()>;
+
+    /// The source, for messages (`subscription projects/p/subscriptions/s`).
+    fn describe(&self) -> String;
+}
+
+/// What a source did, as a writer reports it at flush points and at the end of a statement.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OriginCounts {
+    /// Messages (or records) read from the source.
+    pub read: u64,
+    /// Messages acknowledged: every row made from them was delivered, dead-lettered, dropped
+    /// by the failure policy or filtered out.
+    pub acknowledged: u64,
+    /// Messages handed back for another reader (not delivered here).
+    pub nacked: u64,
 }
 
 /// Settles every row of `origins` that has an origin, one call per run of rows sharing one.

@@ -27,6 +27,9 @@ pub struct FlushPoint {
     pub counts: WriterCounts,
     /// Per destination: records sent and send errors (with `per_destination_metrics` only).
     pub per_destination: Vec<(String, u64, u64)>,
+    /// What the source behind the writer's input did so far (its whole scan), when the input
+    /// reads a source that acknowledges after delivery (a subscription).
+    pub source: Option<crate::core::origin::OriginCounts>,
 }
 
 /// Called at each flush point of each writer, from the writer's task: keep it short (send the

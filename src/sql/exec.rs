@@ -90,6 +90,10 @@ pub struct SinkWriterExec {
     /// [`super::order`]); dropped before a row is encoded.
     hidden: usize,
     writers: usize,
+    /// The input reads a source that acknowledges after delivery: connected by
+    /// [`super::lineage::connect`], one writer per input partition, each finding its rows'
+    /// origin in its partition's slot.
+    reads_source: bool,
     metrics: ExecutionPlanMetricsSet,
     statement: Arc<Statement>,
     properties: Arc<PlanProperties>,
@@ -151,6 +155,14 @@ impl SinkWriterExec {
         routing: Routing,
         ordering: Option<LexOrdering>,
     ) -> DFResult<Self> {
+        let reads_source = super::lineage::reads_source(&input);
+        let (input, ordering) = if reads_source {
+            // One writer per source partition, fed through nodes that pass each batch on;
+            // a plan that cannot be connected so is refused here, before anything is read.
+            (super::lineage::connect(input, &table)?, None)
+        } else {
+            (input, ordering)
+        };
         let schema = input.schema();
         let key_exprs = routing
             .key_columns
@@ -175,9 +187,10 @@ impl SinkWriterExec {
         }
         let hidden = schema.fields().len() - visible;
         let partitions = input.output_partitioning().partition_count().max(1);
-        let writers = sink
-            .parallelism()
-            .map_or(partitions, |p| p.clamp(1, partitions));
+        let writers = match sink.parallelism() {
+            Some(p) if !reads_source => p.clamp(1, partitions),
+            _ => partitions,
+        };
         let boundedness = match input.boundedness() {
             Boundedness::Bounded => Boundedness::Bounded,
             Boundedness::Unbounded { .. } => Boundedness::Unbounded {
@@ -201,6 +214,7 @@ impl SinkWriterExec {
             ordering,
             hidden,
             writers,
+            reads_source,
             metrics: ExecutionPlanMetricsSet::new(),
             statement: Arc::default(),
             properties: Arc::new(properties),
@@ -282,6 +296,21 @@ impl SinkWriterExec {
         ctx: WriterContext,
     ) -> DFResult<u64> {
         let result = sink.write_all(input, metrics, &ctx).await;
+        if let Some(slot) = &ctx.origin {
+            // The input is gone: every ticket is settled or dropped, so the source's last
+            // acknowledgements (and nacks) are decided; the statement ends once they are sent.
+            slot.settled().await;
+            let counts = slot.counts();
+            tracing::info!(
+                writer = ctx.writer + 1,
+                writers = ctx.writers,
+                source = %slot.describe(),
+                messages_read = counts.read,
+                messages_acknowledged = counts.acknowledged,
+                messages_nacked = counts.nacked,
+                "the writer's source settled"
+            );
+        }
         Ok(running.finish(&ctx, result).await?)
     }
 }
@@ -327,7 +356,11 @@ impl ExecutionPlan for SinkWriterExec {
     }
 
     fn required_input_distribution(&self) -> Vec<Distribution> {
-        if self.sink.parallelism() == Some(1) {
+        if self.reads_source {
+            // Each writer reads one source partition as it is (see `lineage`); a key is kept
+            // in order within a writer by the core's per-key routing.
+            vec![Distribution::UnspecifiedDistribution]
+        } else if self.sink.parallelism() == Some(1) {
             // One writer, fed as DataFusion's own sinks are: the input merged, in its order.
             vec![Distribution::SinglePartition]
         } else if self.key_exprs.is_empty() {
@@ -350,7 +383,7 @@ impl ExecutionPlan for SinkWriterExec {
     }
 
     fn benefits_from_input_partitioning(&self) -> Vec<bool> {
-        if self.sink.parallelism() == Some(1) {
+        if self.reads_source || self.sink.parallelism() == Some(1) {
             return vec![false];
         }
         // More partitions are more writers: every core encodes and sends. With a key, this is
@@ -459,8 +492,11 @@ impl ExecutionPlan for SinkWriterExec {
             statement: self.statement.id().clone(),
             table: Some(self.table.as_str().into()),
             runtime: Some(context.runtime_env()),
-            // Wired by the subscription source (issue 22), once a plan can prove its lineage.
-            origin: None,
+            origin: if self.reads_source {
+                super::lineage::origin_slot(&self.input, partition)
+            } else {
+                None
+            },
         };
         let user_stop = control.as_ref().map(|c| c.signal());
         let counted = control.map(|c| c.writer_running());

@@ -43,17 +43,7 @@ impl SinkTableFactory {
         // statement text in `cmd.definition` does not carry the options, so it cannot help here.
         // The names, types and bounds are checked once, by the connector's `from_raw` that
         // `build_sink` calls.
-        let pairs: Vec<(String, String)> = cmd
-            .options
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let raw = RawOptions::from_pairs(pairs)?;
-        let location = cmd
-            .locations
-            .first()
-            .map(String::as_str)
-            .filter(|l| !l.is_empty());
+        let (location, raw) = declared(cmd)?;
         let schema = Arc::new(cmd.schema.as_arrow().clone());
         // The spec keeps what the declaration resolved (the emulator variable included), so
         // that a cluster's executors rebuild the same sink (`crate::cluster`).
@@ -237,8 +227,32 @@ impl TableProviderFactory for SinkTableFactory {
         _state: &dyn Session,
         cmd: &CreateExternalTable,
     ) -> DFResult<Arc<dyn TableProvider>> {
+        if let Some(source) = self.kind.descriptor().source {
+            let (location, raw) = declared(cmd)?;
+            if (source.declares_source)(location, &raw) {
+                let schema = Arc::new(cmd.schema.as_arrow().clone());
+                return Ok((source.declare)(
+                    &cmd.name.to_string(),
+                    schema,
+                    location,
+                    &raw,
+                )?);
+            }
+        }
         Ok(Arc::new(self.create_table(cmd)?))
     }
+}
+
+/// The `LOCATION` (`None` when empty) and the options of a `CREATE EXTERNAL TABLE`.
+fn declared(cmd: &CreateExternalTable) -> Result<(Option<&str>, RawOptions)> {
+    let pairs = cmd.options.iter().map(|(k, v)| (k.clone(), v.clone()));
+    let raw = RawOptions::from_pairs(pairs.collect::<Vec<_>>())?;
+    let location = cmd
+        .locations
+        .first()
+        .map(String::as_str)
+        .filter(|l| !l.is_empty());
+    Ok((location, raw))
 }
 
 fn value_text(v: &Value) -> String {
@@ -267,7 +281,14 @@ pub(crate) fn check_raw_option_names(
     };
     let raw = RawOptions::from_pairs(options.iter().map(|(k, v)| (k.clone(), value_text(v))))?;
     if factory_skipped {
-        connectors::catalog::parse_options(kind, &raw)?;
+        match kind.descriptor().source {
+            Some(source) if (source.declares_source)(None, &raw) => {
+                kind.parse_options_of((source.options)(), &raw)?;
+            }
+            _ => {
+                connectors::catalog::parse_options(kind, &raw)?;
+            }
+        }
     }
     Ok(())
 }

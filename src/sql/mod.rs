@@ -24,6 +24,7 @@ pub(crate) mod control;
 pub mod exec;
 mod factory;
 pub mod inspect;
+pub mod lineage;
 pub mod map_columns;
 pub mod order;
 mod spec;

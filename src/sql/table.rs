@@ -115,18 +115,7 @@ impl TableProvider for SinkTable {
             ))
             .into());
         }
-        if let Some(kind) = source_in(&input) {
-            return Err(Error::Unsupported(format!(
-                "INSERT INTO '{}' reads from a {} source: writing a source's rows into a sink is \
-                 not supported yet, because its messages would be acknowledged before the sink \
-                 delivered their rows (acknowledgement after delivery is issue 22's next step); \
-                 read the source with a plain query, or land the data in a file or table first",
-                self.name,
-                kind.display_name()
-            ))
-            .into());
-        }
-        let writers = if self.sink.routing().keep_order {
+        let writers = if self.sink.routing().keep_order && !super::lineage::reads_source(&input) {
             // The ORDER BY, whatever it sorts by, reaches the writers (hidden columns carry
             // what the INSERT does not write).
             let carried = carry_ordering(input, self.sink.schema().fields().len())?;
@@ -142,11 +131,4 @@ impl TableProvider for SinkTable {
         .with_spec(self.spec.clone());
         Ok(Arc::new(SinkCountExec::new(Arc::new(writers))))
     }
-}
-
-/// The connector whose source node `plan` reads from, if any (the first found).
-fn source_in(plan: &Arc<dyn ExecutionPlan>) -> Option<crate::connectors::ConnectorKind> {
-    crate::connectors::registry::kinds()
-        .find(|kind| (kind.descriptor().source_node)(plan.as_ref()))
-        .or_else(|| plan.children().into_iter().find_map(source_in))
 }

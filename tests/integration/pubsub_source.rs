@@ -509,10 +509,10 @@ async fn under_dead_letter_a_message_that_does_not_decode_is_stored_then_acknowl
     );
 }
 
-/// Until a sink settles the source's batches (acknowledgement after delivery), an INSERT from
-/// a subscription is refused while it is planned: nothing is read, nothing acknowledged.
+/// A plan whose rows cannot be traced back to messages (an aggregate) is refused while it is
+/// planned: nothing is read, nothing acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_insert_from_a_subscription_is_refused_before_anything_is_read() {
+async fn a_group_by_over_a_subscription_is_refused_before_anything_is_read() {
     let f = Fixture::new("src-insert").await;
     let ids = f.publish(bad_batch()).await;
     let table = Arc::new(PubSubSourceTable::try_new("t", n_schema(), f.options()).unwrap());
@@ -522,7 +522,7 @@ async fn an_insert_from_a_subscription_is_refused_before_anything_is_read() {
     let statements = format!(
         "CREATE EXTERNAL TABLE out (n BIGINT) STORED AS PUBSUB LOCATION '{}' \
          OPTIONS ('emulator_host' '{}', 'format' 'json');
-         INSERT INTO out SELECT n FROM t",
+         INSERT INTO out SELECT count(*) FROM t GROUP BY n",
         f.topic, f.host
     );
     let err = gcp_sql::sql::run(&ctx, &statements)
@@ -530,8 +530,10 @@ async fn an_insert_from_a_subscription_is_refused_before_anything_is_read() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("INSERT INTO 'out' reads from a Pub/Sub source")
-            && err.contains("not supported yet"),
+        err.contains("INSERT INTO 'out' reads subscription")
+            && err.contains("AggregateExec")
+            && err.contains("cannot be traced back")
+            && err.contains("UNION ALL"),
         "{err}"
     );
     for handle in table.handles() {
@@ -551,4 +553,312 @@ async fn an_insert_from_a_subscription_is_refused_before_anything_is_read() {
     for id in &ids {
         assert!(back.contains(id), "{id} was taken: {back:?}");
     }
+}
+
+/// `n` JSON messages `{"id": i, "url": "/p/i"}`, the url empty for every tenth id.
+fn clicks(n: i64) -> Vec<PubsubMessage> {
+    (0..n)
+        .map(|i| {
+            let url = if i % 10 == 0 {
+                String::new()
+            } else {
+                format!("/p/{i}")
+            };
+            PubsubMessage {
+                data: serde_json::json!({ "id": i, "url": url })
+                    .to_string()
+                    .into(),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// A context with the sinks registered, its batches `batch_size` rows.
+fn sql_context(batch_size: usize) -> SessionContext {
+    let ctx = context(batch_size);
+    gcp_sql::sql::register(&ctx);
+    ctx
+}
+
+impl Fixture {
+    /// The `WITH` form declaring this fixture's subscription as table `name`.
+    fn source_sql(&self, name: &str, columns: &str, options: &[(&str, &str)]) -> String {
+        let mut with = format!(
+            "connector = 'pubsub', subscription = '{}', emulator_host = '{}', \
+             stop_after_idle = '2s', ack_deadline = '10s'",
+            self.subscription, self.host
+        );
+        for (k, v) in options {
+            with.push_str(&format!(", {k} = '{v}'"));
+        }
+        format!("CREATE TABLE {name} ({columns}) WITH ({with})")
+    }
+}
+
+/// The pipeline users run, in SQL: a subscription read through a filter and scalar functions
+/// into Bigtable. Every kept row lands (read back with the Bigtable client), and only then is
+/// every message acknowledged: the filtered-out ones too, nothing comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_into_bigtable_lands_every_row_and_acknowledges_every_message() {
+    let f = Fixture::new("src-bt").await;
+    let bt = crate::support::bigtable::Bigtable::connect().await;
+    let table = crate::support::bigtable::Bigtable::table_name("src");
+    bt.create_table(&table, &["c"]).await;
+    f.publish(clicks(3000)).await;
+    let ctx = sql_context(100);
+    let statements = format!(
+        "{};
+         {};
+         INSERT INTO clicks_bt SELECT CAST(id AS VARCHAR), upper(url) FROM clicks_in WHERE url <> ''",
+        f.source_sql(
+            "clicks_in",
+            "id BIGINT, url VARCHAR",
+            &[("format", "json"), ("parallel_pull_count", "2")]
+        ),
+        bt.create_sql(
+            "clicks_bt",
+            "id VARCHAR, url VARCHAR",
+            &table,
+            &[("row_key", "id"), ("column_family", "c")]
+        ),
+    );
+    let out = gcp_sql::sql::run(&ctx, &statements).await.expect("INSERT");
+    let count = out[0]
+        .column(0)
+        .as_primitive::<arrow::datatypes::UInt64Type>();
+    assert_eq!(count.value(0), 2700, "rows acknowledged by Bigtable");
+    let rows = bt.read(&table).await;
+    assert_eq!(rows.len(), 2700, "rows in Bigtable");
+    for i in (0..3000).filter(|i| i % 10 != 0) {
+        let cells = &rows[format!("{i}").as_bytes()];
+        let url = cells
+            .iter()
+            .find(|c| c.qualifier == b"url")
+            .expect("url cell");
+        assert_eq!(url.value, format!("/P/{i}").into_bytes(), "row {i}");
+    }
+    assert!(
+        f.left_over_after_deadline().await.is_empty(),
+        "every message, filtered out or delivered, was acknowledged"
+    );
+}
+
+/// Under `failure_policy = 'fail'`, a row the sink refuses (a NULL row key) fails the statement
+/// and its message is not acknowledged: it comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_the_sink_refuses_under_fail_leaves_its_message_unacknowledged() {
+    let f = Fixture::new("src-fail").await;
+    let bt = crate::support::bigtable::Bigtable::connect().await;
+    let table = crate::support::bigtable::Bigtable::table_name("srcfail");
+    bt.create_table(&table, &["c"]).await;
+    let ids = f.publish(clicks(50)).await;
+    let ctx = sql_context(10);
+    let statements = format!(
+        "{};
+         {};
+         INSERT INTO out SELECT CASE WHEN id = 17 THEN NULL ELSE CAST(id AS VARCHAR) END, url \
+         FROM clicks_in",
+        f.source_sql("clicks_in", "id BIGINT, url VARCHAR", &[("format", "json")]),
+        bt.create_sql(
+            "out",
+            "id VARCHAR, url VARCHAR",
+            &table,
+            &[("row_key", "id"), ("column_family", "c")]
+        ),
+    );
+    let err = gcp_sql::sql::run(&ctx, &statements)
+        .await
+        .expect_err("the refused row fails the statement")
+        .to_string();
+    assert!(err.contains("row key"), "{err}");
+    let source = ctx.table_provider("clicks_in").await.unwrap();
+    let source = source
+        .downcast_ref::<PubSubSourceTable>()
+        .expect("a source table");
+    let counts = source.handles()[0].counts();
+    assert_eq!(
+        counts.messages_acked, 0,
+        "the failed statement acknowledged nothing"
+    );
+    assert_eq!(
+        counts.messages_nacked, 50,
+        "what was read went back at once"
+    );
+    // A nack makes the messages available at once.
+    let back: Vec<String> = f
+        .pull_now()
+        .await
+        .into_iter()
+        .map(|m| m.message_id)
+        .collect();
+    assert!(
+        back.contains(&ids[17]),
+        "the refused row's message was acknowledged: {back:?}"
+    );
+}
+
+/// Under `failure_policy = 'dead_letter'`, the refused row is dead-lettered, and its message
+/// is acknowledged once the dead letter is written: nothing comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_the_sink_dead_letters_is_acknowledged_once_its_dead_letter_is_written() {
+    let f = Fixture::new("src-dl").await;
+    let bt = crate::support::bigtable::Bigtable::connect().await;
+    let table = crate::support::bigtable::Bigtable::table_name("srcdl");
+    bt.create_table(&table, &["c"]).await;
+    f.publish(clicks(50)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = format!("file://{}", dir.path().display());
+    let ctx = sql_context(10);
+    let statements = format!(
+        "{};
+         {};
+         INSERT INTO out SELECT CASE WHEN id = 17 THEN NULL ELSE CAST(id AS VARCHAR) END, url \
+         FROM clicks_in",
+        f.source_sql("clicks_in", "id BIGINT, url VARCHAR", &[("format", "json")]),
+        bt.create_sql(
+            "out",
+            "id VARCHAR, url VARCHAR",
+            &table,
+            &[
+                ("row_key", "id"),
+                ("column_family", "c"),
+                ("failure_policy", "dead_letter"),
+                ("dead_letter_path", &path)
+            ]
+        ),
+    );
+    let out = gcp_sql::sql::run(&ctx, &statements).await.expect("INSERT");
+    let count = out[0]
+        .column(0)
+        .as_primitive::<arrow::datatypes::UInt64Type>();
+    assert_eq!(count.value(0), 49);
+    let mut letters = String::new();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        letters.push_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap());
+    }
+    assert_eq!(letters.lines().count(), 1, "one dead letter: {letters}");
+    assert_eq!(bt.read(&table).await.len(), 49);
+    assert!(
+        f.left_over_after_deadline().await.is_empty(),
+        "the dead-lettered row's message was acknowledged too"
+    );
+}
+
+/// An ordered subscription into an ordered topic: each key's messages keep their order end to
+/// end (read back from an ordered subscription of the output topic).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_subscription_into_an_ordered_topic_keeps_each_keys_order() {
+    let admin = PubSubAdmin::connect().await;
+    let id = unique("src-ord");
+    let topic = format!("projects/source-tests/topics/{id}");
+    let subscription = format!("projects/source-tests/subscriptions/{id}-sub");
+    admin.create_topic(&topic).await;
+    admin.create_subscription(&subscription, &topic, true).await;
+    let (out_topic, out_subscription) = admin
+        .topic_with_subscription("source-tests", "src-ord-out", true)
+        .await;
+    let keys = 5;
+    let n = 1000;
+    let messages: Vec<PubsubMessage> = (0..n)
+        .map(|i| PubsubMessage {
+            data: serde_json::json!({ "id": i }).to_string().into(),
+            ordering_key: format!("key-{}", i % keys),
+            ..Default::default()
+        })
+        .collect();
+    let channel = gcp_sql::emulators::plaintext_channel(&admin.host)
+        .await
+        .unwrap();
+    let mut publisher = PublisherClient::new(channel);
+    // One publish per message, in order: the service keeps each key's order from there.
+    for chunk in messages.chunks(100) {
+        publisher
+            .publish(PublishRequest {
+                topic: topic.clone(),
+                messages: chunk.to_vec(),
+            })
+            .await
+            .expect("Publish");
+    }
+    let ctx = sql_context(50);
+    let statements = format!(
+        "CREATE TABLE ordered_in (id BIGINT, k VARCHAR) WITH (connector = 'pubsub', \
+           subscription = '{subscription}', emulator_host = '{host}', format = 'json', \
+           ordering_key_column = 'k', stop_after_idle = '2s');
+         CREATE TABLE ordered_out (ordering_key VARCHAR, id BIGINT) WITH (connector = 'pubsub', \
+           topic = '{out_topic}', emulator_host = '{host}', enable_message_ordering = true);
+         INSERT INTO ordered_out SELECT k, id FROM ordered_in",
+        host = admin.host
+    );
+    gcp_sql::sql::run(&ctx, &statements).await.expect("INSERT");
+    let back = admin.pull_all(&out_subscription, n as usize).await;
+    let order: Vec<i64> = (0..n).collect();
+    let mut by_id = back.clone();
+    by_id.sort_by_key(|m| crate::support::ids(std::slice::from_ref(m), "id")[0]);
+    assert_eq!(
+        crate::support::ids(&by_id, "id"),
+        order,
+        "every message once"
+    );
+    let mut per_key: HashMap<String, Vec<i64>> = HashMap::new();
+    for m in &back {
+        per_key
+            .entry(m.ordering_key.clone())
+            .or_default()
+            .push(crate::support::ids(std::slice::from_ref(m), "id")[0]);
+    }
+    assert_eq!(per_key.len(), keys as usize);
+    for (key, ids) in per_key {
+        assert!(ids.is_sorted(), "{key} out of order: {ids:?}");
+    }
+}
+
+/// A graceful stop (`StatementControl`) of an INSERT that would read forever: the source stops
+/// reading, what it read is delivered and acknowledged, and the statement returns its count.
+/// Nothing read is left unacknowledged; what was not read is still on the subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_delivers_and_acknowledges_what_was_read() {
+    let f = Fixture::new("src-stop").await;
+    let (out_topic, out_subscription) = PubSubAdmin::connect()
+        .await
+        .topic_with_subscription("source-tests", "src-stop-out", false)
+        .await;
+    f.publish(clicks(2000)).await;
+    let control = gcp_sql::sql::StatementControl::new();
+    let ctx = gcp_sql::sql::new_context_with_control(&control);
+    let statements = format!(
+        "CREATE TABLE clicks_in (id BIGINT, url VARCHAR) WITH (connector = 'pubsub', \
+           subscription = '{}', emulator_host = '{host}', format = 'json', ack_deadline = '10s');
+         CREATE TABLE out (id BIGINT, url VARCHAR) WITH (connector = 'pubsub', \
+           topic = '{out_topic}', emulator_host = '{host}');
+         INSERT INTO out SELECT id, url FROM clicks_in",
+        f.subscription,
+        host = f.host
+    );
+    let running = tokio::spawn(async move { gcp_sql::sql::run(&ctx, &statements).await });
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!running.is_finished(), "the INSERT reads until stopped");
+    control.stop(gcp_sql::core::StopKind::Drain, "test stop");
+    let out = running
+        .await
+        .unwrap()
+        .expect("a graceful stop returns the count");
+    let delivered = out[0]
+        .column(0)
+        .as_primitive::<arrow::datatypes::UInt64Type>()
+        .value(0) as usize;
+    assert_eq!(
+        delivered, 2000,
+        "everything published was read before the stop"
+    );
+    let back = PubSubAdmin::connect()
+        .await
+        .pull_all(&out_subscription, delivered)
+        .await;
+    assert_eq!(back.len(), delivered);
+    assert!(
+        f.left_over_after_deadline().await.is_empty(),
+        "nothing read was left unacknowledged"
+    );
 }

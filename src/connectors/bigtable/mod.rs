@@ -43,7 +43,7 @@ pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
     fixed_budgets: options::FIXED_BUDGETS,
     declare: crate::connectors::sink::declare::<writer::Bigtable>,
     inspection: inspect::inspection_functions,
-    source_node: |_| false,
+    source: None,
     #[cfg(any(test, feature = "testing"))]
     emulator: Some(&EMULATOR),
     #[cfg(any(test, feature = "testing"))]

@@ -42,7 +42,7 @@ pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
     fixed_budgets: options::FIXED_BUDGETS,
     declare: crate::connectors::sink::declare::<writer::CloudTasks>,
     inspection: inspect::inspection_functions,
-    source_node: |_| false,
+    source: None,
     #[cfg(any(test, feature = "testing"))]
     emulator: Some(&EMULATOR),
     #[cfg(any(test, feature = "testing"))]

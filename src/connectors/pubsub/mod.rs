@@ -51,7 +51,7 @@ pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
     fixed_budgets: &[],
     declare: crate::connectors::sink::declare::<writer::PubSub>,
     inspection: inspect::inspection_functions,
-    source_node: source::is_source_node,
+    source: Some(&source::SOURCE),
     #[cfg(any(test, feature = "testing"))]
     emulator: Some(&EMULATOR),
     #[cfg(any(test, feature = "testing"))]

@@ -82,6 +82,10 @@ where
             t
         });
         let mut draining = false;
+        // With an origin (a source that acknowledges after delivery), a stop asks the source
+        // to stop reading instead: it then emits what it read and ends the input, and every
+        // row it emitted is written and settled, so its messages are acknowledged.
+        let mut source_stopped = false;
         loop {
             let next = if draining {
                 // Stopping: the rows the input already holds (decoded, or waiting in a
@@ -101,8 +105,20 @@ where
                 };
                 tokio::select! {
                     biased;
-                    _ = stop.stopped() => {
-                        draining = true;
+                    _ = stop.stopped(), if !source_stopped => {
+                        match &ctx.origin {
+                            Some(slot) => {
+                                tracing::info!(
+                                    writer = ctx.writer + 1,
+                                    writers = ctx.writers,
+                                    source = %slot.describe(),
+                                    "stop requested: the source stops reading; writing what it read"
+                                );
+                                slot.stop_reading();
+                                source_stopped = true;
+                            }
+                            None => draining = true,
+                        }
                         continue;
                     }
                     () = tick => {
@@ -266,6 +282,7 @@ async fn flush_point<T: Transport>(
         rows_read,
         counts: writer.metrics().counts(),
         per_destination: writer.metrics().per_destination(),
+        source: ctx.origin.as_ref().map(|slot| slot.counts()),
     };
     let c = &point.counts;
     tracing::info!(
@@ -281,6 +298,15 @@ async fn flush_point<T: Transport>(
         destinations_released = c.destinations_released,
         "flush point: every row read so far is resolved"
     );
+    if let Some(source) = &point.source {
+        tracing::info!(
+            writer = ctx.writer + 1,
+            messages_read = source.read,
+            messages_acknowledged = source.acknowledged,
+            messages_nacked = source.nacked,
+            "flush point: the source's messages so far (acknowledgements follow delivery)"
+        );
+    }
     if let Some(observer) = &ctx.observer {
         observer(&point);
     }
@@ -459,6 +485,20 @@ mod tests {
     impl crate::core::origin::OriginSlot for FixedSlot {
         fn current(&self) -> Option<Arc<dyn crate::core::origin::RowOrigin>> {
             Some(self.0.clone())
+        }
+
+        fn stop_reading(&self) {}
+
+        fn counts(&self) -> crate::core::origin::OriginCounts {
+            crate::core::origin::OriginCounts::default()
+        }
+
+        fn settled(&self) -> futures::future::BoxFuture<'static, ()> {
+            Box::pin(async {})
+        }
+
+        fn describe(&self) -> String {
+            "a fixed origin".into()
         }
     }
 

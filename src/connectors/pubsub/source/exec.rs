@@ -31,6 +31,7 @@ use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExp
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::future::BoxFuture;
 use gcloud_sdk::google::pubsub::v1::ReceivedMessage;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -47,6 +48,7 @@ use crate::connectors::google::{Connection, Reachability, emulator_setting};
 use crate::connectors::pubsub::client::DEFAULT_ENDPOINT;
 use crate::core::FailurePolicy;
 use crate::core::dead_letter::{DeadClass, DeadLetterSink, DeadPayload, DeadRow};
+use crate::core::origin::{OriginCounts, OriginSlot, RowOrigin};
 use crate::error::Error;
 
 /// What every partition of one scan shares: the options and the decoder.
@@ -142,6 +144,44 @@ impl SourceHandle {
     }
 }
 
+/// One partition of a scan as a writer sees it ([`crate::core::origin`]): the ticket of the
+/// batch it emitted last, the scan's stop and counts.
+#[derive(Debug)]
+struct ScanSlot {
+    handle: SourceHandle,
+    partition: usize,
+    subscription: String,
+}
+
+impl OriginSlot for ScanSlot {
+    fn current(&self) -> Option<Arc<dyn RowOrigin>> {
+        let ticket = self.handle.inner.slots.get(self.partition)?.current()?;
+        Some(ticket)
+    }
+
+    fn stop_reading(&self) {
+        self.handle.stop(StopKind::Graceful);
+    }
+
+    fn counts(&self) -> OriginCounts {
+        let c = self.handle.counts();
+        OriginCounts {
+            read: c.messages_read,
+            acknowledged: c.messages_acked,
+            nacked: c.messages_nacked,
+        }
+    }
+
+    fn settled(&self) -> BoxFuture<'static, ()> {
+        let handle = self.handle.clone();
+        Box::pin(async move { handle.settled().await })
+    }
+
+    fn describe(&self) -> String {
+        format!("subscription {}", self.subscription)
+    }
+}
+
 /// The source node: `parallel_pull_count` partitions, unbounded, incremental.
 #[derive(Debug)]
 pub struct PubSubSourceExec {
@@ -182,6 +222,17 @@ impl PubSubSourceExec {
     /// The scan's control handle.
     pub fn handle(&self) -> &SourceHandle {
         &self.handle
+    }
+
+    /// The origin slot of `partition` (see [`crate::core::origin`]); `None` out of range.
+    pub fn origin_slot(&self, partition: usize) -> Option<Arc<dyn OriginSlot>> {
+        (partition < self.handle.inner.slots.len()).then(|| {
+            Arc::new(ScanSlot {
+                handle: self.handle.clone(),
+                partition,
+                subscription: self.config.options.subscription.clone(),
+            }) as Arc<dyn OriginSlot>
+        })
     }
 
     /// The subscription read.

@@ -14,7 +14,16 @@
 //!
 //! See `docs/pubsub.md` ("Reading a subscription") and ADR 0041 for the acknowledgement rule.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::TableProvider;
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::connectors::descriptor::SourceDescriptor;
+use crate::core::origin::OriginSlot;
+use crate::options::RawOptions;
 
 pub mod acks;
 pub mod decode;
@@ -81,7 +90,41 @@ impl SourceCounters {
     }
 }
 
+/// The source, as the connector's descriptor lists it.
+pub static SOURCE: SourceDescriptor = SourceDescriptor {
+    location: "subscription",
+    options: options::options,
+    declares_source,
+    declare,
+    is_node: is_source_node,
+    origin_slot,
+};
+
 /// Whether `plan` is a subscription's plan node ([`exec::PubSubSourceExec`]).
-pub fn is_source_node(plan: &dyn datafusion::physical_plan::ExecutionPlan) -> bool {
+pub fn is_source_node(plan: &dyn ExecutionPlan) -> bool {
     plan.downcast_ref::<exec::PubSubSourceExec>().is_some()
+}
+
+fn origin_slot(plan: &dyn ExecutionPlan, partition: usize) -> Option<Arc<dyn OriginSlot>> {
+    plan.downcast_ref::<exec::PubSubSourceExec>()?
+        .origin_slot(partition)
+}
+
+/// A Pub/Sub table is a source when it names a subscription (option or `LOCATION`) or says
+/// `type = 'source'`; anything else declares a sink.
+fn declares_source(location: Option<&str>, raw: &RawOptions) -> bool {
+    let said = |name: &str| raw.get(name).map(|v| v.trim().to_ascii_lowercase());
+    said(options::TYPE.name).is_some_and(|t| t == "source")
+        || raw.get(options::SUBSCRIPTION.name).is_some()
+        || location.is_some_and(|l| l.contains("/subscriptions/"))
+}
+
+fn declare(
+    name: &str,
+    schema: SchemaRef,
+    location: Option<&str>,
+    raw: &RawOptions,
+) -> crate::Result<Arc<dyn TableProvider>> {
+    let options = options::PubSubSourceOptions::from_raw(location, raw)?;
+    Ok(Arc::new(PubSubSourceTable::try_new(name, schema, options)?))
 }

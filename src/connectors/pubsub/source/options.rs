@@ -232,6 +232,22 @@ pub static STOP_AFTER_IDLE: OptionSpec = OptionSpec {
     redact: crate::options::Redact::None,
 };
 
+/// `ack_deadline`.
+pub static ACK_DEADLINE: OptionSpec = OptionSpec {
+    name: "ack_deadline",
+    group: OptionGroup::Writer,
+    kind: OptionKind::Duration,
+    default: DefaultValue::Duration(super::lease::STREAM_ACK_DEADLINE),
+    bound: Bound::DurationRange {
+        min: Duration::from_secs(10),
+        max: Duration::from_secs(600),
+    },
+    cross_rule: "",
+    example: "10s",
+    description: "The ack deadline the stream asks for, and each lease extension sets (the service accepts 10 s to 600 s). It is how soon the messages a killed reader held go to another reader; a shorter one costs more lease extensions.",
+    redact: crate::options::Redact::None,
+};
+
 /// Every option of a Pub/Sub source, in the order the reference lists them.
 pub fn options() -> &'static [&'static OptionSpec] {
     static OPTIONS: LazyLock<Vec<&'static OptionSpec>> = LazyLock::new(|| {
@@ -259,6 +275,7 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &MAX_OUTSTANDING_BYTES,
             &PARALLEL_PULL_COUNT,
             &MAX_LEASE_DURATION,
+            &ACK_DEADLINE,
             &STOP_AFTER_IDLE,
         ]
     });
@@ -494,7 +511,9 @@ impl PubSubSourceOptions {
                 .duration(&MAX_LEASE_DURATION)?
                 .unwrap_or(DEFAULT_MAX_LEASE_DURATION),
             stop_after_idle: p.duration(&STOP_AFTER_IDLE)?,
-            stream_ack_deadline: super::lease::STREAM_ACK_DEADLINE,
+            stream_ack_deadline: p
+                .duration(&ACK_DEADLINE)?
+                .unwrap_or(super::lease::STREAM_ACK_DEADLINE),
         })
     }
 }

@@ -247,6 +247,24 @@ impl Drop for BatchTicket {
     }
 }
 
+/// The core's view of a ticket: a writer retains and settles rows of it
+/// ([`crate::core::origin`]).
+impl crate::core::origin::RowOrigin for BatchTicket {
+    fn retain(&self, rows: u64) -> Result<()> {
+        BatchTicket::retain(self, rows)
+    }
+
+    fn settle(&self, rows: u64, how: crate::core::origin::Settled) {
+        use crate::core::origin::Settled;
+        let outcome = match how {
+            Settled::Delivered => Outcome::Delivered,
+            Settled::DeadLettered => Outcome::DeadLettered,
+            Settled::Dropped => Outcome::Dropped,
+        };
+        BatchTicket::settle(self, rows, outcome);
+    }
+}
+
 /// The handoff slot of one source partition: the ticket of the batch it emitted last.
 #[derive(Debug, Default)]
 pub struct SourceSlot {

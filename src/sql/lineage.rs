@@ -1,0 +1,305 @@
+//! The plan between a source that acknowledges after delivery (a subscription) and a sink's
+//! writers: which plans keep the promise "a message is acknowledged only after every row made
+//! from it was delivered", and how they are connected (ADR 0043).
+//!
+//! The proof rests on three things:
+//!
+//! 1. **Every node between the source and a writer hands each input batch on before it asks
+//!    its input for the next one, and never holds rows back.** Projections (casts, `CASE`,
+//!    scalar functions) and unions do; a filter does once DataFusion's own (which gathers small
+//!    batches into larger ones) is replaced by [`BatchFilterExec`]. Round-robin repartitions and
+//!    merges of partitions, which the optimizer adds, are taken out. Anything else
+//!    (aggregates, joins, sorts, windows, limits, hash repartitions) is refused at planning.
+//! 2. **One writer per source partition**, reading that partition only: the batch a writer
+//!    receives is the one its source partition emitted last, so the writer finds its origin in
+//!    that partition's slot ([`origin_slot`]).
+//! 3. **The writer retains the batch's rows before it polls again, and settles each once
+//!    delivered, dead-lettered or dropped** ([`crate::core::origin`]); the source seals a batch
+//!    when it is polled for the next one, and acknowledges it once sealed and fully settled.
+//!
+//! A subtree that reads no source is left as it is (a bounded table in a `UNION ALL`).
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::cast::as_boolean_array;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result as DFResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+};
+use futures::StreamExt;
+
+use crate::connectors::SourceDescriptor;
+use crate::connectors::registry;
+use crate::core::origin::OriginSlot;
+use crate::error::{Error, Result};
+
+/// The source descriptor whose scan `plan` is, if it is one.
+fn source_of(plan: &dyn ExecutionPlan) -> Option<&'static SourceDescriptor> {
+    registry::kinds()
+        .filter_map(|kind| kind.descriptor().source)
+        .find(|source| (source.is_node)(plan))
+}
+
+/// Whether `plan` reads a source anywhere.
+pub fn reads_source(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    source_of(plan.as_ref()).is_some() || plan.children().into_iter().any(reads_source)
+}
+
+/// A description of the first source `plan` reads, for messages.
+fn first_source(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
+    match source_of(plan.as_ref()) {
+        Some(source) => (source.origin_slot)(plan.as_ref(), 0).map(|slot| slot.describe()),
+        None => plan.children().into_iter().find_map(first_source),
+    }
+}
+
+/// The input of a sink's writers that reads a source, connected as the module describes:
+/// round-robin repartitions and merges taken out, filters made per batch. A node
+/// that cannot keep the promise is refused with an error that names it, why, and what works.
+/// Connecting a plan that is already connected returns the same plan.
+pub fn connect(plan: Arc<dyn ExecutionPlan>, table: &str) -> Result<Arc<dyn ExecutionPlan>> {
+    if !reads_source(&plan) {
+        return Ok(plan);
+    }
+    if source_of(plan.as_ref()).is_some() {
+        return Ok(plan);
+    }
+    let any = plan.as_ref();
+    if let Some(repartition) = any.downcast_ref::<RepartitionExec>()
+        && matches!(repartition.partitioning(), Partitioning::RoundRobinBatch(_))
+        && !repartition.preserve_order()
+    {
+        return connect(repartition.input().clone(), table);
+    }
+    if let Some(merge) = any.downcast_ref::<CoalescePartitionsExec>()
+        && merge.fetch().is_none()
+    {
+        // A merge of partitions (the optimizer adds one where it wants fewer): each writer
+        // reads one source partition instead.
+        return connect(merge.input().clone(), table);
+    }
+    if let Some(filter) = any.downcast_ref::<FilterExec>() {
+        let input = connect(filter.input().clone(), table)?;
+        return Ok(Arc::new(BatchFilterExec::try_new(
+            filter.predicate().clone(),
+            filter.projection().clone(),
+            input,
+        )?));
+    }
+    let passes_on = any.is::<ProjectionExec>()
+        || any.is::<UnionExec>()
+        || any.is::<CooperativeExec>()
+        || any.is::<BatchFilterExec>();
+    if !passes_on {
+        return Err(refusal(&plan, table));
+    }
+    let children = plan
+        .children()
+        .into_iter()
+        .map(|child| connect(child.clone(), table))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(plan.replace_children(
+        children,
+        ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+    )?)
+}
+
+fn refusal(node: &Arc<dyn ExecutionPlan>, table: &str) -> Error {
+    let name = node.name();
+    let why = match name {
+        n if n.contains("Aggregate") => {
+            "an aggregate's output rows cannot be traced back to the messages they came from"
+        }
+        n if n.contains("Join") => "a join's output rows cannot be traced back to one message",
+        n if n.contains("Sort") || n.contains("Window") => {
+            "it holds rows back until it has seen more input, which a source never finishes"
+        }
+        n if n.contains("Limit") => "a limit stops reading part-way through a batch of messages",
+        n if n.contains("Repartition") => {
+            "a hash repartition mixes the rows of several source partitions"
+        }
+        _ => "the rows it emits cannot be traced back to the messages they came from",
+    };
+    let source = first_source(node).unwrap_or_else(|| "a source".into());
+    Error::Unsupported(format!(
+        "INSERT INTO '{table}' reads {source} through {name}, which this project cannot connect \
+         to a sink: a message is acknowledged only after every row made from it was delivered, \
+         and {why}. Between a source and a sink, use projections (casts, CASE, scalar \
+         functions), filters and UNION ALL of sources; to aggregate, join or sort, land the \
+         rows in a table first and run a bounded query over it"
+    ))
+}
+
+/// The origin slot of output partition `partition` of a connected plan (see [`connect`]): the
+/// slot of the source partition that feeds it; `None` when it reads no source.
+pub fn origin_slot(plan: &Arc<dyn ExecutionPlan>, partition: usize) -> Option<Arc<dyn OriginSlot>> {
+    if let Some(source) = source_of(plan.as_ref()) {
+        return (source.origin_slot)(plan.as_ref(), partition);
+    }
+    if plan.is::<UnionExec>() {
+        // A union's partitions are its children's, one after the other.
+        let mut first = 0;
+        for child in plan.children() {
+            let n = child.output_partitioning().partition_count();
+            if partition < first + n {
+                return origin_slot(child, partition - first);
+            }
+            first += n;
+        }
+        return None;
+    }
+    match plan.children().as_slice() {
+        // Every other node of a connected plan passes its input's partitions through.
+        [child] => origin_slot(child, partition),
+        _ => None,
+    }
+}
+
+/// A filter that hands on what each input batch keeps before it asks for the next batch (an
+/// empty result is skipped), where DataFusion's `FilterExec` gathers the kept rows of several
+/// batches into one. Used between a source and a sink, where a batch's rows must reach the
+/// writer before the source is asked for more ([`connect`]).
+#[derive(Debug)]
+pub struct BatchFilterExec {
+    predicate: Arc<dyn PhysicalExpr>,
+    projection: Option<Arc<[usize]>>,
+    input: Arc<dyn ExecutionPlan>,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+}
+
+impl BatchFilterExec {
+    fn try_new(
+        predicate: Arc<dyn PhysicalExpr>,
+        projection: Option<Arc<[usize]>>,
+        input: Arc<dyn ExecutionPlan>,
+    ) -> DFResult<Self> {
+        let schema = match &projection {
+            Some(p) => Arc::new(input.schema().project(p)?),
+            None => input.schema(),
+        };
+        let input_props = input.properties();
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(input_props.partitioning.partition_count()),
+            input_props.emission_type,
+            input_props.boundedness,
+        );
+        Ok(BatchFilterExec {
+            predicate,
+            projection,
+            input,
+            schema,
+            properties: Arc::new(properties),
+        })
+    }
+}
+
+impl DisplayAs for BatchFilterExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BatchFilterExec: {}", self.predicate)?;
+        if let Some(p) = &self.projection {
+            write!(f, ", projection={p:?}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for BatchFilterExec {
+    fn name(&self) -> &'static str {
+        "BatchFilterExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
+    ) -> DFResult<TreeNodeRecursion> {
+        f(&self.predicate)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let [input] = <[_; 1]>::try_from(children).map_err(|c| {
+            DataFusionError::Internal(format!("BatchFilterExec has one child, given {}", c.len()))
+        })?;
+        Ok(Arc::new(BatchFilterExec::try_new(
+            self.predicate.clone(),
+            self.projection.clone(),
+            input,
+        )?))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let predicate = self.predicate.clone();
+        let projection = self.projection.clone();
+        let stream = input.filter_map(move |batch| {
+            let kept = batch.and_then(|batch| keep(&predicate, projection.as_deref(), &batch));
+            futures::future::ready(match kept {
+                Ok(b) if b.num_rows() == 0 => None,
+                other => Some(other),
+            })
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            stream,
+        )))
+    }
+}
+
+fn keep(
+    predicate: &Arc<dyn PhysicalExpr>,
+    projection: Option<&[usize]>,
+    batch: &RecordBatch,
+) -> DFResult<RecordBatch> {
+    let mask = predicate.evaluate(batch)?.into_array(batch.num_rows())?;
+    let kept = filter_record_batch(batch, as_boolean_array(&mask)?)?;
+    Ok(match projection {
+        Some(p) => kept.project(p)?,
+        None => kept,
+    })
+}
