@@ -45,6 +45,12 @@ pub struct SinkCounters {
     pub created: usize,
     /// How many writers the statement ran (0 before any started).
     pub writers: usize,
+    /// Messages the statement's sources read (a subscription), 0 without a source.
+    pub source_read: usize,
+    /// Messages the sources acknowledged: every row made from them was settled.
+    pub source_acked: usize,
+    /// Messages the sources handed back for another reader.
+    pub source_nacked: usize,
 }
 
 impl SinkCounters {
@@ -76,6 +82,9 @@ impl SinkCounters {
                 (names::RECORDS_DEAD_LETTERED, &mut counters.dead_lettered),
                 (names::RESOURCES_CREATED, &mut counters.created),
                 (WRITERS_METRIC, &mut counters.writers),
+                (names::SOURCE_MESSAGES_READ, &mut counters.source_read),
+                (names::SOURCE_MESSAGES_ACKED, &mut counters.source_acked),
+                (names::SOURCE_MESSAGES_NACKED, &mut counters.source_nacked),
             ] {
                 if let Some(value) = metrics.sum_by_name(name) {
                     *slot += value.as_usize();
@@ -109,6 +118,7 @@ impl SinkCounters {
     ///     dead_lettered: 0,
     ///     created: 0,
     ///     writers: 1,
+    ///     ..SinkCounters::default()
     /// };
     /// assert_eq!(
     ///     counters.summary(Duration::from_secs(2)),
@@ -147,6 +157,12 @@ impl SinkCounters {
         }
         if self.writers > 1 {
             line.push_str(&format!("; {} writers", self.writers));
+        }
+        if self.source_read > 0 {
+            line.push_str(&format!(
+                "\nSource: {} message(s) read, {} acknowledged, {} nacked",
+                self.source_read, self.source_acked, self.source_nacked
+            ));
         }
         line
     }
@@ -393,6 +409,7 @@ mod tests {
                 dead_lettered: 0,
                 created: 1,
                 writers: 0,
+                ..SinkCounters::default()
             })
         );
     }

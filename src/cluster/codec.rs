@@ -235,6 +235,18 @@ impl LogicalExtensionCodec for SinkLogicalCodec {
         buf: &mut Vec<u8>,
     ) -> DFResult<()> {
         let Some(table) = node.downcast_ref::<SinkTable>() else {
+            if crate::connectors::registry::kinds()
+                .filter_map(|kind| kind.descriptor().source)
+                .any(|source| (source.is_table)(node.as_ref()))
+            {
+                return Err(DataFusionError::Plan(format!(
+                    "the source '{table_ref}' reads a service and cannot be sent to a cluster: \
+                     its messages are acknowledged only after the sink delivered their rows, \
+                     which needs the source and the sink's writers in one process (a cluster's \
+                     stages hand rows over through a shuffle); run the pipeline without \
+                     --cluster, reading with more parallel_pull_count streams"
+                )));
+            }
             return self
                 .inner
                 .try_encode_table_provider(table_ref, node, buf)

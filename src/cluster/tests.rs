@@ -173,6 +173,35 @@ async fn a_source_no_codec_carries_is_refused_naming_it() {
     assert!(err.contains("file tables"), "{err}");
 }
 
+/// A subscription source cannot run on a cluster: refused naming the table and why.
+#[tokio::test]
+async fn a_subscription_source_is_refused_naming_it_and_why() {
+    let ctx = session();
+    let (name, _, sql) = DECLARATIONS[0];
+    declared(&ctx, sql, name).await;
+    crate::sql::run(
+        &ctx,
+        "CREATE TABLE clicks_in (k VARCHAR, n BIGINT, v VARCHAR) WITH (connector = 'pubsub', \
+         subscription = 'projects/demo/subscriptions/clicks', emulator_host = 'localhost:1')",
+    )
+    .await
+    .unwrap();
+    let plan = ctx
+        .sql("INSERT INTO clicks SELECT k, n, v FROM clicks_in")
+        .await
+        .unwrap()
+        .into_unoptimized_plan();
+    let err = logical_plan_to_bytes_with_extension_codec(&plan, &SinkLogicalCodec::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'clicks_in'")
+            && err.contains("cannot be sent to a cluster")
+            && err.contains("without --cluster"),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn garbage_after_the_tag_is_an_error_not_a_table() {
     let ctx = session();

@@ -57,6 +57,8 @@ pub struct SourceDescriptor {
     /// Builds the source table from its name, schema, `LOCATION` and options, checking them;
     /// contacts no service.
     pub declare: fn(&str, SchemaRef, Option<&str>, &RawOptions) -> Result<Arc<dyn TableProvider>>,
+    /// Whether a table is one of this source's tables.
+    pub is_table: fn(&dyn TableProvider) -> bool,
     /// Whether a plan node is one of this source's scans.
     pub is_node: fn(&dyn ExecutionPlan) -> bool,
     /// The origin slot of partition `p` of a scan node; `None` for another node or a

@@ -20,6 +20,12 @@ use datafusion::physical_plan::metrics::{
 pub mod names {
     /// Records handed to the service, each counted once at its first send (never per retry).
     pub const RECORDS_SENT: &str = "records_sent";
+    /// A source's node: messages read from the service.
+    pub const SOURCE_MESSAGES_READ: &str = "source_messages_read";
+    /// A source's node: messages acknowledged (every row made from them settled).
+    pub const SOURCE_MESSAGES_ACKED: &str = "source_messages_acked";
+    /// A source's node: messages handed back for another reader (nacked).
+    pub const SOURCE_MESSAGES_NACKED: &str = "source_messages_nacked";
     /// Records the service acknowledged (delivered or de-duplicated).
     pub const RECORDS_ACKED: &str = "records_acked";
     /// Bytes of the records handed to the service, each record counted once.

@@ -484,3 +484,44 @@ async fn cloud_tasks_list_lists_a_queue_whose_listing_exceeds_four_mib() {
         "{stdout}"
     );
 }
+
+/// The pipeline script (`sql/pipeline.sql`): clicks published to a topic, read back from its
+/// subscription as a source, reshaped and written to Bigtable; every click lands once, every
+/// message is acknowledged (the summary says so, and nothing is left to pull).
+#[test]
+fn pipeline_reads_a_subscription_into_bigtable_and_acknowledges_every_message() {
+    require_emulators(&[EmulatorKind::PubSub, EmulatorKind::Bigtable]);
+    let home = tempfile::tempdir().unwrap();
+    let mut command = gcp_sql(home.path());
+    command.args(["--emulators", "--format", "json", "-f", "sql/pipeline.sql"]);
+    let Run {
+        success,
+        stdout,
+        stderr,
+    } = run(command);
+    assert!(success, "{stderr}");
+    assert!(
+        stderr.contains("Source: 20 message(s) read, 20 acknowledged, 0 nacked"),
+        "{stderr}"
+    );
+    let results = results(&stdout);
+    let cells = result_with(&results, &["row_key", "qualifier", "value"]);
+    let mut landed: Vec<(i64, String)> = cells
+        .iter()
+        .map(|row| {
+            let user = field(row, "row_key")
+                .trim_start_matches("user-")
+                .parse()
+                .unwrap();
+            (user, field(row, "value").to_string())
+        })
+        .collect();
+    landed.sort();
+    let expected: Vec<(i64, String)> = clicks()
+        .into_iter()
+        .map(|(user, url)| (user, url.to_uppercase()))
+        .collect();
+    assert_eq!(landed, expected, "every click once, reshaped");
+    let left = result_with(&results, &["left_on_the_subscription"]);
+    assert_eq!(left[0]["left_on_the_subscription"], 0, "{left:?}");
+}

@@ -29,6 +29,7 @@ use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use futures::future::BoxFuture;
@@ -282,6 +283,22 @@ impl ExecutionPlan for PubSubSourceExec {
                 "PubSubSourceExec has no children".into(),
             ))
         }
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        use crate::core::metrics::names;
+        let c = self.handle.counts();
+        let set = ExecutionPlanMetricsSet::new();
+        for (name, value) in [
+            (names::SOURCE_MESSAGES_READ, c.messages_read),
+            (names::SOURCE_MESSAGES_ACKED, c.messages_acked),
+            (names::SOURCE_MESSAGES_NACKED, c.messages_nacked),
+        ] {
+            MetricBuilder::new(&set)
+                .global_counter(name)
+                .add(usize::try_from(value).unwrap_or(usize::MAX));
+        }
+        Some(set.clone_inner())
     }
 
     fn execute(

@@ -96,6 +96,7 @@ pub static SOURCE: SourceDescriptor = SourceDescriptor {
     options: options::options,
     declares_source,
     declare,
+    is_table: |table| table.downcast_ref::<PubSubSourceTable>().is_some(),
     is_node: is_source_node,
     origin_slot,
 };
