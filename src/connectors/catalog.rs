@@ -130,8 +130,29 @@ pub fn reference_markdown() -> String {
              `projects/P/instances/I/tables/T`) or a short id resolved with `project` (and `location` or \
              `instance`).",
         ],
-        common_heading: "Common options (every connector)",
+        common_heading: "Common options (every connector's sink)",
         sections,
+        sources: registry::kinds()
+            .filter_map(|kind| Some((kind, kind.descriptor().source?)))
+            .map(|(kind, source)| {
+                let c = kind.descriptor();
+                Section {
+                    heading: format!(
+                        "{} source (`connector = '{}'` with `{}`, `STORED AS {}`)",
+                        c.display_name, c.name, source.location, c.stored_as
+                    ),
+                    intro: format!(
+                        "A table that reads: declared with `{0}` (or a `LOCATION` naming a {0}). \
+                         Every option a source accepts is listed here; the sinks' writer options \
+                         do not apply. The emulator variable is `{1}`.",
+                        source.location, c.service.emulator_env_var
+                    ),
+                    options: (source.options)(),
+                    group_notes: &[],
+                    fixed_budgets: &[],
+                }
+            })
+            .collect(),
     })
 }
 

@@ -46,6 +46,9 @@ pub struct Reference<'a> {
     pub common_heading: &'a str,
     /// One section per connector.
     pub sections: Vec<Section<'a>>,
+    /// One section per source (a connector's table that reads), every option listed: the
+    /// common table above is the sinks'.
+    pub sources: Vec<Section<'a>>,
 }
 
 /// Escapes text for a Markdown table cell.
@@ -153,6 +156,9 @@ pub fn render(r: &Reference<'_>) -> String {
     table(&mut out, &common);
     for s in &r.sections {
         section(&mut out, s, &common);
+    }
+    for s in &r.sources {
+        section(&mut out, s, &[]);
     }
     let trimmed = out.trim_end().to_string();
     trimmed + "\n"
