@@ -60,6 +60,8 @@ mod pubsub_faults;
 mod pubsub_mapping;
 mod pubsub_sink;
 mod pubsub_source;
+#[cfg(feature = "cli")]
+mod pubsub_source_kill;
 mod pubsub_transport;
 // Feeds a FIFO (Unix only).
 mod streaming;

@@ -1,0 +1,203 @@
+//! A Pub/Sub → Bigtable pipeline run by the `gcp-sql` binary and killed with SIGKILL several
+//! times (once while Bigtable is unreachable), then run to its end: every message is in
+//! Bigtable (read back with the Bigtable client), and after the last, graceful, end nothing is
+//! left unacknowledged on the subscription.
+
+use std::collections::BTreeSet;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
+use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
+use gcloud_sdk::google::pubsub::v1::{
+    PublishRequest, PubsubMessage, PullRequest, Subscription, Topic,
+};
+
+use crate::support::bigtable::Bigtable;
+use crate::support::proxy::Proxy;
+use crate::support::{PubSubAdmin, text, tool, unique};
+
+/// Messages published before the first run.
+const MESSAGES: i64 = 20_000;
+
+/// The subscription's and the streams' ack deadline: a killed reader's messages come back to
+/// the next run this soon.
+const ACK_DEADLINE_SECS: i32 = 10;
+
+/// The pipeline's SQL; `stop_after_idle` only for the last run.
+fn pipeline_sql(
+    subscription: &str,
+    pubsub: &str,
+    table: &str,
+    bigtable: &str,
+    last: bool,
+) -> String {
+    let idle = if last {
+        // Well past the ack deadline: what the killed runs held comes back before it ends (the
+        // emulator hands expired leases out again lazily, 15 s was measured too short).
+        ", stop_after_idle = '45s'"
+    } else {
+        ""
+    };
+    format!(
+        "CREATE TABLE events_in (id BIGINT, body VARCHAR) WITH (connector = 'pubsub', \
+           subscription = '{subscription}', emulator_host = '{pubsub}', format = 'json', \
+           parallel_pull_count = 2, max_outstanding_messages = 500, ack_deadline = '10s'{idle});
+         CREATE TABLE events_bt (id VARCHAR, body VARCHAR) WITH (connector = 'bigtable', \
+           table = '{table}', emulator_host = '{bigtable}', row_key = 'id', column_family = 'c');
+         INSERT INTO events_bt SELECT lpad(CAST(id AS VARCHAR), 6, '0'), upper(body) FROM events_in;\n"
+    )
+}
+
+fn spawn(home: &std::path::Path, file: &std::path::Path) -> Child {
+    let mut command = tool(home);
+    command
+        .args(["-q", "-f"])
+        .arg(file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command.spawn().expect("the gcp-sql binary runs")
+}
+
+/// SIGKILL (`Child::kill` on Unix), then reap.
+fn kill(mut child: Child) {
+    child.kill().expect("SIGKILL");
+    let status = child.wait().expect("reaped");
+    assert!(!status.success(), "killed, not ended: {status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_killed_with_sigkill_several_times_loses_nothing() {
+    let admin = PubSubAdmin::connect().await;
+    let channel = gcp_sql::emulators::plaintext_channel(&admin.host)
+        .await
+        .unwrap();
+    let id = unique("kill");
+    let topic = format!("projects/kill-tests/topics/{id}");
+    let subscription = format!("projects/kill-tests/subscriptions/{id}-sub");
+    PublisherClient::new(channel.clone())
+        .create_topic(Topic {
+            name: topic.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("CreateTopic");
+    let mut subscriber = SubscriberClient::new(channel.clone());
+    subscriber
+        .create_subscription(Subscription {
+            name: subscription.clone(),
+            topic: topic.clone(),
+            ack_deadline_seconds: ACK_DEADLINE_SECS,
+            ..Default::default()
+        })
+        .await
+        .expect("CreateSubscription");
+    let mut publisher = PublisherClient::new(channel);
+    let messages: Vec<PubsubMessage> = (0..MESSAGES)
+        .map(|i| PubsubMessage {
+            data: serde_json::json!({ "id": i, "body": format!("event {i}") })
+                .to_string()
+                .into(),
+            ..Default::default()
+        })
+        .collect();
+    for chunk in messages.chunks(1000) {
+        publisher
+            .publish(PublishRequest {
+                topic: topic.clone(),
+                messages: chunk.to_vec(),
+            })
+            .await
+            .expect("Publish");
+    }
+    let bt = Bigtable::connect().await;
+    let table = Bigtable::table_name("kill");
+    bt.create_table(&table, &["c"]).await;
+    // Bigtable behind a proxy that can stop forwarding: the sink cannot reach it then.
+    let proxy = Proxy::start(&bt.host).await;
+
+    let home = tempfile::tempdir().unwrap();
+    let running = home.path().join("running.sql");
+    let last = home.path().join("last.sql");
+    std::fs::write(
+        &running,
+        pipeline_sql(&subscription, &admin.host, &table, &proxy.host(), false),
+    )
+    .unwrap();
+    std::fs::write(
+        &last,
+        pipeline_sql(&subscription, &admin.host, &table, &proxy.host(), true),
+    )
+    .unwrap();
+
+    let mut landed_after_kill = Vec::new();
+    for (run, wait, unreachable) in [(1, 1500, false), (2, 2500, true), (3, 4000, false)] {
+        let child = spawn(home.path(), &running);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        if unreachable {
+            // Bigtable goes silent with rows in flight; the kill comes while they wait.
+            proxy.stall_for(Duration::from_secs(4));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        kill(child);
+        let landed = bt.read(&table).await.len();
+        eprintln!("run {run}: killed with {landed} row(s) in Bigtable");
+        landed_after_kill.push(landed);
+        if unreachable {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+    }
+    assert!(
+        landed_after_kill[0] < MESSAGES as usize,
+        "the first kill came before the end: {landed_after_kill:?}"
+    );
+
+    // The last run reads until the subscription stays empty, then stops gracefully.
+    let child = spawn(home.path(), &last);
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+
+    let rows = bt.read(&table).await;
+    let keys: BTreeSet<String> = rows
+        .keys()
+        .map(|k| String::from_utf8(k.clone()).unwrap())
+        .collect();
+    let expected: BTreeSet<String> = (0..MESSAGES).map(|i| format!("{i:06}")).collect();
+    let missing: Vec<&String> = expected.difference(&keys).take(10).collect();
+    assert!(
+        missing.is_empty(),
+        "rows missing from Bigtable, e.g. {missing:?}"
+    );
+    assert_eq!(keys.len(), MESSAGES as usize, "no other row");
+    for (key, cells) in &rows {
+        let i: i64 = String::from_utf8_lossy(key).parse().unwrap();
+        assert!(
+            cells
+                .iter()
+                .any(|c| c.qualifier == b"body" && c.value == format!("EVENT {i}").into_bytes()),
+            "row {i}'s body"
+        );
+    }
+
+    // Nothing left: after the ack deadline, an independent pull gets nothing.
+    tokio::time::sleep(Duration::from_secs(ACK_DEADLINE_SECS as u64 + 2)).await;
+    #[allow(deprecated)] // return_immediately: the emulator honours it.
+    let left = subscriber
+        .pull(PullRequest {
+            subscription: subscription.clone(),
+            max_messages: 1000,
+            return_immediately: true,
+        })
+        .await
+        .expect("Pull")
+        .into_inner()
+        .received_messages;
+    assert!(
+        left.is_empty(),
+        "{} message(s) left unacknowledged after the graceful end",
+        left.len()
+    );
+}
