@@ -44,6 +44,10 @@ pub struct Declared {
 /// the options as written and the environment the emulator variable is read from.
 pub type DeclareFn = fn(SchemaRef, Option<&str>, &RawOptions, EnvLookup<'_>) -> Result<Declared>;
 
+/// Builds a source table from its name, schema, `LOCATION` (`None` or non-empty) and options.
+pub type DeclareSourceFn =
+    fn(&str, SchemaRef, Option<&str>, &RawOptions) -> Result<Arc<dyn TableProvider>>;
+
 /// A connector's source (a table whose rows are read from the service, a subscription for
 /// instance): how a `CREATE` declares it, and how the SQL layer finds its scans in a plan and
 /// the [`OriginSlot`] of each scan partition (see [`crate::core::origin`]).
@@ -56,7 +60,7 @@ pub struct SourceDescriptor {
     pub declares_source: fn(Option<&str>, &RawOptions) -> bool,
     /// Builds the source table from its name, schema, `LOCATION` and options, checking them;
     /// contacts no service.
-    pub declare: fn(&str, SchemaRef, Option<&str>, &RawOptions) -> Result<Arc<dyn TableProvider>>,
+    pub declare: DeclareSourceFn,
     /// Whether a table is one of this source's tables.
     pub is_table: fn(&dyn TableProvider) -> bool,
     /// Whether a plan node is one of this source's scans.

@@ -862,3 +862,60 @@ async fn a_graceful_stop_delivers_and_acknowledges_what_was_read() {
         "nothing read was left unacknowledged"
     );
 }
+
+/// `UNION ALL` of two subscriptions into one sink: both sources' rows land, every message of
+/// both is acknowledged, and the flush points carry the sources' counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_union_of_two_subscriptions_lands_both_and_flush_points_carry_the_counts() {
+    let a = Fixture::new("src-ua").await;
+    let b = Fixture::new("src-ub").await;
+    let bt = crate::support::bigtable::Bigtable::connect().await;
+    let table = crate::support::bigtable::Bigtable::table_name("srcu");
+    bt.create_table(&table, &["c"]).await;
+    a.publish(clicks(500)).await;
+    b.publish(clicks(300)).await;
+    let points = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let control = gcp_sql::sql::StatementControl::new().with_observer({
+        let points = points.clone();
+        move |p: &gcp_sql::core::run::FlushPoint| points.lock().unwrap().push(p.clone())
+    });
+    let ctx = gcp_sql::sql::new_context_with_control(&control);
+    let statements = format!(
+        "{};
+         {};
+         {};
+         INSERT INTO out
+         SELECT 'a' || CAST(id AS VARCHAR), url FROM a_in
+         UNION ALL
+         SELECT 'b' || CAST(id AS VARCHAR), url FROM b_in",
+        a.source_sql("a_in", "id BIGINT, url VARCHAR", &[("format", "json")]),
+        b.source_sql("b_in", "id BIGINT, url VARCHAR", &[("format", "json")]),
+        bt.create_sql(
+            "out",
+            "id VARCHAR, url VARCHAR",
+            &table,
+            &[
+                ("row_key", "id"),
+                ("column_family", "c"),
+                ("flush_interval", "500ms")
+            ]
+        ),
+    );
+    let out = gcp_sql::sql::run(&ctx, &statements).await.expect("INSERT");
+    let count = out[0]
+        .column(0)
+        .as_primitive::<arrow::datatypes::UInt64Type>();
+    assert_eq!(count.value(0), 800);
+    let rows = bt.read(&table).await;
+    assert_eq!(rows.len(), 800);
+    assert!(rows.contains_key(b"a499".as_slice()) && rows.contains_key(b"b299".as_slice()));
+    let points = points.lock().unwrap().clone();
+    let with_source: Vec<_> = points.iter().filter_map(|p| p.source).collect();
+    assert!(
+        !with_source.is_empty(),
+        "flush points of a source's writers carry its counts: {points:?}"
+    );
+    assert!(with_source.iter().any(|s| s.read > 0), "{with_source:?}");
+    assert!(a.left_over_after_deadline().await.is_empty());
+    assert!(b.pull_now().await.is_empty());
+}
