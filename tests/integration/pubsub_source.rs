@@ -644,29 +644,54 @@ async fn a_subscription_into_bigtable_lands_every_row_and_acknowledges_every_mes
     );
 }
 
-/// Under `failure_policy = 'fail'`, a row the sink refuses (a NULL row key) fails the statement
-/// and its message is not acknowledged: it comes back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_row_the_sink_refuses_under_fail_leaves_its_message_unacknowledged() {
-    let f = Fixture::new("src-fail").await;
+/// A pipeline of 50 clicks, in batches of 10, into a Bigtable table whose row key is NULL for
+/// id 17 (a row the sink refuses), the sink declared with `sink_options`.
+struct Refusing {
+    f: Fixture,
+    bt: crate::support::bigtable::Bigtable,
+    table: String,
+    ids: Vec<String>,
+    ctx: SessionContext,
+    statements: String,
+}
+
+async fn refusing_pipeline(prefix: &str, sink_options: &[(&str, &str)]) -> Refusing {
+    let f = Fixture::new(prefix).await;
     let bt = crate::support::bigtable::Bigtable::connect().await;
-    let table = crate::support::bigtable::Bigtable::table_name("srcfail");
+    let table = crate::support::bigtable::Bigtable::table_name(prefix);
     bt.create_table(&table, &["c"]).await;
     let ids = f.publish(clicks(50)).await;
-    let ctx = sql_context(10);
+    let mut options = vec![("row_key", "id"), ("column_family", "c")];
+    options.extend_from_slice(sink_options);
     let statements = format!(
         "{};
          {};
          INSERT INTO out SELECT CASE WHEN id = 17 THEN NULL ELSE CAST(id AS VARCHAR) END, url \
          FROM clicks_in",
         f.source_sql("clicks_in", "id BIGINT, url VARCHAR", &[("format", "json")]),
-        bt.create_sql(
-            "out",
-            "id VARCHAR, url VARCHAR",
-            &table,
-            &[("row_key", "id"), ("column_family", "c")]
-        ),
+        bt.create_sql("out", "id VARCHAR, url VARCHAR", &table, &options),
     );
+    Refusing {
+        f,
+        bt,
+        table,
+        ids,
+        ctx: sql_context(10),
+        statements,
+    }
+}
+
+/// Under `failure_policy = 'fail'`, a row the sink refuses (a NULL row key) fails the statement
+/// and its message is not acknowledged: it comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_the_sink_refuses_under_fail_leaves_its_message_unacknowledged() {
+    let Refusing {
+        f,
+        ids,
+        ctx,
+        statements,
+        ..
+    } = refusing_pipeline("src-fail", &[]).await;
     let err = gcp_sql::sql::run(&ctx, &statements)
         .await
         .expect_err("the refused row fails the statement")
@@ -677,13 +702,14 @@ async fn a_row_the_sink_refuses_under_fail_leaves_its_message_unacknowledged() {
         .downcast_ref::<PubSubSourceTable>()
         .expect("a source table");
     let counts = source.handles()[0].counts();
-    assert_eq!(
-        counts.messages_acked, 0,
-        "the failed statement acknowledged nothing"
+    assert!(
+        counts.messages_acked <= 10,
+        "only the batch before the refused row's may be acknowledged: {counts:?}"
     );
     assert_eq!(
-        counts.messages_nacked, 50,
-        "what was read went back at once"
+        counts.messages_acked + counts.messages_nacked,
+        50,
+        "what was not acknowledged went back at once: {counts:?}"
     );
     // A nack makes the messages available at once.
     let back: Vec<String> = f
@@ -702,32 +728,23 @@ async fn a_row_the_sink_refuses_under_fail_leaves_its_message_unacknowledged() {
 /// is acknowledged once the dead letter is written: nothing comes back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_the_sink_dead_letters_is_acknowledged_once_its_dead_letter_is_written() {
-    let f = Fixture::new("src-dl").await;
-    let bt = crate::support::bigtable::Bigtable::connect().await;
-    let table = crate::support::bigtable::Bigtable::table_name("srcdl");
-    bt.create_table(&table, &["c"]).await;
-    f.publish(clicks(50)).await;
     let dir = tempfile::tempdir().unwrap();
     let path = format!("file://{}", dir.path().display());
-    let ctx = sql_context(10);
-    let statements = format!(
-        "{};
-         {};
-         INSERT INTO out SELECT CASE WHEN id = 17 THEN NULL ELSE CAST(id AS VARCHAR) END, url \
-         FROM clicks_in",
-        f.source_sql("clicks_in", "id BIGINT, url VARCHAR", &[("format", "json")]),
-        bt.create_sql(
-            "out",
-            "id VARCHAR, url VARCHAR",
-            &table,
-            &[
-                ("row_key", "id"),
-                ("column_family", "c"),
-                ("failure_policy", "dead_letter"),
-                ("dead_letter_path", &path)
-            ]
-        ),
-    );
+    let Refusing {
+        f,
+        bt,
+        table,
+        ctx,
+        statements,
+        ..
+    } = refusing_pipeline(
+        "src-dl",
+        &[
+            ("failure_policy", "dead_letter"),
+            ("dead_letter_path", &path),
+        ],
+    )
+    .await;
     let out = gcp_sql::sql::run(&ctx, &statements).await.expect("INSERT");
     let count = out[0]
         .column(0)
