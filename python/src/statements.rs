@@ -23,7 +23,11 @@ pub fn native_statements(py: Python<'_>, sql: &str) -> PyResult<Vec<String>> {
             }
         };
         let written_native = matches!(stmt, Statement::CreateExternalTable(_));
-        match gcp_sql::sql::rewrite_with_form(stmt).map_err(to_py)? {
+        let stmt = gcp_sql::sql::rewrite_with_form(stmt).map_err(to_py)?;
+        if let Statement::CreateExternalTable(create) = &stmt {
+            check_duplicates(create).map_err(to_py)?;
+        }
+        match stmt {
             Statement::CreateExternalTable(create) if !written_native => {
                 out.push(render(&create).map_err(to_py)?);
             }
@@ -31,6 +35,22 @@ pub fn native_statements(py: Python<'_>, sql: &str) -> PyResult<Vec<String>> {
         }
     }
     Ok(out)
+}
+
+/// An option given twice (`k` and `format.k` included) in a declaration of ours, which
+/// DataFusion's option map would collapse into one before the factory sees it.
+fn check_duplicates(c: &CreateExternalTable) -> Result<(), gcp_sql::Error> {
+    if gcp_sql::connectors::registry::kind_named(&c.file_type).is_err() {
+        return Ok(()); // not one of ours
+    }
+    let pairs = c.options.iter().map(|(k, v)| {
+        let text = match v {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+            other => other.to_string(),
+        };
+        (k.clone(), text)
+    });
+    gcp_sql::options::RawOptions::from_pairs(pairs).map(drop)
 }
 
 /// A `CREATE EXTERNAL TABLE` of the `WITH` rewrite as SQL text with its columns and options

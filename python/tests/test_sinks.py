@@ -153,3 +153,16 @@ def test_dataframe_write_table_reaches_the_sink(ctx, pubsub, unique):
     df = ctx.from_pydict({"id": [5, 6, 7]})
     df.write_table("sinkdf")
     assert sorted(json.loads(m.data)["id"] for m in pubsub.pull_all(sub, 3)) == [5, 6, 7]
+
+
+def test_sql_reports_an_option_given_twice(ctx):
+    with pytest.raises(gcp_sql.GcpSqlError) as raised:
+        gcp_sql.sql(
+            ctx,
+            "CREATE EXTERNAL TABLE d (data VARCHAR) STORED AS PUBSUB LOCATION 'projects/p/topics/t' "
+            "OPTIONS ('max_in_flight_messages' '10', 'format.max_in_flight_messages' '20')",
+        )
+    assert "option 'max_in_flight_messages' is given more than once" in str(raised.value)
+    with pytest.raises(gcp_sql.GcpSqlError) as raised:
+        gcp_sql.sql(ctx, "CREATE TABLE e (data VARCHAR) WITH (connector = 'pubsub', topic_column = 'data')")
+    assert "names no topic" in str(raised.value)
