@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from typing import Any, Iterator
 
 from . import _native
@@ -28,6 +29,8 @@ __all__ = [
     "cloud_tasks_sink",
     "bigtable_sink",
     "emulators",
+    "stop",
+    "rearm",
 ]
 
 
@@ -52,11 +55,16 @@ def sql(ctx: Any, text: str) -> Any:
     Accepts the ``CREATE TABLE ... WITH (connector = '...', ...)`` form besides DataFusion's
     own SQL, and raises a sink's failure as ``GcpSqlError`` (with the counts of a failed
     INSERT). ``register(ctx)`` must have been called.
+
+    Ctrl-C while an INSERT writes to a sink stops it as the ``gcp-sql`` tool does: the first
+    drains it (no more input is read, everything admitted is delivered) and the statement
+    returns its count; a second aborts it; a third gives up waiting and raises
+    ``KeyboardInterrupt``.
     """
     result = None
     for statement in _native.native_statements(text):
         try:
-            result = ctx.sql(statement).to_arrow_table()
+            result = _run(ctx, statement)
         except GcpSqlError:
             raise
         except Exception as exc:  # datafusion raises its own exception types
@@ -65,6 +73,56 @@ def sql(ctx: Any, text: str) -> Any:
                 raise
             raise own from exc
     return result
+
+
+def _run(ctx: Any, statement: str) -> Any:
+    """One statement, in a worker thread, so that Ctrl-C reaches this thread as a stop
+    request instead of dropping the statement in the middle."""
+    outcome: dict[str, Any] = {}
+    # An Event, not Thread.join: a join that Ctrl-C interrupts may mark a running thread as
+    # ended (CPython 3.11).
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            outcome["result"] = ctx.sql(statement).to_arrow_table()
+        except BaseException as exc:  # handed to the caller's thread
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=work, name="gcp_sql statement", daemon=True)
+    worker.start()
+    interrupts = 0
+    try:
+        while not done.is_set():
+            try:
+                done.wait(0.1)
+            except KeyboardInterrupt:
+                interrupts += 1
+                if interrupts == 1 and _native.running_writers() == 0:
+                    raise  # no sink is writing: nothing to drain
+                if interrupts >= 3:
+                    raise
+                _native.stop("drain" if interrupts == 1 else "abort")
+    finally:
+        if interrupts:
+            _native.rearm()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def stop(abort: bool = False) -> None:
+    """Asks every INSERT into a sink running in this process to stop: drain it (read no more
+    input, deliver what was admitted; it then returns its count), or with ``abort=True`` stop
+    it at once. INSERTs started later stop as well until ``rearm()``."""
+    _native.stop("abort" if abort else "drain")
+
+
+def rearm() -> None:
+    """Clears a ``stop()`` request for the INSERTs that start from now on."""
+    _native.rearm()
 
 
 def _text(value: Any) -> str:

@@ -151,6 +151,16 @@ impl ExecutionPlan for SealedInsertExec {
                 }
             });
         }
+        // The session's stop requests (`gcp_sql.stop`) reach the writers as in Rust: through
+        // the statement control in the task's session config.
+        let config = crate::stop::control().install(context.session_config().clone());
+        let mut own = TaskContext::default()
+            .with_session_config(config)
+            .with_runtime(context.runtime_env());
+        if let Some(task) = context.task_id() {
+            own = own.with_task_id(task);
+        }
+        let context = Arc::new(own);
         let source = Arc::new(ChannelSource::new(
             self.input.schema(),
             receivers,
@@ -167,11 +177,18 @@ impl ExecutionPlan for SealedInsertExec {
                 ))),
             });
         let schema = self.count_schema.clone();
+        let user_stop = crate::stop::control().signal();
         let out = futures::stream::once(async move {
-            let mut pumps = futures::future::join_all(pumps).fuse();
+            let mut pumps = futures::future::join_all(pumps).boxed().fuse();
             let mut writers = writers.fuse();
+            // A drain reads no input that is not ready; the pumps keep it ready while the host
+            // produces rows, so a stop request also closes the input here.
+            let mut stop_request = Box::pin(user_stop.stopped().fuse());
             let total = loop {
                 futures::select! {
+                    _ = stop_request => {
+                        pumps = futures::future::ready(Vec::new()).boxed().fuse();
+                    }
                     _ = pumps => {}
                     result = writers => break result,
                 }

@@ -9,6 +9,7 @@ mod failures;
 mod provider;
 mod runtime;
 mod statements;
+mod stop;
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -125,5 +126,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(error_from, m)?)?;
     m.add_function(wrap_pyfunction!(statements::native_statements, m)?)?;
     m.add_function(wrap_pyfunction!(emulators::start_emulators, m)?)?;
+    m.add_function(wrap_pyfunction!(stop::stop, m)?)?;
+    m.add_function(wrap_pyfunction!(stop::rearm, m)?)?;
+    m.add_function(wrap_pyfunction!(stop::running_writers, m)?)?;
     Ok(())
 }

@@ -49,16 +49,19 @@ def pubsub(emulator_env):
             return topic, sub
 
         def pull_all(self, sub, expected):
-            got = []
-            for _ in range(20):
-                if len(got) >= expected:
-                    break
+            """Pulls (and acknowledges) until `expected` messages came, or three pulls in a
+            row brought none."""
+            got, empty = [], 0
+            while len(got) < expected and empty < 3:
                 resp = self.subscriber.pull(subscription=sub, max_messages=1000, timeout=10)
-                if resp.received_messages:
-                    self.subscriber.acknowledge(
-                        subscription=sub,
-                        ack_ids=[m.ack_id for m in resp.received_messages],
-                    )
+                if not resp.received_messages:
+                    empty += 1
+                    continue
+                empty = 0
+                self.subscriber.acknowledge(
+                    subscription=sub,
+                    ack_ids=[m.ack_id for m in resp.received_messages],
+                )
                 got.extend(m.message for m in resp.received_messages)
             return got
 

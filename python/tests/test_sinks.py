@@ -3,7 +3,10 @@ Google's Python clients."""
 
 from __future__ import annotations
 
+import _thread
 import json
+import threading
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -166,3 +169,47 @@ def test_sql_reports_an_option_given_twice(ctx):
     with pytest.raises(gcp_sql.GcpSqlError) as raised:
         gcp_sql.sql(ctx, "CREATE TABLE e (data VARCHAR) WITH (connector = 'pubsub', topic_column = 'data')")
     assert "names no topic" in str(raised.value)
+
+
+def _long_insert(ctx, pubsub, unique, name):
+    topic, sub = pubsub.topic_with_subscription(f"{name}-{unique}")
+    ctx.sql(
+        f"CREATE EXTERNAL TABLE {name} (id BIGINT) STORED AS PUBSUB LOCATION '{topic}'"
+    ).collect()
+    # Far more rows than a second of writing: the stop ends it.
+    return sub, f"INSERT INTO {name} SELECT value AS id FROM generate_series(1, 50000000)"
+
+
+def _when_writing(action):
+    def wait_then_act():
+        while gcp_sql._native.running_writers() == 0:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        action()
+
+    threading.Thread(target=wait_then_act, daemon=True).start()
+
+
+def test_stop_drains_a_running_insert_with_its_count(ctx, pubsub, unique):
+    sub, insert = _long_insert(ctx, pubsub, unique, "stopped")
+    _when_writing(gcp_sql.stop)
+    try:
+        count = count_of(ctx.sql(insert).collect())
+    finally:
+        gcp_sql.rearm()
+    assert 0 < count < 50_000_000
+    ids = {json.loads(m.data)["id"] for m in pubsub.pull_all(sub, count)}
+    assert len(ids) == count
+    # Re-armed: the next INSERT runs to its end.
+    assert count_of(ctx.sql("INSERT INTO stopped VALUES (1), (2)").collect()) == 2
+
+
+def test_ctrl_c_in_sql_drains_the_insert(ctx, pubsub, unique):
+    sub, insert = _long_insert(ctx, pubsub, unique, "interrupted")
+    _when_writing(_thread.interrupt_main)
+    result = gcp_sql.sql(ctx, insert)
+    count = result.column("count").to_pylist()[0]
+    assert 0 < count < 50_000_000
+    ids = {json.loads(m.data)["id"] for m in pubsub.pull_all(sub, count)}
+    assert len(ids) == count
+    assert gcp_sql.sql(ctx, "INSERT INTO interrupted VALUES (1)").column("count").to_pylist() == [1]
