@@ -18,10 +18,11 @@ import threading
 from typing import Any, Iterator
 
 from . import _native
-from ._native import GcpSqlError
+from ._native import GcpSqlError, SinkTable
 
 __all__ = [
     "GcpSqlError",
+    "SinkTable",
     "register",
     "sql",
     "error_from",
