@@ -140,6 +140,24 @@ pub fn new_context() -> SessionContext {
     SessionContext::new_with_state(new_state_builder().build())
 }
 
+/// `stmt` with the `CREATE TABLE ... WITH (connector = ...)` form rewritten into DataFusion's
+/// `CREATE EXTERNAL TABLE ... STORED AS ...` (any other statement unchanged), with the same
+/// checks and errors as [`run`], for a host that plans the statement itself (the Python
+/// package's `gcp_sql.sql`).
+///
+/// ```
+/// use datafusion::sql::parser::{DFParser, Statement};
+/// let mut parsed = DFParser::parse_sql(
+///     "CREATE TABLE t (data VARCHAR) WITH (connector = 'pubsub', topic = 'projects/p/topics/t')",
+/// )?;
+/// let stmt = gcp_sql::sql::rewrite_with_form(parsed.pop_front().unwrap())?;
+/// assert!(matches!(stmt, Statement::CreateExternalTable(c) if c.file_type == "PUBSUB"));
+/// # Ok::<(), gcp_sql::Error>(())
+/// ```
+pub fn rewrite_with_form(stmt: DFStatement) -> Result<DFStatement> {
+    with::rewrite_with_form(stmt)
+}
+
 /// Splits SQL text into its statements, each as the text the user wrote (comments and
 /// quoting kept), without the separating semicolons. Empty statements are skipped.
 ///
