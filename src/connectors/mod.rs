@@ -17,6 +17,7 @@ pub mod sink;
 
 pub use descriptor::{ConnectorDescriptor, ConnectorKind, Routing, SinkConnector};
 pub use registry::build_sink;
+pub use shared::TableOptions;
 
 /// Selects the process-wide TLS crypto provider (ring) unless one is installed already.
 ///
