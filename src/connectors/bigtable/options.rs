@@ -557,7 +557,7 @@ impl TableOptions for BigtableSinkOptions {
             ),
             None => None,
         };
-        let table = destination(&TABLE, location, &p, |t| {
+        let table = destination(&TABLE, location, p, |t| {
             names::bigtable_table(t, instance_option.as_deref())
         })?;
         let table_instance = table
@@ -612,7 +612,7 @@ impl TableOptions for BigtableSinkOptions {
             null_handling,
         };
 
-        let writer = BigtableWriterOptionsBuilder::from_parsed(&p)?.build()?;
+        let writer = BigtableWriterOptionsBuilder::from_parsed(p)?.build()?;
 
         let opts = BigtableSinkOptions {
             shared,

@@ -652,7 +652,7 @@ impl TableOptions for CloudTasksSinkOptions {
         let project = shared.connection.project.as_deref();
         let region = p.non_empty_text(&LOCATION)?;
 
-        let queue = destination(&QUEUE, location, &p, |q| {
+        let queue = destination(&QUEUE, location, p, |q| {
             names::cloud_tasks_queue(q, project, region)
         })?;
 
@@ -682,7 +682,7 @@ impl TableOptions for CloudTasksSinkOptions {
             ));
         }
 
-        let auth = Self::auth_from(&p)?;
+        let auth = Self::auth_from(p)?;
 
         let mapping = CloudTasksMappingOptions {
             location: region.map(str::to_string),
@@ -700,7 +700,7 @@ impl TableOptions for CloudTasksSinkOptions {
             dispatch_deadline: p.duration(&DISPATCH_DEADLINE)?,
         };
 
-        let writer = CloudTasksWriterOptionsBuilder::from_parsed(&p)?.build()?;
+        let writer = CloudTasksWriterOptionsBuilder::from_parsed(p)?.build()?;
 
         let opts = CloudTasksSinkOptions {
             shared,

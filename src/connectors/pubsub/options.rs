@@ -556,7 +556,7 @@ impl TableOptions for PubSubSinkOptions {
     ) -> Result<Self> {
         let project = shared.connection.project.as_deref();
 
-        let topic = destination(&TOPIC, location, &p, |t| names::pubsub_topic(t, project))?;
+        let topic = destination(&TOPIC, location, p, |t| names::pubsub_topic(t, project))?;
 
         let mapping = PubSubMappingOptions {
             topic_column: p.text(&TOPIC_COLUMN)?.map(str::to_string),
@@ -570,7 +570,7 @@ impl TableOptions for PubSubSinkOptions {
             ordering_key_column: p.column_ref(&ORDERING_KEY_COLUMN, DEFAULT_ORDERING_KEY_COLUMN)?,
         };
 
-        let publisher = PubSubPublisherOptionsBuilder::from_parsed(&p)?.build()?;
+        let publisher = PubSubPublisherOptionsBuilder::from_parsed(p)?.build()?;
 
         let opts = PubSubSinkOptions {
             shared,
