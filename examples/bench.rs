@@ -50,6 +50,7 @@ use gcloud_sdk::google::pubsub::v1::{PublishResponse, Topic};
 use gcp_sql::bench::null_server::{NullServerOptions, NullService};
 use gcp_sql::bench::{ResourceUsage, peak_rss_bytes, reset_peak_rss};
 use gcp_sql::cli::serve_null::serve_until_signal;
+use gcp_sql::connectors::TableOptions;
 use gcp_sql::connectors::bigtable::mapping::{self as bt, BigtableMapping};
 use gcp_sql::connectors::bigtable::options::BigtableSinkOptions;
 use gcp_sql::connectors::cloud_tasks::mapping::{self as ct, CloudTasksMapping};

@@ -104,4 +104,4 @@ pub use kind::EmulatorKind;
 pub use launch::*;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-pub use spec::{EmulatorSpec, PipPackage, ProbeFn};
+pub use spec::{EmulatorSpec, PipPackage, Probe};

@@ -395,6 +395,23 @@ mod tests {
         .to_string()
     }
 
+    /// The message of one call of `operation` on `destination` that failed with `code`.
+    fn one_failed_call(
+        operation: &'static str,
+        destination: &str,
+        code: tonic::Code,
+        message: &str,
+    ) -> String {
+        Error::Rpc {
+            operation,
+            destination: destination.into(),
+            code,
+            message: message.into(),
+            attempts: 1,
+        }
+        .to_string()
+    }
+
     #[test]
     fn a_missing_destination_names_the_option_that_creates_it_and_advises_no_plain_rerun() {
         let topic = incomplete(Error::RecoveryExhausted {
@@ -413,36 +430,39 @@ mod tests {
             "{topic}"
         );
 
-        let table = Error::Rpc {
-            operation: "MutateRows",
-            destination: "projects/p/instances/i/tables/t".into(),
-            code: tonic::Code::NotFound,
-            message: "table not found".into(),
-            attempts: 1,
+        // Per call: the operation, its destination, the code and message, and a hint the error
+        // must carry (true) or must not (false): another code says nothing about creating anything.
+        use tonic::Code::{NotFound, PermissionDenied};
+        let cases = [
+            (
+                "MutateRows",
+                "projects/p/instances/i/tables/t",
+                NotFound,
+                "table not found",
+                "auto_create_table = true",
+                true,
+            ),
+            (
+                "CreateTask",
+                "projects/p/locations/l/queues/q",
+                NotFound,
+                "queue not found",
+                "never creates one",
+                true,
+            ),
+            (
+                "Publish",
+                "projects/p/topics/t",
+                PermissionDenied,
+                "no",
+                "auto_create",
+                false,
+            ),
+        ];
+        for (operation, destination, code, message, hint, carried) in cases {
+            let text = one_failed_call(operation, destination, code, message);
+            assert_eq!(text.contains(hint), carried, "{text}");
         }
-        .to_string();
-        assert!(table.contains("auto_create_table = true"), "{table}");
-
-        let queue = Error::Rpc {
-            operation: "CreateTask",
-            destination: "projects/p/locations/l/queues/q".into(),
-            code: tonic::Code::NotFound,
-            message: "queue not found".into(),
-            attempts: 1,
-        }
-        .to_string();
-        assert!(queue.contains("never creates one"), "{queue}");
-
-        // Another code says nothing about creating anything.
-        let denied = Error::Rpc {
-            operation: "Publish",
-            destination: "projects/p/topics/t".into(),
-            code: tonic::Code::PermissionDenied,
-            message: "no".into(),
-            attempts: 1,
-        }
-        .to_string();
-        assert!(!denied.contains("auto_create"), "{denied}");
     }
 
     #[test]

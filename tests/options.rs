@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use arrow::datatypes::{DataType, Field, Fields, Schema, TimeUnit};
 use gcp_sql::Error;
-use gcp_sql::connectors::ConnectorKind;
 use gcp_sql::connectors::bigtable::options::{
     self as bt, BigtableSinkOptions, BigtableWriterOptions, NullHandling,
 };
@@ -21,6 +20,7 @@ use gcp_sql::connectors::cloud_tasks::options::{
     self as ct, CloudTasksSinkOptions, CloudTasksWriterOptions, HttpMethod, TaskAuth,
 };
 use gcp_sql::connectors::pubsub::options::{self as ps, PubSubPublisherOptions, PubSubSinkOptions};
+use gcp_sql::connectors::{ConnectorKind, TableOptions};
 use gcp_sql::core::FailurePolicy;
 use gcp_sql::options::spec::format_duration;
 use gcp_sql::options::{

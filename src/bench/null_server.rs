@@ -74,8 +74,8 @@ pub struct NullServer {
     addr: SocketAddr,
     options: NullServerOptions,
     state: Arc<NullState>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+    /// Held for its drop, which stops the server.
+    _serving: crate::testing::Serving,
 }
 
 impl NullServer {
@@ -91,26 +91,15 @@ impl NullServer {
         let routes = (options.service.method().routes)(state.clone());
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let served = tonic::transport::Server::builder()
-                .initial_stream_window_size(STREAM_WINDOW)
-                .initial_connection_window_size(CONNECTION_WINDOW)
-                .add_routes(routes)
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stopped.await;
-                })
-                .await;
-            if let Err(error) = served {
-                tracing::warn!(%error, "null server ended");
-            }
-        });
+        let server = tonic::transport::Server::builder()
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW);
+        let serving = crate::testing::Serving::spawn(server, routes, incoming, "null server");
         Ok(NullServer {
             addr,
             options,
             state,
-            stop: Some(stop),
-            task,
+            _serving: serving,
         })
     }
 
@@ -133,15 +122,6 @@ impl NullServer {
     /// before any request).
     pub fn active_window(&self) -> Option<Duration> {
         self.state.active_window()
-    }
-}
-
-impl Drop for NullServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        self.task.abort();
     }
 }
 
@@ -187,13 +167,8 @@ mod tests {
 
     #[tokio::test]
     async fn generated_client_publishes_and_the_server_counts() {
-        let server =
-            NullServer::start("127.0.0.1:0".parse().unwrap(), NullServerOptions::default())
-                .await
-                .unwrap();
-        let mut client = PublisherClient::connect(format!("http://{}", server.addr()))
-            .await
-            .unwrap();
+        let server = start(NullService::default()).await;
+        let mut client = PublisherClient::connect(url(&server)).await.unwrap();
         let req = request(&[b"one", b"two"]);
         let sizes: u64 = req.messages.iter().map(|m| m.encoded_len() as u64).sum();
         let first = client.publish(req.clone()).await.unwrap().into_inner();
@@ -208,13 +183,8 @@ mod tests {
 
     #[tokio::test]
     async fn methods_other_than_publish_are_unimplemented() {
-        let server =
-            NullServer::start("127.0.0.1:0".parse().unwrap(), NullServerOptions::default())
-                .await
-                .unwrap();
-        let mut client = PublisherClient::connect(format!("http://{}", server.addr()))
-            .await
-            .unwrap();
+        let server = start(NullService::default()).await;
+        let mut client = PublisherClient::connect(url(&server)).await.unwrap();
         let status = client
             .create_topic(Topic {
                 name: "projects/p/topics/null".into(),
@@ -246,7 +216,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let answer = tokio::spawn(call(format!("http://{}", server.addr())));
+        let answer = tokio::spawn(call(url(&server)));
         // The request arrives and is counted, but is not answered before the latency passes.
         while server.totals().requests == 0 {
             tokio::task::yield_now().await;
@@ -270,6 +240,12 @@ mod tests {
         assert_eq!(response.message_ids, vec!["1"]);
     }
 
+    /// The plaintext URL a generated client connects to.
+    fn url(server: &NullServer) -> String {
+        format!("http://{}", server.addr())
+    }
+
+    /// A server of `service` answering at once, on a free port.
     async fn start(service: NullService) -> NullServer {
         NullServer::start(
             "127.0.0.1:0".parse().unwrap(),
@@ -285,9 +261,7 @@ mod tests {
     #[tokio::test]
     async fn generated_bigtable_client_gets_an_ok_status_for_every_entry() {
         let server = start(NullService::Bigtable).await;
-        let mut client = BigtableClient::connect(format!("http://{}", server.addr()))
-            .await
-            .unwrap();
+        let mut client = BigtableClient::connect(url(&server)).await.unwrap();
         let req = mutate_rows_request(150);
         let sizes: u64 = req.entries.iter().map(|e| e.encoded_len() as u64).sum();
         let mut stream = client.mutate_rows(req).await.unwrap().into_inner();
@@ -307,9 +281,7 @@ mod tests {
     #[tokio::test]
     async fn generated_cloud_tasks_client_gets_each_task_back_named() {
         let server = start(NullService::CloudTasks).await;
-        let mut client = CloudTasksClient::connect(format!("http://{}", server.addr()))
-            .await
-            .unwrap();
+        let mut client = CloudTasksClient::connect(url(&server)).await.unwrap();
         let req = create_task_request(&[b'x'; 200]);
         let size = req.task.as_ref().unwrap().encoded_len() as u64;
         let first = client.create_task(req.clone()).await.unwrap().into_inner();
@@ -324,14 +296,10 @@ mod tests {
     #[tokio::test]
     async fn a_server_answers_only_its_own_service() {
         let server = start(NullService::Bigtable).await;
-        let mut publisher = PublisherClient::connect(format!("http://{}", server.addr()))
-            .await
-            .unwrap();
+        let mut publisher = PublisherClient::connect(url(&server)).await.unwrap();
         let status = publisher.publish(request(&[b"x"])).await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unimplemented);
-        let mut tasks = CloudTasksClient::connect(format!("http://{}", server.addr()))
-            .await
-            .unwrap();
+        let mut tasks = CloudTasksClient::connect(url(&server)).await.unwrap();
         let status = tasks
             .create_task(create_task_request(b"x"))
             .await
@@ -343,9 +311,7 @@ mod tests {
     #[tokio::test]
     async fn other_bigtable_methods_are_unimplemented() {
         let server = start(NullService::Bigtable).await;
-        let mut client = BigtableClient::connect(format!("http://{}", server.addr()))
-            .await
-            .unwrap();
+        let mut client = BigtableClient::connect(url(&server)).await.unwrap();
         let status = client
             .mutate_row(gcloud_sdk::google::bigtable::v2::MutateRowRequest {
                 table_name: "projects/p/instances/i/tables/null".into(),

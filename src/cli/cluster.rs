@@ -60,24 +60,10 @@ pub struct ExecutorArgs {
     pub work_dir: Option<String>,
 }
 
-/// The log filter of a scheduler or an executor: `RUST_LOG`, else info (each sink task an
-/// executor runs is an info line).
-fn init_server_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let colours = super::log_colours(
-        std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        std::env::var_os("NO_COLOR").as_deref(),
-    );
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(colours)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 fn serve(name: &str, run: impl std::future::Future<Output = Result<()>>) -> ExitCode {
-    init_server_tracing();
+    // The log filter of a scheduler or an executor: `RUST_LOG`, else info (each sink task an
+    // executor runs is an info line).
+    super::init_tracing("info");
     crate::connectors::install_crypto_provider();
     let Some(runtime) = super::new_runtime() else {
         return ExitCode::FAILURE;

@@ -434,7 +434,8 @@ pub fn main() -> ExitCode {
         }
     };
     restore_sigpipe();
-    init_tracing();
+    // Warnings by default.
+    init_tracing("warn");
     run(invocation)
 }
 
@@ -451,11 +452,11 @@ fn restore_sigpipe() {
     }
 }
 
-/// `RUST_LOG` selects log output on stderr (default: warnings), in colour only on a terminal
-/// and without `NO_COLOR` (see [`log_colours`]).
-fn init_tracing() {
+/// `RUST_LOG` selects log output on stderr (default: `default_level`), in colour only on a
+/// terminal and without `NO_COLOR` (see [`log_colours`]).
+fn init_tracing(default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     let colours = log_colours(
         std::io::stderr().is_terminal(),
         std::env::var_os("NO_COLOR").as_deref(),

@@ -100,14 +100,7 @@ pub async fn serve_until_signal(
         .filter(|d| !d.is_zero())
         .map(|d| tokio::time::interval_at(tokio::time::Instant::now() + d, d));
     loop {
-        let tick = async {
-            match ticker.as_mut() {
-                Some(t) => {
-                    t.tick().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
+        let tick = crate::core::run::next_tick(&mut ticker);
         tokio::select! {
             _ = interrupt.recv() => break,
             _ = terminate.recv() => break,

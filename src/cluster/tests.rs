@@ -133,7 +133,7 @@ async fn a_table_declared_in_rust_is_refused_with_a_reason() {
             false,
         ),
     ]));
-    let options = crate::connectors::pubsub::options::PubSubSinkOptions::from_raw(
+    let options = <crate::connectors::pubsub::options::PubSubSinkOptions as crate::connectors::TableOptions>::from_raw(
         Some("projects/demo/topics/events"),
         &crate::options::RawOptions::from_pairs(Vec::<(String, String)>::new()).unwrap(),
     )

@@ -69,7 +69,7 @@ pub fn lookup(kind: ConnectorKind, name: &str) -> Option<&'static OptionSpec> {
 /// nearest valid name) and parses every value by its type and value-level bound. A `connector`
 /// option must be one of the registered names, and name `kind` itself.
 ///
-/// The connector's own `*SinkOptions::from_raw` runs the same checks through
+/// A connector's `*SinkOptions` (`TableOptions::from_raw`) runs the same checks through
 /// [`ConnectorKind::parse_options`]; this adds the list of registered names to the message of
 /// an unknown `connector` word.
 pub fn parse_options(kind: ConnectorKind, raw: &RawOptions) -> Result<ParsedOptions> {

@@ -547,7 +547,7 @@ mod tests {
         let raw = crate::options::RawOptions::from_pairs(
             all.iter().map(|(k, v)| (k.to_string(), v.to_string())),
         )?;
-        crate::connectors::bigtable::options::BigtableSinkOptions::from_raw_with_env(
+        <crate::connectors::bigtable::options::BigtableSinkOptions as crate::connectors::TableOptions>::from_raw_with_env(
             None, &raw, env,
         )
         .map(|o| o.shared.dead_letter)

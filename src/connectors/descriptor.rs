@@ -191,7 +191,7 @@ impl ConnectorKind {
     /// type and value-level bound. A `connector` option, if given, must name this connector.
     ///
     /// This is the one path from a statement's pairs to parsed options: each connector's
-    /// `*SinkOptions::from_raw` starts here and builds its typed options from the result.
+    /// A `*SinkOptions`'s `TableOptions::from_raw` starts here and builds its typed options from the result.
     /// Cross-option rules (a destination is required, `recovery_max_backoff` at least
     /// `recovery_initial_backoff`, ...) are checked when the typed options are built.
     pub fn parse_options(self, raw: &RawOptions) -> Result<ParsedOptions> {

@@ -19,6 +19,7 @@ pub use descriptor::{
     ConnectorDescriptor, ConnectorKind, Routing, SinkConnector, SourceDescriptor,
 };
 pub use registry::build_sink;
+pub use shared::TableOptions;
 
 /// Selects the process-wide TLS crypto provider (ring) unless one is installed already.
 ///

@@ -1,6 +1,8 @@
 //! The options every connector shares, parsed once: [`SharedOptions`]. Each connector's
 //! options embed one, and the generic sink reads it through one accessor
-//! ([`Connector::shared`](super::sink::Connector::shared)).
+//! ([`TableOptions::shared`]). [`TableOptions`] is the one parse-validate-build sequence every
+//! connector's options go through: the shared part here, the connector's own part in its
+//! `from_parsed`.
 
 use super::dead_letter::{DeadLetterTarget, DeadLetterTopics};
 use super::descriptor::ConnectorKind;
@@ -8,6 +10,56 @@ use crate::core::{FailurePolicy, FlowConfig};
 use crate::error::Result;
 use crate::options::common::RunOptions;
 use crate::options::{ConnectionOptions, EnvLookup, ParsedOptions, RawOptions};
+
+/// A connector's typed table options (its `*SinkOptions`), built from a declared table's
+/// `LOCATION` and `OPTIONS` in one sequence for every connector: the options are parsed against
+/// the connector's specs and the shared part read once ([`SharedOptions::parse`]), then the
+/// connector reads its own part ([`from_parsed`](Self::from_parsed)).
+///
+/// ```
+/// use gcp_sql::connectors::shared::TableOptions;
+/// use gcp_sql::connectors::pubsub::options::PubSubSinkOptions;
+/// use gcp_sql::options::RawOptions;
+///
+/// let raw = RawOptions::from_pairs([("project".to_string(), "demo".to_string())])?;
+/// let opts = PubSubSinkOptions::from_raw_with_env(Some("clicks"), &raw, &|_| None)?;
+/// assert_eq!(opts.shared().connection.project.as_deref(), Some("demo"));
+/// # Ok::<(), gcp_sql::Error>(())
+/// ```
+pub trait TableOptions: Sized {
+    /// The connector whose options these are.
+    const KIND: ConnectorKind;
+    /// How a `dead_letter_topic` is resolved and reached.
+    const DEAD_LETTER_TOPICS: &'static DeadLetterTopics;
+
+    /// Reads the connector's own options from `p` (the table's options, parsed against the
+    /// connector's specs) and `location` (the `LOCATION`; `None` or empty means none), beside
+    /// the shared part already read.
+    fn from_parsed(
+        location: Option<&str>,
+        p: &ParsedOptions,
+        shared: SharedOptions,
+    ) -> Result<Self>;
+
+    /// The options every connector shares: connection, failure policy, dead letters, run.
+    fn shared(&self) -> &SharedOptions;
+
+    /// Builds the options from a statement's `LOCATION` (empty means none) and options,
+    /// reading the emulator variable from the process environment.
+    fn from_raw(location: Option<&str>, raw: &RawOptions) -> Result<Self> {
+        Self::from_raw_with_env(location, raw, &ConnectionOptions::process_env)
+    }
+
+    /// [`from_raw`](Self::from_raw) with the environment read through `env`.
+    fn from_raw_with_env(
+        location: Option<&str>,
+        raw: &RawOptions,
+        env: EnvLookup<'_>,
+    ) -> Result<Self> {
+        let (p, shared) = SharedOptions::parse(Self::KIND, raw, env, Self::DEAD_LETTER_TOPICS)?;
+        Self::from_parsed(location, &p, shared)
+    }
+}
 
 /// The part of a table's options every connector accepts with one meaning: where it connects,
 /// what happens to a refused row, where dead rows go, and how a statement runs.

@@ -20,7 +20,7 @@ use datafusion::execution::SendableRecordBatchStream;
 
 use super::dead_letter::{self, DeadLetterContext};
 use super::descriptor::{ConnectorKind, Declared};
-use super::shared::SharedOptions;
+use super::shared::TableOptions;
 use super::{Routing, SinkConnector};
 use crate::core::run::{FlushSettings, WriterContext};
 use crate::core::{
@@ -38,25 +38,17 @@ pub type RecordOf<C> = <<C as Connector>::Transport as Transport>::Record;
 /// them), so a sink holds no connector state besides those.
 #[async_trait]
 pub trait Connector: Send + Sync + 'static {
-    /// Which connector this is.
-    const KIND: ConnectorKind;
+    /// Which connector this is: the one its options are declared for.
+    const KIND: ConnectorKind = <Self::Options as TableOptions>::KIND;
 
     /// The typed options (the connector's `*SinkOptions`).
-    type Options: Debug + Send + Sync;
+    type Options: TableOptions + Debug + Send + Sync;
     /// The validated row mapping, built from the options and the table schema.
     type Mapping: Debug + Send + Sync;
     /// The connection settings the transport is built from.
     type ClientSettings: Debug + Send + Sync;
     /// The gRPC side: a core [`Transport`].
     type Transport: Transport;
-
-    /// Parses the options of a declared table (`LOCATION` and `OPTIONS`), the emulator
-    /// variable read through `env`; contacts no service.
-    fn options_from_raw(
-        location: Option<&str>,
-        raw: &RawOptions,
-        env: EnvLookup<'_>,
-    ) -> Result<Self::Options>;
 
     /// Checks the options (the rules between them that the connector checks here) and the
     /// schema against them, and builds the row mapping.
@@ -73,10 +65,6 @@ pub trait Connector: Send + Sync + 'static {
     fn routing(_options: &Self::Options, _mapping: &Self::Mapping) -> Routing {
         Routing::any()
     }
-
-    /// The options every connector shares: the connection, the failure policy, where dead
-    /// rows go, and how a statement runs.
-    fn shared(options: &Self::Options) -> &SharedOptions;
 
     /// A record the service refused, as its dead letter carries it: its payload where it has
     /// one, and the rest of it as a JSON object.
@@ -110,14 +98,7 @@ pub struct Sink<C: Connector> {
 impl<C: Connector> Sink<C> {
     /// Checks the options and the schema; contacts no service.
     pub fn try_new(schema: SchemaRef, location: Option<&str>, raw: &RawOptions) -> Result<Self> {
-        Self::from_options(
-            schema,
-            C::options_from_raw(
-                location,
-                raw,
-                &crate::options::ConnectionOptions::process_env,
-            )?,
-        )
+        Self::from_options(schema, C::Options::from_raw(location, raw)?)
     }
 
     /// Builds the sink from typed options (the Rust API, without SQL). Checks the schema
@@ -125,7 +106,7 @@ impl<C: Connector> Sink<C> {
     pub fn from_options(schema: SchemaRef, options: C::Options) -> Result<Self> {
         let mapping = C::mapping(&options, &schema)?;
         let mut flow = C::flow_config(&options, &mapping);
-        C::shared(&options).apply(&mut flow);
+        options.shared().apply(&mut flow);
         Ok(Self {
             schema,
             options,
@@ -188,7 +169,7 @@ impl<C: Connector> SinkConnector for Sink<C> {
     }
 
     fn parallelism(&self) -> Option<usize> {
-        C::shared(&self.options).run.sink_parallelism
+        self.options.shared().run.sink_parallelism
     }
 
     /// Connects the transport, writes every row through the core and returns how many the
@@ -219,7 +200,7 @@ impl<C: Connector> SinkConnector for Sink<C> {
             Ok(transport) => Arc::new(transport),
             Err(error) => return Err(incomplete(error)),
         };
-        let dead_letters = match &C::shared(&self.options).dead_letter {
+        let dead_letters = match &self.options.shared().dead_letter {
             Some(target) => {
                 let context = DeadLetterContext {
                     connector: C::KIND,
@@ -252,7 +233,7 @@ impl<C: Connector> SinkConnector for Sink<C> {
             metrics,
             dead_letters,
         );
-        let run = &C::shared(&self.options).run;
+        let run = &self.options.shared().run;
         let flush = FlushSettings {
             interval: run.flush_interval,
             rows: run.flush_rows,
@@ -280,8 +261,8 @@ pub fn declare<C: Connector>(
     raw: &RawOptions,
     env: EnvLookup<'_>,
 ) -> Result<Declared> {
-    let options = C::options_from_raw(location, raw, env)?;
-    let connection = C::shared(&options).connection.clone();
+    let options = C::Options::from_raw_with_env(location, raw, env)?;
+    let connection = options.shared().connection.clone();
     Ok(Declared {
         sink: Arc::new(Sink::<C>::from_options(schema, options)?),
         connection,

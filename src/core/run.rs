@@ -108,3 +108,14 @@ pub fn new_statement_id() -> String {
         .unwrap_or_default();
     format!("{time}-{}-{n}", std::process::id())
 }
+
+/// The next tick of `ticker`; never, when there is none. A `tokio::select!` arm on it is off
+/// without a ticker (a writer without `flush_interval`, a server without reports).
+pub async fn next_tick(ticker: &mut Option<tokio::time::Interval>) {
+    match ticker.as_mut() {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}

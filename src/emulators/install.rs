@@ -310,16 +310,23 @@ mod tests {
         assert_eq!(cache_dir(env(&[])), None);
     }
 
-    #[test]
-    fn an_unfinished_install_is_not_used() {
-        let (kind, package) = privately_installed();
-        let cache = tempfile::tempdir().unwrap();
-        let bin = private_venv(package, cache.path()).join("bin");
+    /// Writes an executable `kind` program into the private environment of `package` under
+    /// `cache` (an install that is not marked complete yet) and returns its path.
+    fn fake_private_program(kind: EmulatorKind, package: PipPackage, cache: &Path) -> PathBuf {
+        let bin = private_venv(package, cache).join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         let program = bin.join(kind.program_name());
         std::fs::write(&program, "#!/bin/sh\n").unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        program
+    }
+
+    #[test]
+    fn an_unfinished_install_is_not_used() {
+        let (kind, package) = privately_installed();
+        let cache = tempfile::tempdir().unwrap();
+        let program = fake_private_program(kind, package, cache.path());
         assert_eq!(installed_program(kind, package, cache.path()), None);
         File::create(private_venv(package, cache.path()).join(COMPLETE_MARKER)).unwrap();
         assert_eq!(
@@ -333,12 +340,7 @@ mod tests {
         let (kind, package) = privately_installed();
         let cache = tempfile::tempdir().unwrap();
         let empty_path = tempfile::tempdir().unwrap();
-        let bin = private_venv(package, cache.path()).join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        let program = bin.join(kind.program_name());
-        std::fs::write(&program, "#!/bin/sh\n").unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let program = fake_private_program(kind, package, cache.path());
         File::create(private_venv(package, cache.path()).join(COMPLETE_MARKER)).unwrap();
         let env = |var: &str| match var {
             "PATH" => Some(empty_path.path().as_os_str().to_owned()),

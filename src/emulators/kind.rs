@@ -9,7 +9,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use crate::connectors::descriptor::ConnectorKind;
-use crate::connectors::google::{GrpcChannel, plaintext_channel};
+use crate::connectors::google::{GrpcChannel, PreEncoded, plaintext_channel, unary_pre_encoded};
 use crate::error::Result;
 
 use super::discover::locate_program;
@@ -141,14 +141,17 @@ impl EmulatorKind {
         self.spec().slug
     }
 
-    /// One readiness probe: a real call on the emulator's main service at `host`, made by the
-    /// connector's own probe (`connectors::<name>::probe`) through the crate's plaintext
-    /// channel. The error is the failure as one line.
+    /// One readiness probe: the emulator's [`Probe`](super::spec::Probe) call at `host`,
+    /// through the crate's plaintext channel; `Ok` once it answers (the answer is not read).
+    /// The error is the failure as one line.
     pub(super) async fn probe(self, host: &str) -> std::result::Result<(), String> {
         let channel =
             GrpcChannel::Plaintext(plaintext_channel(host).await.map_err(|e| e.to_string())?);
-        (self.spec().probe)(channel)
+        let probe = self.spec().probe;
+        let request = tonic::Request::new(PreEncoded((probe.request)()));
+        unary_pre_encoded::<_, Vec<u8>, PreEncoded>(channel, request, probe.path)
             .await
+            .map(drop)
             .map_err(|status| format!("{:?}: {}", status.code(), status.message()))
     }
 }

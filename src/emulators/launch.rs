@@ -460,30 +460,50 @@ mod tests {
         assert!(other.contains("it exited (exit status: 1)"), "{other}");
     }
 
-    #[tokio::test]
-    async fn program_that_exits_at_once_reports_its_log() {
+    /// Starts `kind` with a fake program: a shell script `name` running `body`, written in a
+    /// temporary folder that also takes the logs, with `more` options on top. The start must
+    /// fail: returns the folder, the script and the error as text.
+    async fn failed_start(
+        kind: EmulatorKind,
+        name: &str,
+        body: &str,
+        more: impl FnOnce(EmulatorOptions) -> EmulatorOptions,
+    ) -> (tempfile::TempDir, PathBuf, String) {
         let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("broken-emulator");
-        std::fs::write(
-            &script,
-            "#!/bin/sh\necho 'cannot start: no java here' >&2\nexit 3\n",
-        )
-        .unwrap();
+        let script = dir.path().join(name);
+        std::fs::write(&script, body).unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let options = EmulatorOptions::new().program(&script).log_dir(dir.path());
-        let err = Emulator::start_with(EmulatorKind::PubSub, options)
+        let options = more(EmulatorOptions::new().program(&script).log_dir(dir.path()));
+        let err = Emulator::start_with(kind, options)
             .await
             .unwrap_err()
             .to_string();
-        assert!(err.contains("exited"), "{err}");
-        assert!(err.contains("cannot start: no java here"), "{err}");
-        // The log of a failed start is kept where the error says, whole; nothing else stays.
-        let left: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        (dir, script, err)
+    }
+
+    /// The files in `dir` besides `script`.
+    fn files_besides(dir: &Path, script: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
             .unwrap()
             .flatten()
             .map(|e| e.path())
-            .filter(|p| p != &script)
-            .collect();
+            .filter(|p| p != script)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn program_that_exits_at_once_reports_its_log() {
+        let (dir, script, err) = failed_start(
+            EmulatorKind::PubSub,
+            "broken-emulator",
+            "#!/bin/sh\necho 'cannot start: no java here' >&2\nexit 3\n",
+            |o| o,
+        )
+        .await;
+        assert!(err.contains("exited"), "{err}");
+        assert!(err.contains("cannot start: no java here"), "{err}");
+        // The log of a failed start is kept where the error says, whole; nothing else stays.
+        let left = files_besides(dir.path(), &script);
         assert_eq!(left.len(), 1, "{left:?}");
         assert!(err.contains(&left[0].display().to_string()), "{err}");
         assert_eq!(
@@ -494,44 +514,32 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_cloud_tasks_start_keeps_its_log_and_removes_its_hook() {
-        let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("not-python");
         // Reports where Python would look for the hook, then exits.
-        std::fs::write(&script, "#!/bin/sh\necho \"path=$PYTHONPATH\"\nexit 1\n").unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let options = EmulatorOptions::new().program(&script).log_dir(dir.path());
-        let err = Emulator::start_with(EmulatorKind::CloudTasks, options)
-            .await
-            .unwrap_err()
-            .to_string();
+        let (dir, script, err) = failed_start(
+            EmulatorKind::CloudTasks,
+            "not-python",
+            "#!/bin/sh\necho \"path=$PYTHONPATH\"\nexit 1\n",
+            |o| o,
+        )
+        .await;
         assert!(
             err.contains(".site"),
             "the hook's folder is on PYTHONPATH: {err}"
         );
-        let left: Vec<PathBuf> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p != &script)
-            .collect();
+        let left = files_besides(dir.path(), &script);
         assert_eq!(left.len(), 1, "only the log stays: {left:?}");
         assert!(left[0].to_string_lossy().ends_with(".log"), "{left:?}");
     }
 
     #[tokio::test]
     async fn program_that_never_answers_times_out_with_its_log() {
-        let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("silent-emulator");
-        std::fs::write(&script, "#!/bin/sh\necho 'listening soon'\nexec sleep 60\n").unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let options = EmulatorOptions::new()
-            .program(&script)
-            .readiness_timeout(Duration::from_secs(1))
-            .log_dir(dir.path());
-        let err = Emulator::start_with(EmulatorKind::Bigtable, options)
-            .await
-            .unwrap_err()
-            .to_string();
+        let (_dir, _script, err) = failed_start(
+            EmulatorKind::Bigtable,
+            "silent-emulator",
+            "#!/bin/sh\necho 'listening soon'\nexec sleep 60\n",
+            |o| o.readiness_timeout(Duration::from_secs(1)),
+        )
+        .await;
         assert!(err.contains("did not answer"), "{err}");
         assert!(err.contains("listening soon"), "{err}");
     }

@@ -4,13 +4,16 @@
 //!
 //! This file imports nothing that imports the registry, so a connector's folder may import it.
 
-use futures::future::BoxFuture;
-
-use crate::connectors::google::GrpcChannel;
-
-/// One readiness probe: a real call on the emulator's main service over `channel` (Pub/Sub
-/// `ListTopics`, Bigtable admin `ListTables`, Cloud Tasks `ListQueues`); `Ok` once it answers.
-pub type ProbeFn = fn(GrpcChannel) -> BoxFuture<'static, std::result::Result<(), tonic::Status>>;
+/// One readiness probe: a real unary call on the emulator's main service (Pub/Sub
+/// `ListTopics`, Bigtable admin `ListTables`, Cloud Tasks `ListQueues`), which an emulator
+/// answers only once it serves its API. The launcher makes it for every emulator the same way.
+#[derive(Debug, Clone, Copy)]
+pub struct Probe {
+    /// The method's gRPC path (`/google.pubsub.v1.Publisher/ListTopics`).
+    pub path: &'static str,
+    /// The request message, serialized.
+    pub request: fn() -> Vec<u8>,
+}
 
 /// A Python package the launcher installs into a private virtual environment of its own when
 /// the emulator is found nowhere else (see [`crate::emulators`]).
@@ -46,8 +49,8 @@ pub struct EmulatorSpec {
     pub install_hint: &'static str,
     /// Installed privately when found nowhere: the package and its pinned release.
     pub private_install: Option<PipPackage>,
-    /// The readiness probe, the connector's own (`connectors::<name>::probe`).
-    pub probe: ProbeFn,
+    /// The readiness probe: which call to make.
+    pub probe: Probe,
     /// A line `gcp-sql --emulators` prints once this emulator has started (what a user must do
     /// before the first write), if any.
     pub started_note: Option<&'static str>,

@@ -96,6 +96,22 @@ pub fn check_project(p: &str) -> NameResult<()> {
     Ok(())
 }
 
+/// Checks an id of 1 to `max` letters, digits, hyphens or underscores; the message calls it
+/// `what` with its article (`an instance`).
+pub fn check_word_id(id: &str, what: &str, max: usize) -> NameResult<()> {
+    if id.is_empty()
+        || id.len() > max
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(format!(
+            "{what} id has 1 to {max} letters, digits, hyphens or underscores"
+        ));
+    }
+    Ok(())
+}
+
 /// Splits `projects/A/b/B/...` into its values, checking the collection words: `None` when the
 /// name has another shape or an empty value.
 pub fn split_full<'a>(name: &'a str, words: &[&str]) -> Option<Vec<&'a str>> {
@@ -111,6 +127,66 @@ pub fn split_full<'a>(name: &'a str, words: &[&str]) -> Option<Vec<&'a str>> {
         values.push(parts[2 * i + 1]);
     }
     Some(values)
+}
+
+/// One level of a resource name: its collection word (`topics`), the placeholder messages
+/// show for its id (`TOPIC`) and the check of the id.
+#[derive(Debug, Clone, Copy)]
+pub struct NameLevel {
+    /// The collection word before the id.
+    pub collection: &'static str,
+    /// The id's placeholder in messages.
+    pub placeholder: &'static str,
+    /// The rule of the id.
+    pub check: fn(&str) -> NameResult<()>,
+}
+
+impl NameLevel {
+    /// The level `collection/PLACEHOLDER`, its ids checked by `check`.
+    pub const fn new(
+        collection: &'static str,
+        placeholder: &'static str,
+        check: fn(&str) -> NameResult<()>,
+    ) -> Self {
+        NameLevel {
+            collection,
+            placeholder,
+            check,
+        }
+    }
+}
+
+/// The `projects/PROJECT` level every resource name starts with.
+pub const PROJECTS: NameLevel = NameLevel::new("projects", "PROJECT", check_project);
+
+/// Resolves `value` (trimmed): a full name of `levels` (`projects/P/topics/T`), each id checked
+/// by its level, or a short id of the last level (a `what` id), checked, that `short` places
+/// in its parent; `short`'s error says what a short id needs.
+pub fn full_or_short_name(
+    value: &str,
+    levels: &[NameLevel],
+    what: &str,
+    short: impl FnOnce(&str) -> NameResult<String>,
+) -> NameResult<String> {
+    let v = value.trim();
+    if v.contains('/') {
+        let words: Vec<&str> = levels.iter().map(|l| l.collection).collect();
+        let parts = split_full(v, &words).ok_or_else(|| {
+            let shape: Vec<String> = levels
+                .iter()
+                .map(|l| format!("{}/{}", l.collection, l.placeholder))
+                .collect();
+            format!("expected '{}' or a short {what} id", shape.join("/"))
+        })?;
+        for (level, id) in levels.iter().zip(parts) {
+            (level.check)(id)?;
+        }
+        return Ok(v.to_string());
+    }
+    if let Some(last) = levels.last() {
+        (last.check)(v)?;
+    }
+    short(v)
 }
 
 #[cfg(test)]

@@ -42,10 +42,15 @@ pub fn is_integer(dt: &DataType) -> bool {
 
 /// A map whose keys and values are strings.
 pub fn is_string_map(dt: &DataType) -> bool {
+    is_map_of(dt, is_string)
+}
+
+/// A map whose keys and values are both of a type `entry` accepts.
+pub fn is_map_of(dt: &DataType, entry: fn(&DataType) -> bool) -> bool {
     match dt {
         DataType::Map(entries, _) => match entries.data_type() {
             DataType::Struct(fields) if fields.len() == 2 => {
-                is_string(fields[0].data_type()) && is_string(fields[1].data_type())
+                entry(fields[0].data_type()) && entry(fields[1].data_type())
             }
             _ => false,
         },

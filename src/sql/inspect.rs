@@ -166,6 +166,20 @@ pub fn string_arg(function: &str, exprs: &[Expr], index: usize, name: &str) -> D
     }
 }
 
+/// The resource name at `index`: a string literal ([`string_arg`]) that `resolve` accepts,
+/// as it returns it; the error names the function, the argument and the rule broken.
+pub fn name_arg(
+    function: &str,
+    exprs: &[Expr],
+    index: usize,
+    name: &str,
+    resolve: impl FnOnce(&str) -> std::result::Result<String, String>,
+) -> DFResult<String> {
+    let text = string_arg(function, exprs, index, name)?;
+    Ok(resolve(&text)
+        .map_err(|rule| Error::invalid(format!("{function} {name}"), text.clone(), rule))?)
+}
+
 /// The integer literal at `index`, from 1 to `max`; `default` when the argument is absent.
 pub fn count_arg(
     function: &str,

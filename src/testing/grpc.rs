@@ -241,37 +241,48 @@ impl Debug for FakeServerBuilder {
 
 impl FakeServerBuilder {
     /// Mounts a unary method at `path` (`/google.pubsub.v1.Publisher/Publish`).
-    pub fn unary<Req, Resp>(mut self, path: &str, script: Script<Req, Resp>) -> Self
+    pub fn unary<Req, Resp>(self, path: &str, script: Script<Req, Resp>) -> Self
     where
         Req: prost::Message + Default + Clone + Send + 'static,
         Resp: prost::Message + Clone + Send + 'static,
     {
-        let handler: Handler = Arc::new(move |req| {
+        self.mount::<Req, Resp, _, _>(path, move |mut grpc, req| {
             let script = script.clone();
-            Box::pin(async move {
-                let mut grpc =
-                    tonic::server::Grpc::new(tonic_prost::ProstCodec::<Resp, Req>::default());
-                grpc.unary(UnaryCall(script), req).await
-            })
-        });
-        self.routes.insert(path.to_string(), handler);
-        self
+            async move { grpc.unary(UnaryCall(script), req).await }
+        })
     }
 
     /// Mounts a server-streaming method at `path` (`/google.bigtable.v2.Bigtable/MutateRows`);
     /// a [`Reply::Ok`] carries the messages of the stream.
-    pub fn server_streaming<Req, Resp>(mut self, path: &str, script: Script<Req, Vec<Resp>>) -> Self
+    pub fn server_streaming<Req, Resp>(self, path: &str, script: Script<Req, Vec<Resp>>) -> Self
     where
         Req: prost::Message + Default + Clone + Send + 'static,
         Resp: prost::Message + Clone + Send + 'static,
     {
-        let handler: Handler = Arc::new(move |req| {
+        self.mount::<Req, Resp, _, _>(path, move |mut grpc, req| {
             let script = script.clone();
-            Box::pin(async move {
-                let mut grpc =
-                    tonic::server::Grpc::new(tonic_prost::ProstCodec::<Resp, Req>::default());
-                grpc.server_streaming(StreamingCall(script), req).await
-            })
+            async move { grpc.server_streaming(StreamingCall(script), req).await }
+        })
+    }
+
+    /// Mounts at `path` a method that `call` answers, given a gRPC server of its messages and
+    /// the request.
+    fn mount<Req, Resp, F, Fut>(mut self, path: &str, call: F) -> Self
+    where
+        Req: prost::Message + Default + Send + 'static,
+        Resp: prost::Message + Send + 'static,
+        F: Fn(
+                tonic::server::Grpc<tonic_prost::ProstCodec<Resp, Req>>,
+                http::Request<AxumBody>,
+            ) -> Fut
+            + Send
+            + Sync
+            + 'static,
+        Fut: Future<Output = http::Response<tonic::body::Body>> + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |req| {
+            let grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<Resp, Req>::default());
+            Box::pin(call(grpc, req))
         });
         self.routes.insert(path.to_string(), handler);
         self
@@ -285,24 +296,62 @@ impl FakeServerBuilder {
             routes: Arc::new(self.routes),
         };
         let routes = Routes::from(AxumRouter::new().fallback_service(router));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        let serving = Serving::spawn(
+            tonic::transport::Server::builder(),
+            routes,
+            incoming,
+            "fake gRPC server",
+        );
+        Ok(FakeServer {
+            addr,
+            _serving: serving,
+        })
+    }
+}
+
+/// A tonic server serving on a task of its own until this is dropped: what [`FakeServer`] and
+/// the null server of `gcp-sql serve-null` hold.
+#[derive(Debug)]
+pub(crate) struct Serving {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Serving {
+    /// Serves `routes` on `incoming` with `server`'s settings; `name` is what the warning of a
+    /// server that ends with an error calls it.
+    pub(crate) fn spawn(
+        mut server: tonic::transport::Server,
+        routes: Routes,
+        incoming: tonic::transport::server::TcpIncoming,
+        name: &'static str,
+    ) -> Self {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            let served = tonic::transport::Server::builder()
+            let served = server
                 .add_routes(routes)
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;
                 })
                 .await;
             if let Err(error) = served {
-                tracing::warn!(%error, "fake gRPC server ended");
+                tracing::warn!(%error, "{name} ended");
             }
         });
-        Ok(FakeServer {
-            addr,
+        Serving {
             stop: Some(stop),
             task,
-        })
+        }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.abort();
     }
 }
 
@@ -322,8 +371,8 @@ impl FakeServerBuilder {
 #[derive(Debug)]
 pub struct FakeServer {
     addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+    /// Held for its drop, which stops the server.
+    _serving: Serving,
 }
 
 impl FakeServer {
@@ -347,15 +396,6 @@ impl FakeServer {
         tonic::transport::Endpoint::from_shared(self.uri())?
             .connect()
             .await
-    }
-}
-
-impl Drop for FakeServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        self.task.abort();
     }
 }
 

@@ -11,5 +11,6 @@ mod grpc;
 pub(crate) mod logs;
 mod transport;
 
+pub(crate) use grpc::Serving;
 pub use grpc::{FakeServer, FakeServerBuilder, Reply, Script};
 pub use transport::{FakeCall, FakeClient, FakeReply, FakeTransport};

@@ -31,8 +31,8 @@ use super::names::bigtable_table;
 use crate::connectors::google::with_deadline;
 use crate::error::{Error, Result};
 use crate::sql::inspect::{
-    Inspection, InspectionFunctions, LazyTable, check_arity, count_arg, emulator_channel,
-    rpc_error, string_arg, utc_micros,
+    Inspection, InspectionFunctions, LazyTable, check_arity, count_arg, emulator_channel, name_arg,
+    rpc_error, utc_micros,
 };
 
 /// Rows `bigtable_read` reads when `max_rows` is not given.
@@ -71,9 +71,7 @@ impl TableFunctionImpl for BigtableReadFunction {
         let exprs = args.exprs();
         let function = "bigtable_read";
         check_arity(function, exprs, 2, "(table [, max_rows])")?;
-        let text = string_arg(function, exprs, 0, "table")?;
-        let table = bigtable_table(&text, None)
-            .map_err(|rule| Error::invalid(format!("{function} table"), text.clone(), rule))?;
+        let table = name_arg(function, exprs, 0, "table", |t| bigtable_table(t, None))?;
         let max = count_arg(
             function,
             exprs,

@@ -49,6 +49,7 @@
 //! checked once, when the table is declared ([`Error::Schema`]). See the `MAX_*` constants.
 //!
 //! ```
+//! use gcp_sql::connectors::TableOptions;
 //! use std::sync::Arc;
 //! use arrow::array::{Int64Array, RecordBatch, StringArray};
 //! use arrow::datatypes::{DataType, Field, Schema};

@@ -13,17 +13,18 @@ pub mod names;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod null;
 pub mod options;
-#[cfg(any(test, feature = "testing"))]
-#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-pub mod probe;
 pub mod writer;
 
 use crate::connectors::descriptor::{ConnectorDescriptor, ConnectorKind};
 #[cfg(any(test, feature = "testing"))]
 use crate::emulators::kind::EmulatorKind;
 #[cfg(any(test, feature = "testing"))]
-use crate::emulators::spec::EmulatorSpec;
+use crate::emulators::spec::{EmulatorSpec, Probe};
 use crate::options::Service;
+#[cfg(any(test, feature = "testing"))]
+use gcloud_sdk::google::bigtable::admin::v2::ListTablesRequest;
+#[cfg(any(test, feature = "testing"))]
+use prost::Message as _;
 
 /// The service: its emulator variable and public endpoint.
 pub const SERVICE: Service = Service {
@@ -73,7 +74,16 @@ pub static EMULATOR: EmulatorSpec = EmulatorSpec {
     python_loopback_hook: false,
     install_hint: "apt-get install google-cloud-cli-bigtable-emulator",
     private_install: None,
-    probe: |channel| Box::pin(probe::probe(channel)),
+    probe: Probe {
+        path: "/google.bigtable.admin.v2.BigtableTableAdmin/ListTables",
+        request: || {
+            ListTablesRequest {
+                parent: "projects/readiness/instances/readiness".into(),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        },
+    },
     started_note: None,
 };
 

@@ -15,7 +15,7 @@
 //! ```
 
 pub use crate::options::names::NameResult;
-use crate::options::names::{check_project, split_full};
+use crate::options::names::{NameLevel, PROJECTS, check_word_id, full_or_short_name};
 
 /// Longest Bigtable table id (admin API `CreateTable`: at most 50 characters).
 pub const BIGTABLE_TABLE_ID_MAX: usize = 50;
@@ -26,17 +26,7 @@ pub const BIGTABLE_INSTANCE_ID_MAX: usize = 33;
 
 /// Checks a Bigtable instance id: 1 to 33 letters, digits, hyphens or underscores.
 pub fn check_instance_id(i: &str) -> NameResult<()> {
-    if i.is_empty()
-        || i.len() > BIGTABLE_INSTANCE_ID_MAX
-        || !i
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        return Err(format!(
-            "an instance id has 1 to {BIGTABLE_INSTANCE_ID_MAX} letters, digits, hyphens or underscores"
-        ));
-    }
-    Ok(())
+    check_word_id(i, "an instance", BIGTABLE_INSTANCE_ID_MAX)
 }
 
 /// Checks an id of the Bigtable form `[_a-zA-Z0-9][-_.a-zA-Z0-9]*` of at most `max` characters.
@@ -66,37 +56,28 @@ pub fn check_family_id(f: &str) -> NameResult<()> {
     check_bigtable_id(f, "column family", BIGTABLE_FAMILY_ID_MAX)
 }
 
+/// The `instances/INSTANCE` level of a name.
+const INSTANCES: NameLevel = NameLevel::new("instances", "INSTANCE", check_instance_id);
+
+/// The `tables/TABLE` level of a name.
+const TABLES: NameLevel = NameLevel::new("tables", "TABLE", check_table_id);
+
 /// Resolves an instance: `projects/P/instances/I`, or a short id `I` in `project`.
 pub fn bigtable_instance(value: &str, project: Option<&str>) -> NameResult<String> {
-    let v = value.trim();
-    if v.contains('/') {
-        let parts = split_full(v, &["projects", "instances"])
-            .ok_or("expected 'projects/PROJECT/instances/INSTANCE' or a short instance id")?;
-        check_project(parts[0])?;
-        check_instance_id(parts[1])?;
-        return Ok(v.to_string());
-    }
-    check_instance_id(v)?;
-    let p = project.ok_or("a short instance id needs the 'project' option")?;
-    Ok(format!("projects/{p}/instances/{v}"))
+    full_or_short_name(value, &[PROJECTS, INSTANCES], "instance", |i| {
+        let p = project.ok_or("a short instance id needs the 'project' option")?;
+        Ok(format!("projects/{p}/instances/{i}"))
+    })
 }
 
 /// Resolves a table: `projects/P/instances/I/tables/T`, or a short id `T` in `instance` (a full
 /// instance name, see [`bigtable_instance`]).
 pub fn bigtable_table(value: &str, instance: Option<&str>) -> NameResult<String> {
-    let v = value.trim();
-    if v.contains('/') {
-        let parts = split_full(v, &["projects", "instances", "tables"]).ok_or(
-            "expected 'projects/PROJECT/instances/INSTANCE/tables/TABLE' or a short table id",
-        )?;
-        check_project(parts[0])?;
-        check_instance_id(parts[1])?;
-        check_table_id(parts[2])?;
-        return Ok(v.to_string());
-    }
-    check_table_id(v)?;
-    let i = instance.ok_or("a short table id needs the 'instance' option (and 'project'), or write 'projects/PROJECT/instances/INSTANCE/tables/TABLE'")?;
-    Ok(format!("{i}/tables/{v}"))
+    let levels = [PROJECTS, INSTANCES, TABLES];
+    full_or_short_name(value, &levels, "table", |t| {
+        let i = instance.ok_or("a short table id needs the 'instance' option (and 'project'), or write 'projects/PROJECT/instances/INSTANCE/tables/TABLE'")?;
+        Ok(format!("{i}/tables/{t}"))
+    })
 }
 
 /// The instance part (`projects/P/instances/I`) of a full table name.

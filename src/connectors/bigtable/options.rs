@@ -7,7 +7,7 @@
 //!
 //! [`BigtableWriterOptions`] holds the writer options, one builder method per option.
 //! [`BigtableSinkOptions`] adds the connection, the table and the row mapping, and is what both SQL forms build through
-//! [`BigtableSinkOptions::from_raw`].
+//! [`BigtableSinkOptions`]'s [`TableOptions::from_raw`].
 //!
 //! ```
 //! use gcp_sql::connectors::bigtable::options::BigtableWriterOptions;
@@ -31,15 +31,17 @@ use std::time::Duration;
 use arrow::datatypes::{DataType, Schema};
 
 use super::names;
-use crate::connectors::shared::SharedOptions;
+use crate::connectors::dead_letter::DeadLetterTopics;
+use crate::connectors::descriptor::ConnectorKind;
+use crate::connectors::shared::{SharedOptions, TableOptions};
 use crate::error::{Error, Result};
 use crate::options::Redact;
 use crate::options::common::{self, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
 use crate::options::docs::FixedBudget;
 use crate::options::spec::{binary_size, format_duration, group_digits};
 use crate::options::{
-    Bound, ConnectionOptions, DefaultValue, EnvLookup, OptionGroup, OptionKind, OptionSpec,
-    RawOptions, destination, schema_types, writer_options,
+    Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec, ParsedOptions, destination,
+    schema_types, writer_options,
 };
 
 /// `max_consecutive_rejections` value that never fails the statement.
@@ -496,6 +498,26 @@ impl BigtableMappingOptions {
 }
 
 /// Everything a Bigtable sink needs: connection, table, mapping, policy and writer options.
+///
+/// Built from a statement's `LOCATION` (the table; empty means none) and
+/// options by [`TableOptions::from_raw`] (the emulator variable read from the process
+/// environment) or [`TableOptions::from_raw_with_env`].
+///
+/// ```
+/// use gcp_sql::connectors::shared::TableOptions;
+/// use gcp_sql::connectors::bigtable::options::BigtableSinkOptions;
+/// use gcp_sql::options::RawOptions;
+///
+/// let raw = RawOptions::from_pairs([
+///     ("project".to_string(), "demo".to_string()),
+///     ("instance".to_string(), "main".to_string()),
+///     ("row_key".to_string(), "user_id, ts".to_string()),
+/// ])?;
+/// let opts = BigtableSinkOptions::from_raw(Some("events"), &raw)?;
+/// assert_eq!(opts.table.as_deref(), Some("projects/demo/instances/main/tables/events"));
+/// assert_eq!(opts.mapping.row_key, ["user_id", "ts"]);
+/// # Ok::<(), gcp_sql::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct BigtableSinkOptions {
     /// The options every connector shares: connection, failure policy, dead letters, run.
@@ -512,36 +534,21 @@ pub struct BigtableSinkOptions {
     pub writer: BigtableWriterOptions,
 }
 
-impl BigtableSinkOptions {
-    /// Builds the sink options from a statement's `LOCATION` (the table; empty means none) and
-    /// options, reading the emulator variable from the process environment.
-    ///
-    /// ```
-    /// use gcp_sql::connectors::bigtable::options::BigtableSinkOptions;
-    /// use gcp_sql::options::RawOptions;
-    ///
-    /// let raw = RawOptions::from_pairs([
-    ///     ("project".to_string(), "demo".to_string()),
-    ///     ("instance".to_string(), "main".to_string()),
-    ///     ("row_key".to_string(), "user_id, ts".to_string()),
-    /// ])?;
-    /// let opts = BigtableSinkOptions::from_raw(Some("events"), &raw)?;
-    /// assert_eq!(opts.table.as_deref(), Some("projects/demo/instances/main/tables/events"));
-    /// assert_eq!(opts.mapping.row_key, ["user_id", "ts"]);
-    /// # Ok::<(), gcp_sql::Error>(())
-    /// ```
-    pub fn from_raw(location: Option<&str>, raw: &RawOptions) -> Result<Self> {
-        Self::from_raw_with_env(location, raw, &ConnectionOptions::process_env)
+impl TableOptions for BigtableSinkOptions {
+    const KIND: ConnectorKind = super::KIND;
+    const DEAD_LETTER_TOPICS: &'static DeadLetterTopics =
+        &crate::connectors::pubsub::dead_letter::TOPICS;
+
+    fn shared(&self) -> &SharedOptions {
+        &self.shared
     }
 
-    /// [`from_raw`](Self::from_raw) with the environment read through `env`.
-    pub fn from_raw_with_env(
+    /// Reads the LOCATION and the options of this connector (see [`TableOptions`]).
+    fn from_parsed(
         location: Option<&str>,
-        raw: &RawOptions,
-        env: EnvLookup<'_>,
+        p: &ParsedOptions,
+        shared: SharedOptions,
     ) -> Result<Self> {
-        let topics = &crate::connectors::pubsub::dead_letter::TOPICS;
-        let (p, shared) = SharedOptions::parse(super::KIND, raw, env, topics)?;
         let project = shared.connection.project.as_deref();
 
         let instance_option = match p.non_empty_text(&INSTANCE)? {
@@ -550,7 +557,7 @@ impl BigtableSinkOptions {
             ),
             None => None,
         };
-        let table = destination(&TABLE, location, &p, |t| {
+        let table = destination(&TABLE, location, p, |t| {
             names::bigtable_table(t, instance_option.as_deref())
         })?;
         let table_instance = table
@@ -605,7 +612,7 @@ impl BigtableSinkOptions {
             null_handling,
         };
 
-        let writer = BigtableWriterOptionsBuilder::from_parsed(&p)?.build()?;
+        let writer = BigtableWriterOptionsBuilder::from_parsed(p)?.build()?;
 
         let opts = BigtableSinkOptions {
             shared,
@@ -618,7 +625,9 @@ impl BigtableSinkOptions {
         opts.validate()?;
         Ok(opts)
     }
+}
 
+impl BigtableSinkOptions {
     /// Checks the rules between sections: a table is required (fixed or from a column, not
     /// both), the instance is given once, and a short table id has an instance to live in.
     pub fn validate(&self) -> Result<()> {

@@ -28,11 +28,10 @@ use super::mapping::{self, BigtableEntry, BigtableMapping};
 use super::options::{
     BATCH_DELAY_THRESHOLD, BigtableSinkOptions, PROGRESS_TIMEOUT, SHUTDOWN_TIMEOUT,
 };
+use crate::connectors::Routing;
 use crate::connectors::sink::{Connector, Sink};
-use crate::connectors::{ConnectorKind, Routing};
 use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::Result;
-use crate::options::RawOptions;
 
 /// Tables one writer keeps batching state for at once. The Java connector bounds per-table state only by
 /// `destination_idle_timeout`, which is swept after a flush; a statement flushes once, at its
@@ -86,6 +85,7 @@ pub struct Bigtable;
 /// (the Rust API, without SQL):
 ///
 /// ```
+/// use gcp_sql::connectors::TableOptions;
 /// use std::sync::Arc;
 /// use datafusion::arrow::datatypes::{DataType, Field, Schema};
 /// use gcp_sql::connectors::bigtable::options::BigtableSinkOptions;
@@ -135,19 +135,10 @@ impl Sink<Bigtable> {
 
 #[async_trait]
 impl Connector for Bigtable {
-    const KIND: ConnectorKind = super::KIND;
     type Options = BigtableSinkOptions;
     type Mapping = BigtableMapping;
     type ClientSettings = ClientSettings;
     type Transport = BigtableTransport;
-
-    fn options_from_raw(
-        location: Option<&str>,
-        raw: &RawOptions,
-        env: crate::options::EnvLookup<'_>,
-    ) -> Result<BigtableSinkOptions> {
-        BigtableSinkOptions::from_raw_with_env(location, raw, env)
-    }
 
     fn mapping(options: &BigtableSinkOptions, schema: &SchemaRef) -> Result<BigtableMapping> {
         BigtableMapping::new(options, schema)
@@ -157,10 +148,6 @@ impl Connector for Bigtable {
     /// key in input order is the last one written.
     fn routing(_options: &BigtableSinkOptions, mapping: &BigtableMapping) -> Routing {
         Routing::by_key(mapping.row_identity_columns())
-    }
-
-    fn shared(options: &BigtableSinkOptions) -> &crate::connectors::shared::SharedOptions {
-        &options.shared
     }
 
     fn describe_record(record: &BigtableEntry) -> crate::core::DeadPayload {
@@ -335,6 +322,7 @@ mod tests {
 
     use super::*;
     use crate::core::FailurePolicy;
+    use crate::options::RawOptions;
 
     fn sink(schema: Schema, pairs: &[(&str, &str)]) -> Result<BigtableSink> {
         let raw =

@@ -419,17 +419,22 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn refuses_a_channel_pool_with_an_emulator() {
-        let err = CloudTasksTransport::connect(&ClientSettings {
+    /// Settings for an emulator at a port nothing listens on, with `channel_pool_size`.
+    fn emulator_settings(channel_pool_size: Option<usize>) -> ClientSettings {
+        ClientSettings {
             endpoint: None,
             emulator_host: Some("127.0.0.1:1".into()),
             credentials_file: None,
-            channel_pool_size: Some(2),
-        })
-        .await
-        .unwrap_err()
-        .to_string();
+            channel_pool_size,
+        }
+    }
+
+    #[tokio::test]
+    async fn refuses_a_channel_pool_with_an_emulator() {
+        let err = CloudTasksTransport::connect(&emulator_settings(Some(2)))
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("channel_pool_size") && err.contains("emulator"),
             "{err}"
@@ -438,14 +443,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_emulator_transport_has_one_lazy_channel() {
-        let transport = CloudTasksTransport::connect(&ClientSettings {
-            endpoint: None,
-            emulator_host: Some("127.0.0.1:1".into()),
-            credentials_file: None,
-            channel_pool_size: None,
-        })
-        .await
-        .unwrap();
+        let transport = CloudTasksTransport::connect(&emulator_settings(None))
+            .await
+            .unwrap();
         assert_eq!(transport.channel_count(), 1);
         assert_eq!(transport.endpoint(), "127.0.0.1:1");
     }

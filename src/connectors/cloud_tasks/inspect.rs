@@ -46,7 +46,7 @@ use crate::connectors::google::{GrpcChannel, Reachability, with_deadline};
 use crate::error::{Error, Result};
 use crate::sql::inspect::{
     Inspection, InspectionFunctions, LazyTable, bool_arg, check_arity, count_arg, emulator_channel,
-    rpc_error, sorted_json_object, string_arg, timestamp_micros, utc_micros,
+    name_arg, rpc_error, sorted_json_object, timestamp_micros, utc_micros,
 };
 
 /// Tasks `cloud_tasks_list` lists when `max_tasks` is not given.
@@ -138,9 +138,9 @@ impl TableFunctionImpl for CloudTasksListFunction {
 }
 
 fn queue_arg(function: &str, exprs: &[Expr]) -> DFResult<String> {
-    let text = string_arg(function, exprs, 0, "queue")?;
-    Ok(cloud_tasks_queue(&text, None, None)
-        .map_err(|rule| Error::invalid(format!("{function} queue"), text.clone(), rule))?)
+    name_arg(function, exprs, 0, "queue", |q| {
+        cloud_tasks_queue(q, None, None)
+    })
 }
 
 /// A `cloud_tasks_create_queue` call, on the emulator `CLOUD_TASKS_EMULATOR_HOST` names.

@@ -34,6 +34,7 @@
 //! (see [`write_create_task_request`]), so a retry re-encodes nothing.
 //!
 //! ```
+//! use gcp_sql::connectors::TableOptions;
 //! use std::sync::Arc;
 //! use arrow::array::{Int64Array, RecordBatch};
 //! use arrow::datatypes::{DataType, Field, Schema};

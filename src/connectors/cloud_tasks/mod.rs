@@ -12,17 +12,18 @@ pub mod names;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod null;
 pub mod options;
-#[cfg(any(test, feature = "testing"))]
-#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-pub mod probe;
 pub mod writer;
 
 use crate::connectors::descriptor::{ConnectorDescriptor, ConnectorKind};
 #[cfg(any(test, feature = "testing"))]
 use crate::emulators::kind::EmulatorKind;
 #[cfg(any(test, feature = "testing"))]
-use crate::emulators::spec::{EmulatorSpec, PipPackage};
+use crate::emulators::spec::{EmulatorSpec, PipPackage, Probe};
 use crate::options::Service;
+#[cfg(any(test, feature = "testing"))]
+use gcloud_sdk::google::cloud::tasks::v2::ListQueuesRequest;
+#[cfg(any(test, feature = "testing"))]
+use prost::Message as _;
 
 /// The service: its emulator variable and public endpoint.
 pub const SERVICE: Service = Service {
@@ -77,7 +78,16 @@ pub static EMULATOR: EmulatorSpec = EmulatorSpec {
         name: "gcloud-tasks-emulator",
         version: EMULATOR_VERSION,
     }),
-    probe: |channel| Box::pin(probe::probe(channel)),
+    probe: Probe {
+        path: "/google.cloud.tasks.v2.CloudTasks/ListQueues",
+        request: || {
+            ListQueuesRequest {
+                parent: "projects/readiness/locations/readiness".into(),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        },
+    },
     // The emulator starts without a queue and the sink never creates one.
     started_note: Some(
         "The Cloud Tasks emulator has no queue yet: create one with \

@@ -17,7 +17,7 @@
 //! ```
 
 pub use crate::options::names::NameResult;
-use crate::options::names::{check_project, split_full};
+use crate::options::names::{NameLevel, PROJECTS, check_word_id, full_or_short_name, split_full};
 
 /// Longest Cloud Tasks queue id (`CreateQueue` reference: 1 to 100 characters).
 pub const CLOUD_TASKS_QUEUE_ID_MAX: usize = 100;
@@ -46,18 +46,14 @@ pub fn check_queue_id(q: &str) -> NameResult<()> {
 
 /// Checks a Cloud Tasks task id: 1 to 500 letters, digits, hyphens or underscores.
 pub fn check_task_id(t: &str) -> NameResult<()> {
-    if t.is_empty()
-        || t.len() > CLOUD_TASKS_TASK_ID_MAX
-        || !t
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        return Err(format!(
-            "a task id has 1 to {CLOUD_TASKS_TASK_ID_MAX} letters, digits, hyphens or underscores"
-        ));
-    }
-    Ok(())
+    check_word_id(t, "a task", CLOUD_TASKS_TASK_ID_MAX)
 }
+
+/// The `locations/LOCATION` level of a name.
+const LOCATIONS: NameLevel = NameLevel::new("locations", "LOCATION", check_location);
+
+/// The `queues/QUEUE` level of a name.
+const QUEUES: NameLevel = NameLevel::new("queues", "QUEUE", check_queue_id);
 
 /// Resolves a queue: `projects/P/locations/L/queues/Q`, or a short id `Q` in `project` and
 /// `location`.
@@ -66,21 +62,13 @@ pub fn cloud_tasks_queue(
     project: Option<&str>,
     location: Option<&str>,
 ) -> NameResult<String> {
-    let v = value.trim();
-    if v.contains('/') {
-        let parts = split_full(v, &["projects", "locations", "queues"]).ok_or(
-            "expected 'projects/PROJECT/locations/LOCATION/queues/QUEUE' or a short queue id",
-        )?;
-        check_project(parts[0])?;
-        check_location(parts[1])?;
-        check_queue_id(parts[2])?;
-        return Ok(v.to_string());
-    }
-    check_queue_id(v)?;
-    let p = project.ok_or("a short queue id needs the 'project' and 'location' options")?;
-    let l = location
-        .ok_or("a short queue id needs the 'location' option (for example 'us-central1')")?;
-    Ok(format!("projects/{p}/locations/{l}/queues/{v}"))
+    let levels = [PROJECTS, LOCATIONS, QUEUES];
+    full_or_short_name(value, &levels, "queue", |q| {
+        let p = project.ok_or("a short queue id needs the 'project' and 'location' options")?;
+        let l = location
+            .ok_or("a short queue id needs the 'location' option (for example 'us-central1')")?;
+        Ok(format!("projects/{p}/locations/{l}/queues/{q}"))
+    })
 }
 
 /// Resolves a task name: `<queue>/tasks/T`, or a short id `T` in `queue`.

@@ -7,7 +7,7 @@
 //!
 //! [`CloudTasksWriterOptions`] holds the writer options, one builder method per option.
 //! [`CloudTasksSinkOptions`] adds the connection, the queue and the HTTP task mapping, and is
-//! what both SQL forms build through [`CloudTasksSinkOptions::from_raw`].
+//! what both SQL forms build through [`CloudTasksSinkOptions`]'s [`TableOptions::from_raw`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -27,15 +27,17 @@ use std::time::Duration;
 use arrow::datatypes::{DataType, Schema};
 
 use super::names;
-use crate::connectors::shared::SharedOptions;
+use crate::connectors::dead_letter::DeadLetterTopics;
+use crate::connectors::descriptor::ConnectorKind;
+use crate::connectors::shared::{SharedOptions, TableOptions};
 use crate::error::{Error, Result};
 use crate::options::Redact;
 use crate::options::common::{FORMAT, PER_DESTINATION_METRICS};
 use crate::options::docs::FixedBudget;
 use crate::options::spec::format_duration;
 use crate::options::{
-    Bound, ConnectionOptions, DefaultValue, EnvLookup, OptionGroup, OptionKind, OptionSpec,
-    ParsedOptions, PayloadFormat, RawOptions, destination, schema_types, writer_options,
+    Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec, ParsedOptions, PayloadFormat,
+    destination, schema_types, writer_options,
 };
 
 /// Default of `max_in_flight_tasks`.
@@ -584,6 +586,26 @@ impl CloudTasksMappingOptions {
 }
 
 /// Everything a Cloud Tasks sink needs: connection, queue, mapping, policy and writer options.
+///
+/// Built from a statement's `LOCATION` (the queue; empty means none) and
+/// options by [`TableOptions::from_raw`] (the emulator variable read from the process
+/// environment) or [`TableOptions::from_raw_with_env`].
+///
+/// ```
+/// use gcp_sql::connectors::shared::TableOptions;
+/// use gcp_sql::connectors::cloud_tasks::options::{CloudTasksSinkOptions, HttpMethod};
+/// use gcp_sql::options::RawOptions;
+///
+/// let raw = RawOptions::from_pairs([
+///     ("url".to_string(), "https://worker.example.com/run".to_string()),
+///     ("http_method".to_string(), "put".to_string()),
+///     ("headers".to_string(), "Content-Type: text/plain; charset=utf-8; X-A: b".to_string()),
+/// ])?;
+/// let opts = CloudTasksSinkOptions::from_raw(Some("projects/demo/locations/us-central1/queues/jobs"), &raw)?;
+/// assert_eq!(opts.mapping.http_method, HttpMethod::Put);
+/// assert_eq!(opts.mapping.headers[0].1, "text/plain; charset=utf-8");
+/// # Ok::<(), gcp_sql::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct CloudTasksSinkOptions {
     /// The options every connector shares: connection, failure policy, dead letters, run.
@@ -612,40 +634,25 @@ fn check_url(spec: &OptionSpec, url: &str) -> Result<()> {
     }
 }
 
-impl CloudTasksSinkOptions {
-    /// Builds the sink options from a statement's `LOCATION` (the queue; empty means none) and
-    /// options, reading the emulator variable from the process environment.
-    ///
-    /// ```
-    /// use gcp_sql::connectors::cloud_tasks::options::{CloudTasksSinkOptions, HttpMethod};
-    /// use gcp_sql::options::RawOptions;
-    ///
-    /// let raw = RawOptions::from_pairs([
-    ///     ("url".to_string(), "https://worker.example.com/run".to_string()),
-    ///     ("http_method".to_string(), "put".to_string()),
-    ///     ("headers".to_string(), "Content-Type: text/plain; charset=utf-8; X-A: b".to_string()),
-    /// ])?;
-    /// let opts = CloudTasksSinkOptions::from_raw(Some("projects/demo/locations/us-central1/queues/jobs"), &raw)?;
-    /// assert_eq!(opts.mapping.http_method, HttpMethod::Put);
-    /// assert_eq!(opts.mapping.headers[0].1, "text/plain; charset=utf-8");
-    /// # Ok::<(), gcp_sql::Error>(())
-    /// ```
-    pub fn from_raw(location: Option<&str>, raw: &RawOptions) -> Result<Self> {
-        Self::from_raw_with_env(location, raw, &ConnectionOptions::process_env)
+impl TableOptions for CloudTasksSinkOptions {
+    const KIND: ConnectorKind = super::KIND;
+    const DEAD_LETTER_TOPICS: &'static DeadLetterTopics =
+        &crate::connectors::pubsub::dead_letter::TOPICS;
+
+    fn shared(&self) -> &SharedOptions {
+        &self.shared
     }
 
-    /// [`from_raw`](Self::from_raw) with the environment read through `env`.
-    pub fn from_raw_with_env(
+    /// Reads the LOCATION and the options of this connector (see [`TableOptions`]).
+    fn from_parsed(
         location: Option<&str>,
-        raw: &RawOptions,
-        env: EnvLookup<'_>,
+        p: &ParsedOptions,
+        shared: SharedOptions,
     ) -> Result<Self> {
-        let topics = &crate::connectors::pubsub::dead_letter::TOPICS;
-        let (p, shared) = SharedOptions::parse(super::KIND, raw, env, topics)?;
         let project = shared.connection.project.as_deref();
         let region = p.non_empty_text(&LOCATION)?;
 
-        let queue = destination(&QUEUE, location, &p, |q| {
+        let queue = destination(&QUEUE, location, p, |q| {
             names::cloud_tasks_queue(q, project, region)
         })?;
 
@@ -675,7 +682,7 @@ impl CloudTasksSinkOptions {
             ));
         }
 
-        let auth = Self::auth_from(&p)?;
+        let auth = Self::auth_from(p)?;
 
         let mapping = CloudTasksMappingOptions {
             location: region.map(str::to_string),
@@ -693,7 +700,7 @@ impl CloudTasksSinkOptions {
             dispatch_deadline: p.duration(&DISPATCH_DEADLINE)?,
         };
 
-        let writer = CloudTasksWriterOptionsBuilder::from_parsed(&p)?.build()?;
+        let writer = CloudTasksWriterOptionsBuilder::from_parsed(p)?.build()?;
 
         let opts = CloudTasksSinkOptions {
             shared,
@@ -704,7 +711,9 @@ impl CloudTasksSinkOptions {
         opts.validate()?;
         Ok(opts)
     }
+}
 
+impl CloudTasksSinkOptions {
     fn auth_from(p: &ParsedOptions) -> Result<Option<TaskAuth>> {
         let oidc_email = p.non_empty_text(&OIDC_SERVICE_ACCOUNT_EMAIL)?;
         let oidc_audience = p.non_empty_text(&OIDC_AUDIENCE)?;
@@ -933,6 +942,7 @@ impl CloudTasksSinkOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::RawOptions;
 
     #[test]
     fn a_refused_url_is_shown_by_its_origin_only() {

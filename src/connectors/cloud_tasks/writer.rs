@@ -32,11 +32,9 @@ use super::options::{
     CloudTasksSinkOptions, CloudTasksWriterOptions, DESTINATION_IDLE_TIMEOUT, MAX_ACTIVE_QUEUES,
     PROGRESS_TIMEOUT, SHUTDOWN_TIMEOUT,
 };
-use crate::connectors::ConnectorKind;
 use crate::connectors::sink::{Connector, Sink};
 use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::Result;
-use crate::options::RawOptions;
 
 /// Growth of the transient-failure backoff per retry. The option contract gives the first backoff and the
 /// cap but not the growth; doubling is the usual exponential backoff (and what the other
@@ -65,6 +63,7 @@ pub struct CloudTasks;
 /// `records_deduplicated`).
 ///
 /// ```
+/// use gcp_sql::connectors::TableOptions;
 /// use std::sync::Arc;
 /// use datafusion::arrow::datatypes::{DataType, Field, Schema};
 /// use gcp_sql::connectors::cloud_tasks::options::CloudTasksSinkOptions;
@@ -98,27 +97,14 @@ impl Sink<CloudTasks> {
 
 #[async_trait]
 impl Connector for CloudTasks {
-    const KIND: ConnectorKind = super::KIND;
     type Options = CloudTasksSinkOptions;
     type Mapping = CloudTasksMapping;
     type ClientSettings = ClientSettings;
     type Transport = CloudTasksTransport;
 
-    fn options_from_raw(
-        location: Option<&str>,
-        raw: &RawOptions,
-        env: crate::options::EnvLookup<'_>,
-    ) -> Result<CloudTasksSinkOptions> {
-        CloudTasksSinkOptions::from_raw_with_env(location, raw, env)
-    }
-
     fn mapping(options: &CloudTasksSinkOptions, schema: &SchemaRef) -> Result<CloudTasksMapping> {
         options.validate()?;
         CloudTasksMapping::new(options, schema)
-    }
-
-    fn shared(options: &CloudTasksSinkOptions) -> &crate::connectors::shared::SharedOptions {
-        &options.shared
     }
 
     fn describe_record(record: &TaskRecord) -> crate::core::DeadPayload {
@@ -277,7 +263,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::connectors::TableOptions;
     use crate::core::FailurePolicy;
+    use crate::options::RawOptions;
 
     fn options(pairs: &[(&str, &str)]) -> CloudTasksSinkOptions {
         let mut all = vec![

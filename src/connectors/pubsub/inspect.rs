@@ -48,10 +48,10 @@ use tonic::Code;
 
 use super::names::{pubsub_subscription, pubsub_topic};
 use crate::connectors::google::{GrpcChannel, Reachability, with_deadline};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::sql::inspect::{
-    Inspection, InspectionFunctions, LazyTable, check_arity, count_arg, emulator_channel,
-    rpc_error, sorted_json_object, string_arg, timestamp_micros, utc_micros,
+    Inspection, InspectionFunctions, LazyTable, check_arity, count_arg, emulator_channel, name_arg,
+    rpc_error, sorted_json_object, timestamp_micros, utc_micros,
 };
 
 /// Most messages one `pubsub_pull` call returns.
@@ -122,9 +122,7 @@ impl TableFunctionImpl for PubSubPullFunction {
         let exprs = args.exprs();
         let function = "pubsub_pull";
         check_arity(function, exprs, 2, "(subscription [, max_messages])")?;
-        let subscription = string_arg(function, exprs, 0, "subscription")?;
-        let subscription = pubsub_subscription(&subscription)
-            .map_err(|rule| Error::invalid("pubsub_pull subscription", &subscription, rule))?;
+        let subscription = name_arg(function, exprs, 0, "subscription", pubsub_subscription)?;
         let max = count_arg(
             function,
             exprs,
@@ -149,12 +147,8 @@ impl TableFunctionImpl for PubSubSubscribeFunction {
         let exprs = args.exprs();
         let function = "pubsub_subscribe";
         check_arity(function, exprs, 2, "(topic, subscription)")?;
-        let topic = string_arg(function, exprs, 0, "topic")?;
-        let topic = full_topic(&topic)
-            .map_err(|rule| Error::invalid("pubsub_subscribe topic", &topic, rule))?;
-        let subscription = string_arg(function, exprs, 1, "subscription")?;
-        let subscription = pubsub_subscription(&subscription)
-            .map_err(|rule| Error::invalid("pubsub_subscribe subscription", &subscription, rule))?;
+        let topic = name_arg(function, exprs, 0, "topic", full_topic)?;
+        let subscription = name_arg(function, exprs, 1, "subscription", pubsub_subscription)?;
         Ok(LazyTable::provider(
             subscribe_schema(),
             Subscribe {

@@ -63,7 +63,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Schema};
+use arrow::datatypes::Schema;
 use gcloud_sdk::google::pubsub::v1::PubsubMessage;
 use prost::Message as _;
 
@@ -72,6 +72,7 @@ use crate::encode::json::{ColumnEncoder, JsonRowEncoder, JsonRows, check_json_ty
 use crate::encode::raw::{BytesColumn, RawEncoder, is_bytes_type, is_string_type};
 use crate::error::{Error, Result};
 use crate::options::names::unknown_column;
+use crate::options::schema_types::is_map_of;
 
 /// Most messages in one `Publish` request. Source: Pub/Sub quotas and limits ("Publish
 /// request: 1,000 messages").
@@ -328,18 +329,6 @@ fn check_one_raw_column(schema: &Schema, rest: &[usize]) -> Result<()> {
     ))
 }
 
-fn is_string_map(data_type: &DataType) -> bool {
-    match data_type {
-        DataType::Map(entries, _) => match entries.data_type() {
-            DataType::Struct(kv) if kv.len() == 2 => {
-                is_string_type(kv[0].data_type()) && is_string_type(kv[1].data_type())
-            }
-            _ => false,
-        },
-        _ => false,
-    }
-}
-
 impl PubSubMapping {
     /// The columns that keep an ordering key's rows on one writer: the topic column (when the
     /// topic is per row) and the ordering key column; empty without an ordering key column.
@@ -419,7 +408,7 @@ impl PubSubMapping {
             ));
         }
         if let Some((i, name)) = &attributes_column
-            && !is_string_map(type_of(*i))
+            && !is_map_of(type_of(*i), is_string_type)
         {
             return Err(Error::schema(
                 name,

@@ -15,9 +15,6 @@ pub mod names;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod null;
 pub mod options;
-#[cfg(any(test, feature = "testing"))]
-#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-pub mod probe;
 pub mod source;
 pub mod writer;
 
@@ -25,8 +22,12 @@ use crate::connectors::descriptor::{ConnectorDescriptor, ConnectorKind};
 #[cfg(any(test, feature = "testing"))]
 use crate::emulators::kind::EmulatorKind;
 #[cfg(any(test, feature = "testing"))]
-use crate::emulators::spec::EmulatorSpec;
+use crate::emulators::spec::{EmulatorSpec, Probe};
 use crate::options::Service;
+#[cfg(any(test, feature = "testing"))]
+use gcloud_sdk::google::pubsub::v1::ListTopicsRequest;
+#[cfg(any(test, feature = "testing"))]
+use prost::Message as _;
 
 /// The service: its emulator variable and public endpoint.
 pub const SERVICE: Service = Service {
@@ -74,7 +75,16 @@ pub static EMULATOR: EmulatorSpec = EmulatorSpec {
     python_loopback_hook: false,
     install_hint: "apt-get install google-cloud-cli-pubsub-emulator (it also needs a Java runtime: apt-get install default-jre-headless)",
     private_install: None,
-    probe: |channel| Box::pin(probe::probe(channel)),
+    probe: Probe {
+        path: "/google.pubsub.v1.Publisher/ListTopics",
+        request: || {
+            ListTopicsRequest {
+                project: "projects/readiness".into(),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        },
+    },
     started_note: None,
 };
 

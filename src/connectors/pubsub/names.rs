@@ -14,7 +14,7 @@
 //! ```
 
 pub use crate::options::names::NameResult;
-use crate::options::names::{check_project, split_full};
+use crate::options::names::{NameLevel, PROJECTS, check_project, full_or_short_name, split_full};
 
 /// Longest Pub/Sub topic id (Pub/Sub resource-name rules).
 pub const PUBSUB_TOPIC_ID_MAX: usize = 255;
@@ -80,19 +80,13 @@ pub fn pubsub_subscription(value: &str) -> NameResult<String> {
 
 /// Resolves a topic: `projects/P/topics/T`, or a short id `T` in `project`.
 pub fn pubsub_topic(value: &str, project: Option<&str>) -> NameResult<String> {
-    let v = value.trim();
-    if v.contains('/') {
-        let parts = split_full(v, &["projects", "topics"])
-            .ok_or("expected 'projects/PROJECT/topics/TOPIC' or a short topic id")?;
-        check_project(parts[0])?;
-        check_topic_id(parts[1])?;
-        return Ok(v.to_string());
-    }
-    check_topic_id(v)?;
-    let p = project.ok_or(
-        "a short topic id needs the 'project' option (or write 'projects/PROJECT/topics/TOPIC')",
-    )?;
-    Ok(format!("projects/{p}/topics/{v}"))
+    let topics = NameLevel::new("topics", "TOPIC", check_topic_id);
+    full_or_short_name(value, &[PROJECTS, topics], "topic", |t| {
+        let p = project.ok_or(
+            "a short topic id needs the 'project' option (or write 'projects/PROJECT/topics/TOPIC')",
+        )?;
+        Ok(format!("projects/{p}/topics/{t}"))
+    })
 }
 
 #[cfg(test)]

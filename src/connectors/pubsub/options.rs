@@ -7,7 +7,7 @@
 //!
 //! [`PubSubPublisherOptions`] holds the writer options, one builder method per option.
 //! [`PubSubSinkOptions`] adds the connection, the destination and the row mapping, and is what
-//! both SQL forms build through [`PubSubSinkOptions::from_raw`].
+//! both SQL forms build through [`PubSubSinkOptions`]'s [`TableOptions::from_raw`].
 //!
 //! ```
 //! use std::time::Duration;
@@ -33,14 +33,16 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::names;
-use crate::connectors::shared::SharedOptions;
+use crate::connectors::dead_letter::DeadLetterTopics;
+use crate::connectors::descriptor::ConnectorKind;
+use crate::connectors::shared::{SharedOptions, TableOptions};
 use crate::error::{Error, Result};
 use crate::options::Redact;
 use crate::options::common::{self, FORMAT, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
 use crate::options::spec::format_duration;
 use crate::options::{
-    Bound, ColumnRef, ConnectionOptions, DefaultValue, EnvLookup, OptionGroup, OptionKind,
-    OptionSpec, PayloadFormat, RawOptions, destination, writer_options,
+    Bound, ColumnRef, DefaultValue, OptionGroup, OptionKind, OptionSpec, ParsedOptions,
+    PayloadFormat, destination, writer_options,
 };
 
 /// `max_consecutive_rejections` value that never fails the statement.
@@ -504,6 +506,25 @@ impl Default for PubSubMappingOptions {
 }
 
 /// Everything a Pub/Sub sink needs: connection, destination, mapping, policy and writer options.
+///
+/// Built from a statement's `LOCATION` (the topic; empty means none) and
+/// options by [`TableOptions::from_raw`] (the emulator variable read from the process
+/// environment) or [`TableOptions::from_raw_with_env`].
+///
+/// ```
+/// use gcp_sql::connectors::shared::TableOptions;
+/// use gcp_sql::connectors::pubsub::options::PubSubSinkOptions;
+/// use gcp_sql::options::RawOptions;
+///
+/// let raw = RawOptions::from_pairs([
+///     ("project".to_string(), "demo".to_string()),
+///     ("max_in_flight_messages".to_string(), "200".to_string()),
+/// ])?;
+/// let opts = PubSubSinkOptions::from_raw(Some("clicks"), &raw)?;
+/// assert_eq!(opts.topic.as_deref(), Some("projects/demo/topics/clicks"));
+/// assert_eq!(opts.publisher.max_in_flight_messages(), 200);
+/// # Ok::<(), gcp_sql::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct PubSubSinkOptions {
     /// The options every connector shares: connection, failure policy, dead letters, run.
@@ -518,38 +539,24 @@ pub struct PubSubSinkOptions {
     pub publisher: PubSubPublisherOptions,
 }
 
-impl PubSubSinkOptions {
-    /// Builds the sink options from a statement's `LOCATION` (the topic; empty means none) and
-    /// options, reading the emulator variable from the process environment.
-    ///
-    /// ```
-    /// use gcp_sql::connectors::pubsub::options::PubSubSinkOptions;
-    /// use gcp_sql::options::RawOptions;
-    ///
-    /// let raw = RawOptions::from_pairs([
-    ///     ("project".to_string(), "demo".to_string()),
-    ///     ("max_in_flight_messages".to_string(), "200".to_string()),
-    /// ])?;
-    /// let opts = PubSubSinkOptions::from_raw(Some("clicks"), &raw)?;
-    /// assert_eq!(opts.topic.as_deref(), Some("projects/demo/topics/clicks"));
-    /// assert_eq!(opts.publisher.max_in_flight_messages(), 200);
-    /// # Ok::<(), gcp_sql::Error>(())
-    /// ```
-    pub fn from_raw(location: Option<&str>, raw: &RawOptions) -> Result<Self> {
-        Self::from_raw_with_env(location, raw, &ConnectionOptions::process_env)
+impl TableOptions for PubSubSinkOptions {
+    const KIND: ConnectorKind = super::KIND;
+    const DEAD_LETTER_TOPICS: &'static DeadLetterTopics =
+        &crate::connectors::pubsub::dead_letter::TOPICS;
+
+    fn shared(&self) -> &SharedOptions {
+        &self.shared
     }
 
-    /// [`from_raw`](Self::from_raw) with the environment read through `env`.
-    pub fn from_raw_with_env(
+    /// Reads the LOCATION and the options of this connector (see [`TableOptions`]).
+    fn from_parsed(
         location: Option<&str>,
-        raw: &RawOptions,
-        env: EnvLookup<'_>,
+        p: &ParsedOptions,
+        shared: SharedOptions,
     ) -> Result<Self> {
-        let topics = &crate::connectors::pubsub::dead_letter::TOPICS;
-        let (p, shared) = SharedOptions::parse(super::KIND, raw, env, topics)?;
         let project = shared.connection.project.as_deref();
 
-        let topic = destination(&TOPIC, location, &p, |t| names::pubsub_topic(t, project))?;
+        let topic = destination(&TOPIC, location, p, |t| names::pubsub_topic(t, project))?;
 
         let mapping = PubSubMappingOptions {
             topic_column: p.text(&TOPIC_COLUMN)?.map(str::to_string),
@@ -563,7 +570,7 @@ impl PubSubSinkOptions {
             ordering_key_column: p.column_ref(&ORDERING_KEY_COLUMN, DEFAULT_ORDERING_KEY_COLUMN)?,
         };
 
-        let publisher = PubSubPublisherOptionsBuilder::from_parsed(&p)?.build()?;
+        let publisher = PubSubPublisherOptionsBuilder::from_parsed(p)?.build()?;
 
         let opts = PubSubSinkOptions {
             shared,
@@ -575,7 +582,9 @@ impl PubSubSinkOptions {
         opts.validate()?;
         Ok(opts)
     }
+}
 
+impl PubSubSinkOptions {
     /// Checks the rules between sections: a destination is required, and a fixed topic and a
     /// topic column exclude each other.
     pub fn validate(&self) -> Result<()> {

@@ -11,11 +11,11 @@ use datafusion::arrow::record_batch::RecordBatch;
 use super::client::{ClientSettings, PubSubTransport};
 use super::mapping::{self, MappingSpec, PubSubMapping, PubsubRecord};
 use super::options::PubSubSinkOptions;
+use crate::connectors::Routing;
 use crate::connectors::sink::{Connector, Sink};
-use crate::connectors::{ConnectorKind, Routing};
 use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::{Error, Result};
-use crate::options::{ColumnRef, PayloadFormat, RawOptions};
+use crate::options::{ColumnRef, PayloadFormat};
 
 /// The Pub/Sub connector as the generic [`Sink`] sees it: [`PubSubSinkOptions`] in, a
 /// [`PubSubMapping`] and a [`PubSubTransport`] out.
@@ -28,6 +28,7 @@ pub struct PubSub;
 /// (the Rust API, without SQL):
 ///
 /// ```
+/// use gcp_sql::connectors::TableOptions;
 /// use std::sync::Arc;
 /// use datafusion::arrow::datatypes::{DataType, Field, Schema};
 /// use gcp_sql::connectors::pubsub::options::PubSubSinkOptions;
@@ -44,19 +45,10 @@ pub type PubSubSink = Sink<PubSub>;
 
 #[async_trait]
 impl Connector for PubSub {
-    const KIND: ConnectorKind = super::KIND;
     type Options = PubSubSinkOptions;
     type Mapping = PubSubMapping;
     type ClientSettings = ClientSettings;
     type Transport = PubSubTransport;
-
-    fn options_from_raw(
-        location: Option<&str>,
-        raw: &RawOptions,
-        env: crate::options::EnvLookup<'_>,
-    ) -> Result<PubSubSinkOptions> {
-        PubSubSinkOptions::from_raw_with_env(location, raw, env)
-    }
 
     fn mapping(options: &PubSubSinkOptions, schema: &SchemaRef) -> Result<PubSubMapping> {
         options.validate()?;
@@ -81,10 +73,6 @@ impl Connector for PubSub {
         } else {
             Routing::any()
         }
-    }
-
-    fn shared(options: &PubSubSinkOptions) -> &crate::connectors::shared::SharedOptions {
-        &options.shared
     }
 
     fn describe_record(record: &PubsubRecord) -> crate::core::DeadPayload {
@@ -232,6 +220,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::connectors::TableOptions;
+    use crate::options::RawOptions;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
     fn sink_with_env(pairs: &[(&str, &str)], env: &[(&str, &str)]) -> PubSubSink {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::{Shared, lock};
-use crate::core::batch::{Item, TimerTag};
+use crate::core::batch::{Batch, DestBatches, Item, TimerTag};
 use crate::core::pool::{self, Dest};
 use crate::core::{Destination, Transport};
 use crate::error::{Error, Result};
@@ -83,27 +83,28 @@ impl<T: Transport> Shared<T> {
     /// writer has not failed (after a failure the batch stays open, unsent, and its records
     /// count as not delivered).
     fn on_timer(self: &Arc<Self>, name: &Destination, tag: &TimerTag) {
-        if self.is_failed() {
-            return;
-        }
-        self.dispatch(|pool, out| {
-            if let Some(dest) = pool.dests.get_mut(name)
-                && let Some(batch) = dest.batches.on_timer(tag)
-            {
-                out.send(name, dest, batch);
-            }
-        });
+        self.send_next(name, |batches| batches.on_timer(tag));
     }
 
     /// A batch of sequence key `key` resolved: sends the key's next batch, unless the writer
     /// has failed.
     pub(super) fn key_done(self: &Arc<Self>, name: &Destination, key: &Arc<str>) {
+        self.send_next(name, |batches| batches.key_done(key));
+    }
+
+    /// Sends the batch `next` takes from destination `name`'s batches, if the destination is
+    /// still open and gives one, unless the writer has failed.
+    fn send_next(
+        self: &Arc<Self>,
+        name: &Destination,
+        next: impl FnOnce(&mut DestBatches<T::Record>) -> Option<Batch<T::Record>>,
+    ) {
         if self.is_failed() {
             return;
         }
         self.dispatch(|pool, out| {
             if let Some(dest) = pool.dests.get_mut(name)
-                && let Some(batch) = dest.batches.key_done(key)
+                && let Some(batch) = next(&mut dest.batches)
             {
                 out.send(name, dest, batch);
             }
@@ -171,6 +172,11 @@ impl<T: Transport> Shared<T> {
             .map(|c| (name, c))
             .into_iter()
             .collect();
+        self.release(clients).await
+    }
+
+    /// Releases the clients of evicted destinations within the shutdown budget.
+    async fn release(&self, clients: Vec<(Destination, T::Client)>) -> Result<()> {
         pool::release(
             &*self.transport,
             clients,
@@ -194,12 +200,6 @@ impl<T: Transport> Shared<T> {
                 .collect()
         };
         self.metrics.destinations_released(clients.len());
-        pool::release(
-            &*self.transport,
-            clients,
-            self.config.shutdown_timeout,
-            self.config.shutdown_option,
-        )
-        .await
+        self.release(clients).await
     }
 }

@@ -222,25 +222,20 @@ mod tests {
 
     use crate::core::metrics::names;
     use crate::core::{
-        BatchThresholds, Envelope, FailurePolicy, FlowConfig, FlowWriter, MIN_CONCURRENT_SENDS,
-        RPC_BYTE_CHARGE, RetrySettings, SinkMetrics,
+        BatchThresholds, Envelope, FlowConfig, FlowWriter, MIN_CONCURRENT_SENDS, RPC_BYTE_CHARGE,
+        RetrySettings, SinkMetrics,
     };
     use crate::testing::{FakeReply, FakeTransport};
 
+    /// The writer tests' settings with the byte cap and the send cap given, no breaker, one
+    /// attempt per RPC, and batches cut by bytes.
     fn config(max_in_flight_bytes: u64, max_concurrent_sends: usize) -> FlowConfig {
+        let base = crate::core::test_flow_config();
         FlowConfig {
             max_in_flight_records: 1_000_000,
             max_in_flight_bytes,
             in_flight_option: "max_in_flight_bytes",
-            progress_timeout: Some(Duration::from_secs(600)),
-            progress_option: "publish_progress_timeout",
-            shutdown_timeout: Duration::from_secs(30),
-            shutdown_option: "shutdown_timeout",
-            max_active_destinations: 10,
-            destination_idle_timeout: Duration::from_secs(300),
-            per_destination_metrics: false,
             max_consecutive_rejections: None,
-            breaker_option: "max_consecutive_rejections",
             // Every record is over the byte threshold, so each one is an RPC of its own (the
             // case that made tens of thousands of RPCs at once).
             batch: BatchThresholds {
@@ -249,21 +244,14 @@ mod tests {
                 max_delay: Duration::from_millis(10),
             },
             retry: RetrySettings {
-                total_timeout: Duration::ZERO,
                 max_attempts: 1,
-                initial_retry_delay: Duration::from_millis(100),
                 retry_delay_multiplier: 1.0,
                 max_retry_delay: Duration::from_millis(100),
-                initial_rpc_timeout: Duration::ZERO,
-                rpc_timeout_multiplier: 1.0,
-                max_rpc_timeout: Duration::ZERO,
-                jitter: false,
+                ..base.retry.clone()
             },
             retry_option: None,
-            not_found: None,
-            failure_policy: FailurePolicy::Fail,
             max_concurrent_sends,
-            max_records_per_second: None,
+            ..base
         }
     }
 

@@ -95,14 +95,7 @@ where
                     None => break,
                 }
             } else {
-                let tick = async {
-                    match ticker.as_mut() {
-                        Some(t) => {
-                            t.tick().await;
-                        }
-                        None => std::future::pending::<()>().await,
-                    }
-                };
+                let tick = crate::core::run::next_tick(&mut ticker);
                 tokio::select! {
                     biased;
                     _ = stop.stopped(), if !source_stopped => {

@@ -12,6 +12,7 @@ use gcloud_sdk::google::bigtable::v2::mutation::{self, DeleteFromColumn, SetCell
 use gcloud_sdk::google::bigtable::v2::{Mutation, mutate_rows_request::Entry};
 
 use super::*;
+use crate::connectors::TableOptions;
 use crate::options::RawOptions;
 
 const TABLE: &str = "projects/p/instances/i/tables/t";

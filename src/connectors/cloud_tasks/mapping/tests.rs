@@ -7,6 +7,7 @@ use arrow::array::{
 use arrow::datatypes::{Field, Int32Type};
 
 use super::*;
+use crate::connectors::TableOptions;
 use crate::options::RawOptions;
 
 const QUEUE: &str = "projects/demo/locations/us-central1/queues/jobs";
