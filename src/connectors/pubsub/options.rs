@@ -34,9 +34,10 @@ use std::time::Duration;
 
 use super::names;
 use crate::connectors::shared::SharedOptions;
+use crate::encode::schema::{PayloadSchema, SchemaEncoding, SchemaType};
 use crate::error::{Error, Result};
 use crate::options::Redact;
-use crate::options::common::{self, FORMAT, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
+use crate::options::common::{self, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
 use crate::options::spec::format_duration;
 use crate::options::{
     Bound, ColumnRef, ConnectionOptions, DefaultValue, EnvLookup, OptionGroup, OptionKind,
@@ -102,6 +103,158 @@ pub const DEFAULT_DATA_COLUMN: &str = "data";
 pub const DEFAULT_ATTRIBUTES_COLUMN: &str = "attributes";
 /// Default `ordering_key_column` name.
 pub const DEFAULT_ORDERING_KEY_COLUMN: &str = "ordering_key";
+
+/// `format` of the Pub/Sub sink: the shared words (`json`, `raw`) and the schema'd ones.
+pub static FORMAT: OptionSpec = OptionSpec {
+    name: "format",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Enum(&["json", "raw", "avro", "protobuf"]),
+    default: DefaultValue::Text("json"),
+    bound: Bound::None,
+    cross_rule: "`raw` needs exactly one payload column, of a string or binary type; `avro` and `protobuf` need `schema` or `schema_location`",
+    example: "avro",
+    description: "How a row becomes the message data when no column carries it: `json` writes the row's remaining columns as one JSON object; `raw` sends the bytes of the single remaining column as they are; `avro` and `protobuf` encode the remaining columns to match the schema given by `schema` or `schema_location` (columns map to fields by name; see docs/pubsub.md). When the option is not given and the topic has a Pub/Sub schema, the sink reads that schema when a statement starts and encodes to match it.",
+    redact: Redact::None,
+};
+
+/// `schema`.
+pub static SCHEMA: OptionSpec = OptionSpec {
+    name: "schema",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Text,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "needs `format` `avro` or `protobuf`; not with `schema_location`",
+    example: "{\"type\":\"record\",\"name\":\"Click\",\"fields\":[{\"name\":\"user_id\",\"type\":\"long\"}]}",
+    description: "The schema of `format = 'avro'` (Avro JSON, a record) or `format = 'protobuf'` (a `.proto` file with one top-level message), inline.",
+    redact: Redact::None,
+};
+
+/// `schema_location`.
+pub static SCHEMA_LOCATION: OptionSpec = OptionSpec {
+    name: "schema_location",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Text,
+    default: DefaultValue::None,
+    bound: Bound::None,
+    cross_rule: "needs `format` `avro` or `protobuf`; not with `schema`",
+    example: "schemas/click.avsc",
+    description: "A file (a path, or a `file://` URL) holding the schema of `format = 'avro'` or `'protobuf'`, read when the table is declared.",
+    redact: Redact::None,
+};
+
+/// `schema_encoding`.
+pub static SCHEMA_ENCODING: OptionSpec = OptionSpec {
+    name: "schema_encoding",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Enum(&["binary", "json"]),
+    default: DefaultValue::Text("binary"),
+    bound: Bound::None,
+    cross_rule: "needs `format` `avro` or `protobuf`",
+    example: "json",
+    description: "How `format = 'avro'` or `'protobuf'` writes a row: `binary` (a bare Avro datum, or the protobuf wire format) or `json` (Avro's JSON encoding, or the proto3 JSON mapping), as a Pub/Sub topic schema's encoding says.",
+    redact: Redact::None,
+};
+
+/// Reads the `format`, `schema`, `schema_location` and `schema_encoding` options: the payload
+/// format, the schema of `avro` and `protobuf`, and whether `format` was given at all.
+fn payload_options(
+    p: &crate::options::ParsedOptions,
+) -> Result<(PayloadFormat, Option<PayloadSchema>, bool)> {
+    let format = p.text(&FORMAT)?;
+    let inline = p.text(&SCHEMA)?;
+    let location = p.text(&SCHEMA_LOCATION)?;
+    let encoding = p.text(&SCHEMA_ENCODING)?;
+    let kind = match format {
+        None | Some("json") | Some("raw") => None,
+        Some("avro") => Some(SchemaType::Avro),
+        Some("protobuf") => Some(SchemaType::Protobuf),
+        Some(other) => {
+            return Err(FORMAT.invalid(other, "expected 'json', 'raw', 'avro' or 'protobuf'"));
+        }
+    };
+    let Some(kind) = kind else {
+        for (spec, given) in [
+            (&SCHEMA, inline.is_some()),
+            (&SCHEMA_LOCATION, location.is_some()),
+            (&SCHEMA_ENCODING, encoding.is_some()),
+        ] {
+            if given {
+                return Err(Error::invalid(
+                    spec.name,
+                    "(given)",
+                    format!(
+                        "{} (format is '{}')",
+                        spec.cross_rule,
+                        format.unwrap_or("json")
+                    ),
+                ));
+            }
+        }
+        let f = if format == Some("raw") {
+            PayloadFormat::Raw
+        } else {
+            PayloadFormat::Json
+        };
+        return Ok((f, None, format.is_some()));
+    };
+    let encoding = match encoding {
+        None | Some("binary") => SchemaEncoding::Binary,
+        Some("json") => SchemaEncoding::Json,
+        Some(other) => return Err(SCHEMA_ENCODING.invalid(other, "expected 'binary' or 'json'")),
+    };
+    let (definition, origin) = match (inline, location) {
+        (Some(_), Some(_)) => {
+            return Err(SCHEMA_LOCATION.invalid(
+                "(given)",
+                "cannot be combined with 'schema': give the schema one way",
+            ));
+        }
+        (Some(text), None) => (text.to_string(), "option 'schema'".to_string()),
+        (None, Some(location)) => (
+            read_schema_file(location)?,
+            format!("schema_location '{location}'"),
+        ),
+        (None, None) => {
+            return Err(Error::MissingOption {
+                option: SCHEMA.name.into(),
+                rule: format!(
+                    "format '{}' needs its schema: 'schema' (inline) or 'schema_location' (a file)",
+                    kind.name()
+                ),
+            });
+        }
+    };
+    Ok((
+        PayloadFormat::Json,
+        Some(PayloadSchema {
+            kind,
+            definition,
+            encoding,
+            origin,
+        }),
+        true,
+    ))
+}
+
+/// Reads a `schema_location`: a path or a `file://` URL.
+fn read_schema_file(location: &str) -> Result<String> {
+    let path = match location.split_once("://") {
+        None => std::path::PathBuf::from(location),
+        Some(("file", _)) => url::Url::parse(location)
+            .ok()
+            .and_then(|u| u.to_file_path().ok())
+            .ok_or_else(|| SCHEMA_LOCATION.invalid(location, "not a valid file:// URL"))?,
+        Some((scheme, _)) => {
+            return Err(SCHEMA_LOCATION.invalid(
+                location,
+                format!("a '{scheme}://' location is not read; give a local file (a path or a file:// URL), or the schema inline with 'schema'"),
+            ));
+        }
+    };
+    std::fs::read_to_string(&path)
+        .map_err(|e| SCHEMA_LOCATION.invalid(location, format!("cannot be read: {e}")))
+}
 
 /// `topic`.
 pub static TOPIC: OptionSpec = OptionSpec {
@@ -200,6 +353,9 @@ pub fn options() -> &'static [&'static OptionSpec] {
     static OPTIONS: LazyLock<Vec<&'static OptionSpec>> = LazyLock::new(|| {
         let own: &[&'static OptionSpec] = &[
             &FORMAT,
+            &SCHEMA,
+            &SCHEMA_LOCATION,
+            &SCHEMA_ENCODING,
             &TOPIC,
             &TOPIC_COLUMN,
             &DATA_COLUMN,
@@ -480,8 +636,12 @@ pub struct PubSubMappingOptions {
     pub topic_column: Option<String>,
     /// Column carrying the message data as is.
     pub data_column: ColumnRef,
-    /// How the row is encoded when there is no data column.
+    /// How the row is encoded when there is no data column (`json` or `raw`; see `schema`).
     pub format: PayloadFormat,
+    /// The schema of `format = 'avro'` or `'protobuf'`; it takes the place of `format`.
+    pub schema: Option<PayloadSchema>,
+    /// Whether `format` was given: without it, a topic's Pub/Sub schema decides the encoding.
+    pub format_given: bool,
     /// Map column of attributes.
     pub attributes_column: ColumnRef,
     /// Columns that become one attribute each.
@@ -496,6 +656,8 @@ impl Default for PubSubMappingOptions {
             topic_column: None,
             data_column: ColumnRef::by_default(DEFAULT_DATA_COLUMN),
             format: PayloadFormat::Json,
+            schema: None,
+            format_given: false,
             attributes_column: ColumnRef::by_default(DEFAULT_ATTRIBUTES_COLUMN),
             attribute_columns: Vec::new(),
             ordering_key_column: ColumnRef::by_default(DEFAULT_ORDERING_KEY_COLUMN),
@@ -551,10 +713,13 @@ impl PubSubSinkOptions {
 
         let topic = destination(&TOPIC, location, &p, |t| names::pubsub_topic(t, project))?;
 
+        let (format, schema, format_given) = payload_options(&p)?;
         let mapping = PubSubMappingOptions {
             topic_column: p.text(&TOPIC_COLUMN)?.map(str::to_string),
             data_column: p.column_ref(&DATA_COLUMN, DEFAULT_DATA_COLUMN)?,
-            format: p.payload_format()?,
+            format,
+            schema,
+            format_given,
             attributes_column: p.column_ref(&ATTRIBUTES_COLUMN, DEFAULT_ATTRIBUTES_COLUMN)?,
             attribute_columns: p
                 .list(&ATTRIBUTE_COLUMNS)?

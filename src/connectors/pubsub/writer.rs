@@ -145,6 +145,8 @@ fn mapping_spec(options: &PubSubSinkOptions) -> MappingSpec {
             PayloadFormat::Json => mapping::PayloadFormat::Json,
             PayloadFormat::Raw => mapping::PayloadFormat::Raw,
         },
+        schema: m.schema.clone(),
+        format_given: m.format_given,
         attributes_column: column(&m.attributes_column),
         attribute_columns: m.attribute_columns.clone(),
         ordering_key_column: column(&m.ordering_key_column),
