@@ -535,18 +535,15 @@ impl Prepared {
         if self.array().is_null(i) {
             return Ok(None);
         }
-        let one = |p: &Prepared,
-                   k: usize,
-                   c: &Conv,
-                   at: &str|
-         -> std::result::Result<Value, String> {
-            p.value(k, c, field, at)?.ok_or_else(|| {
+        let one =
+            |p: &Prepared, k: usize, c: &Conv, at: &str| -> std::result::Result<Value, String> {
+                p.value(k, c, field, at)?.ok_or_else(|| {
                 format!(
                     "field '{at}' is {} and the value holds a null element, which it cannot carry",
                     kind_name(field)
                 )
             })
-        };
+            };
         Ok(Some(match (self, conv) {
             (Prepared::List(list, values), Conv::List(item)) => {
                 let l = list.as_list::<i32>();

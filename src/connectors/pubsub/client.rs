@@ -41,7 +41,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
-use gcloud_sdk::google::pubsub::v1::{PublishResponse, Topic};
+use gcloud_sdk::google::pubsub::v1::schema_service_client::SchemaServiceClient;
+use gcloud_sdk::google::pubsub::v1::{
+    Encoding, GetSchemaRequest, GetTopicRequest, PublishResponse, SchemaView, Topic, schema,
+};
 use tonic::Code;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
@@ -52,6 +55,7 @@ use crate::connectors::google::{
     nothing_listens, routing_value, unary_pre_encoded, with_deadline,
 };
 use crate::core::{Class, Destination, SendOutcome, Transport};
+use crate::encode::schema::{PayloadSchema, SchemaEncoding, SchemaType};
 use crate::error::{Error, Result};
 
 pub use crate::connectors::google::{CLOUD_PLATFORM_SCOPE, credentials_from_file};
@@ -179,6 +183,103 @@ impl PubSubTransport {
     /// The endpoint or emulator address this transport talks to.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The Pub/Sub schema of `topic`, when it has one (`Topic.schema_settings`): the definition
+    /// of its newest allowed revision (`last_revision_id` when set, else the schema's current
+    /// one, read with `SchemaService.GetSchema`) and the topic's encoding. `None` when the topic
+    /// has no schema or does not exist yet (publishing then reports the missing topic).
+    pub async fn topic_schema(&self, topic: &str) -> Result<Option<PayloadSchema>> {
+        let google = self.channel.is_google();
+        let mut request = with_deadline(
+            tonic::Request::new(GetTopicRequest {
+                topic: topic.to_string(),
+            }),
+            Some(CREATE_TOPIC_TIMEOUT),
+            google,
+        );
+        request.metadata_mut().insert(
+            ROUTING_HEADER,
+            routing_value(&[("topic", topic)]).map_err(|e| Error::invalid("topic", topic, e))?,
+        );
+        let found = self.reach.observe(
+            PublisherClient::new(self.channel.clone())
+                .get_topic(request)
+                .await,
+        );
+        let settings = match found {
+            Ok(t) => t.into_inner().schema_settings,
+            Err(status) if status.code() == Code::NotFound => return Ok(None),
+            Err(status) => return Err(Error::rpc("GetTopic", topic, &status, 1)),
+        };
+        let Some(settings) = settings.filter(|s| !s.schema.is_empty()) else {
+            return Ok(None);
+        };
+        if settings.schema == "_deleted-schema_" {
+            return Err(Error::Unsupported(format!(
+                "topic '{topic}' names a schema that was deleted; its messages cannot be validated"
+            )));
+        }
+        let name = if settings.last_revision_id.is_empty() {
+            settings.schema.clone()
+        } else {
+            format!("{}@{}", settings.schema, settings.last_revision_id)
+        };
+        let mut request = with_deadline(
+            tonic::Request::new(GetSchemaRequest {
+                name: name.clone(),
+                view: SchemaView::Full as i32,
+            }),
+            Some(CREATE_TOPIC_TIMEOUT),
+            google,
+        );
+        request.metadata_mut().insert(
+            ROUTING_HEADER,
+            routing_value(&[("name", &name)]).map_err(|e| Error::invalid("topic", topic, e))?,
+        );
+        let got = self.reach.observe(
+            SchemaServiceClient::new(self.channel.clone())
+                .get_schema(request)
+                .await,
+        );
+        let definition = match got {
+            Ok(s) => s.into_inner(),
+            Err(status) => return Err(Error::rpc("GetSchema", &name, &status, 1)),
+        };
+        let kind = match schema::Type::try_from(definition.r#type) {
+            Ok(schema::Type::Avro) => SchemaType::Avro,
+            Ok(schema::Type::ProtocolBuffer) => SchemaType::Protobuf,
+            _ => {
+                return Err(Error::Unsupported(format!(
+                    "schema '{name}' of topic '{topic}' has type {}, neither Avro nor Protocol Buffer",
+                    definition.r#type
+                )));
+            }
+        };
+        let encoding = match Encoding::try_from(settings.encoding) {
+            Ok(Encoding::Json) => SchemaEncoding::Json,
+            Ok(Encoding::Binary) => SchemaEncoding::Binary,
+            _ => {
+                return Err(Error::Unsupported(format!(
+                    "topic '{topic}' has schema '{name}' with no encoding (neither JSON nor BINARY)"
+                )));
+            }
+        };
+        let revision = if definition.revision_id.is_empty() {
+            String::new()
+        } else {
+            format!(" revision {}", definition.revision_id)
+        };
+        Ok(Some(PayloadSchema {
+            kind,
+            definition: definition.definition,
+            encoding,
+            origin: format!(
+                "schema '{}'{revision} of topic '{topic}', {} encoding",
+                settings.schema,
+                encoding.name()
+            ),
+        }))
     }
 }
 

@@ -105,6 +105,26 @@ impl Connector for PubSub {
         PubSubTransport::connect(settings).await
     }
 
+    /// Without a `format` option, a fixed topic's Pub/Sub schema decides the encoding: its
+    /// definition, revision and encoding are read once here.
+    async fn prepare(
+        _options: &PubSubSinkOptions,
+        mapping: &PubSubMapping,
+        schema: &SchemaRef,
+        transport: &PubSubTransport,
+    ) -> Result<Option<PubSubMapping>> {
+        let Some(topic) = mapping
+            .default_topic()
+            .filter(|_| mapping.takes_topic_schema())
+        else {
+            return Ok(None);
+        };
+        match transport.topic_schema(topic).await? {
+            Some(topic_schema) => Ok(Some(mapping.with_topic_schema(&topic_schema, schema)?)),
+            None => Ok(None),
+        }
+    }
+
     /// Encodes the batch; without `enable_message_ordering`, a row with an ordering key is
     /// refused (the failure policy decides), as the Java publisher refuses to publish one.
     fn encode_batch(
