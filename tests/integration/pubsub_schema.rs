@@ -81,7 +81,11 @@ pool.Add(fd)
 Order = message_factory.GetMessageClass(pool.FindMessageTypeByName("Order"))
 for line in sys.stdin:
     msg = Order()
-    json_format.Parse(base64.b64decode(line), msg)
+    data = base64.b64decode(line)
+    if sys.argv[1] == "json":
+        json_format.Parse(data, msg)
+    else:
+        msg.ParseFromString(data)
     print(json.dumps(json_format.MessageToDict(msg, preserving_proto_field_name=True), sort_keys=True))
 "#;
 
@@ -102,9 +106,14 @@ def plain(v):
         return str(v)
     return v
 for line in sys.stdin:
-    data = io.BytesIO(base64.b64decode(line))
-    record = fastavro.schemaless_reader(data, schema)
-    assert data.read() == b"", "bytes left after the datum"
+    if sys.argv[2] == "json":
+        records = list(fastavro.json_reader(io.StringIO(base64.b64decode(line).decode()), schema))
+        assert len(records) == 1, records
+        record = records[0]
+    else:
+        data = io.BytesIO(base64.b64decode(line))
+        record = fastavro.schemaless_reader(data, schema)
+        assert data.read() == b"", "bytes left after the datum"
     print(json.dumps(plain(record), sort_keys=True))
 "#;
 
@@ -358,14 +367,46 @@ async fn the_emulator_refuses_protocol_buffer_schemas() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_with_an_avro_schema_gets_binary_datums_fastavro_reads_back() {
     // No `format` option: the topic's schema decides.
-    let (landed, dead) = publish_rows(
+    let landed = publish_rows(
         "schema-avro",
         Some((schema::Type::Avro, AVRO_SCHEMA, Encoding::Binary)),
         &[],
         false,
     )
     .await;
-    let decoded = sorted_by_id(decode_with_python(AVRO_DECODER, &[AVRO_SCHEMA], &landed));
+    check_avro(landed, "binary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_with_an_avro_schema_and_json_encoding_gets_avro_json_fastavro_reads_back() {
+    let landed = publish_rows(
+        "schema-avro-json",
+        Some((schema::Type::Avro, AVRO_SCHEMA, Encoding::Json)),
+        &[],
+        false,
+    )
+    .await;
+    check_avro(landed, "json");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn format_avro_with_an_inline_schema_publishes_to_a_plain_topic() {
+    let landed = publish_rows(
+        "schema-avro-inline",
+        None,
+        &[("format", "avro"), ("schema", AVRO_SCHEMA)],
+        false,
+    )
+    .await;
+    check_avro(landed, "binary");
+}
+
+fn check_avro((landed, dead): (Vec<PubsubMessage>, Vec<PubsubMessage>), encoding: &str) {
+    let decoded = sorted_by_id(decode_with_python(
+        AVRO_DECODER,
+        &[AVRO_SCHEMA, encoding],
+        &landed,
+    ));
     assert_eq!(
         decoded,
         vec![
@@ -388,7 +429,7 @@ async fn a_topic_with_an_avro_schema_gets_binary_datums_fastavro_reads_back() {
 /// schema and its encoding itself, on a plain topic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn format_protobuf_with_json_encoding_gives_proto3_json_google_protobuf_parses() {
-    let (landed, dead) = publish_rows(
+    let landed = publish_rows(
         "schema-proto",
         None,
         &[
@@ -399,7 +440,23 @@ async fn format_protobuf_with_json_encoding_gives_proto3_json_google_protobuf_pa
         true,
     )
     .await;
-    let decoded = sorted_by_id(decode_with_python(PROTO_DECODER, &[], &landed));
+    check_proto(landed, "json");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn format_protobuf_with_binary_encoding_gives_wire_format_google_protobuf_parses() {
+    let landed = publish_rows(
+        "schema-proto-bin",
+        None,
+        &[("format", "protobuf"), ("schema", PROTO_SCHEMA)],
+        true,
+    )
+    .await;
+    check_proto(landed, "binary");
+}
+
+fn check_proto((landed, dead): (Vec<PubsubMessage>, Vec<PubsubMessage>), encoding: &str) {
+    let decoded = sorted_by_id(decode_with_python(PROTO_DECODER, &[encoding], &landed));
     // MessageToDict leaves out proto3 fields at their default and writes int64 as strings.
     assert_eq!(
         decoded,
@@ -574,4 +631,68 @@ fn a_schema_file_is_read_from_schema_location() {
         &raw,
     )
     .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// What the emulator checks on a topic with an Avro schema and `BINARY` encoding: it reads one
+/// datum from the start of the data and refuses the message (`INVALID_ARGUMENT`) when that
+/// fails (empty or cut-short data), but it does not check that the datum ends the data, so
+/// bytes after it, a single-object header whose bytes happen to read as a datum, or JSON text
+/// whose first bytes do, are accepted. This is why the tests above decode every message with
+/// fastavro and check that nothing is left after the datum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_emulator_validates_avro_binary_messages_as_bare_datums() {
+    let admin = PubSubAdmin::connect().await;
+    let definition = r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"}]}"#;
+    let (topic, ..) = schema_topic(
+        &admin,
+        "schema-facts",
+        schema::Type::Avro,
+        definition,
+        Encoding::Binary,
+    )
+    .await;
+    let channel = gcp_sql::emulators::plaintext_channel(&admin.host)
+        .await
+        .expect("channel");
+    let publish = |data: Vec<u8>| {
+        let mut client = PublisherClient::new(channel.clone());
+        let topic = topic.clone();
+        async move {
+            client
+                .publish(gcloud_sdk::google::pubsub::v1::PublishRequest {
+                    topic,
+                    messages: vec![PubsubMessage {
+                        data,
+                        ..Default::default()
+                    }],
+                })
+                .await
+                .map(|_| ())
+                .map_err(|s| s.code())
+        }
+    };
+    let mut soe = vec![0xC3, 0x01];
+    soe.extend_from_slice(&[0; 8]);
+    soe.push(0x02);
+    // id = 1: the zig-zag varint 0x02.
+    assert_eq!(publish(vec![0x02]).await, Ok(()), "a bare datum");
+    let refused = Err(tonic::Code::InvalidArgument);
+    assert_eq!(publish(Vec::new()).await, refused, "no data");
+    assert_eq!(publish(vec![0x80]).await, refused, "a varint cut short");
+    // Not checked by the emulator: what follows the first datum.
+    assert_eq!(
+        publish(vec![0x02, 0x02]).await,
+        Ok(()),
+        "a byte after the datum"
+    );
+    assert_eq!(
+        publish(soe).await,
+        Ok(()),
+        "single-object framing read as a long"
+    );
+    assert_eq!(
+        publish(br#"{"id": 1}"#.to_vec()).await,
+        Ok(()),
+        "JSON text whose first byte reads as a long"
+    );
 }
