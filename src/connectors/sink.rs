@@ -92,6 +92,7 @@ pub trait Connector: Send + Sync + 'static {
         _mapping: &Self::Mapping,
         _schema: &SchemaRef,
         _transport: &Self::Transport,
+        _ctx: &WriterContext,
     ) -> Result<Option<Self::Mapping>> {
         Ok(None)
     }
@@ -230,7 +231,7 @@ impl<C: Connector> SinkConnector for Sink<C> {
             Ok(transport) => Arc::new(transport),
             Err(error) => return Err(incomplete(error)),
         };
-        let prepared = C::prepare(&self.options, &self.mapping, &self.schema, &transport)
+        let prepared = C::prepare(&self.options, &self.mapping, &self.schema, &transport, ctx)
             .await
             .map_err(incomplete)?;
         let mapping = prepared.as_ref().unwrap_or(&self.mapping);

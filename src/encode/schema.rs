@@ -68,6 +68,64 @@ pub struct PayloadSchema {
     pub origin: String,
 }
 
+/// A schema kept in an object store (`gs://`, `s3://`, `http(s)://`, or any store the session
+/// registers), read when a statement starts, through the session's object store registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaLocation {
+    /// The language.
+    pub kind: SchemaType,
+    /// The wire encoding.
+    pub encoding: SchemaEncoding,
+    /// The object's URL.
+    pub url: String,
+}
+
+impl SchemaLocation {
+    /// Reads the schema from the store registered for the URL in `runtime` (a default runtime,
+    /// which knows local files only, when there is none). Errors name `schema_location`.
+    pub async fn read(
+        &self,
+        runtime: Option<&std::sync::Arc<datafusion::execution::runtime_env::RuntimeEnv>>,
+    ) -> Result<PayloadSchema> {
+        use datafusion::execution::object_store::ObjectStoreUrl;
+        use datafusion::object_store::ObjectStoreExt as _;
+        use datafusion::object_store::path::Path as StorePath;
+        let invalid =
+            |rule: String| crate::error::Error::invalid("schema_location", self.url.clone(), rule);
+        let url = url::Url::parse(&self.url).map_err(|e| invalid(format!("not a URL: {e}")))?;
+        let store_url = ObjectStoreUrl::parse(&url[..url::Position::BeforePath])
+            .map_err(|e| invalid(e.to_string()))?;
+        let default_runtime;
+        let runtime = match runtime {
+            Some(r) => r,
+            None => {
+                default_runtime =
+                    std::sync::Arc::new(datafusion::execution::runtime_env::RuntimeEnv::default());
+                &default_runtime
+            }
+        };
+        let store = runtime
+            .object_store(&store_url)
+            .map_err(|e| invalid(format!("no object store is registered for it: {e}")))?;
+        let path = StorePath::from_url_path(url.path()).map_err(|e| invalid(e.to_string()))?;
+        let bytes = store
+            .get(&path)
+            .await
+            .map_err(|e| invalid(format!("cannot be read: {e}")))?
+            .bytes()
+            .await
+            .map_err(|e| invalid(format!("cannot be read: {e}")))?;
+        let definition = String::from_utf8(bytes.to_vec())
+            .map_err(|_| invalid("the schema is not UTF-8 text".into()))?;
+        Ok(PayloadSchema {
+            kind: self.kind,
+            definition,
+            encoding: self.encoding,
+            origin: format!("schema_location '{}'", self.url),
+        })
+    }
+}
+
 /// One row's payload, or the reason the schema refuses the row (naming the field, never a value).
 pub type RowPayload = std::result::Result<Vec<u8>, String>;
 

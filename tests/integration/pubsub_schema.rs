@@ -311,6 +311,17 @@ async fn publish_rows(
         }
     };
     let ctx = gcp_sql::sql::new_context();
+    // An object store holding the Avro schema, for `schema_location = 'memory://schemas/...'`.
+    let store = Arc::new(datafusion::object_store::memory::InMemory::new());
+    datafusion::object_store::ObjectStoreExt::put(
+        store.as_ref(),
+        &datafusion::object_store::path::Path::from("order.avsc"),
+        AVRO_SCHEMA.as_bytes().to_vec().into(),
+    )
+    .await
+    .expect("put the schema");
+    ctx.runtime_env()
+        .register_object_store(&url::Url::parse("memory://schemas").unwrap(), store);
     let schema = table_schema(with_count);
     let mut options = vec![
         ("emulator_host", admin.host.as_str()),
@@ -395,6 +406,21 @@ async fn format_avro_with_an_inline_schema_publishes_to_a_plain_topic() {
         "schema-avro-inline",
         None,
         &[("format", "avro"), ("schema", AVRO_SCHEMA)],
+        false,
+    )
+    .await;
+    check_avro(landed, "binary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn format_avro_with_a_schema_in_an_object_store_reads_it_when_the_statement_starts() {
+    let landed = publish_rows(
+        "schema-avro-store",
+        None,
+        &[
+            ("format", "avro"),
+            ("schema_location", "memory://schemas/order.avsc"),
+        ],
         false,
     )
     .await;
@@ -695,4 +721,54 @@ async fn the_emulator_validates_avro_binary_messages_as_bare_datums() {
         Ok(()),
         "JSON text whose first byte reads as a long"
     );
+}
+
+/// A topic schema the table does not fit fails the statement before anything is sent, with the
+/// same message a `schema` option gets at declaration (column, field, both types).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_schema_the_table_does_not_fit_fails_the_first_write_naming_the_field() {
+    let admin = PubSubAdmin::connect().await;
+    let definition = r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"},{"name":"sku","type":"string"}]}"#;
+    let (topic, subscription, ..) = schema_topic(
+        &admin,
+        "schema-misfit",
+        schema::Type::Avro,
+        definition,
+        Encoding::Binary,
+    )
+    .await;
+    let ctx = gcp_sql::sql::new_context();
+    let schema = simple(&[("id", DataType::Int64)]);
+    register_pubsub_table(
+        &ctx,
+        "misfit",
+        schema,
+        &[
+            ("emulator_host", admin.host.as_str()),
+            ("topic", topic.as_str()),
+        ],
+    );
+    let done = insert(&ctx, "INSERT INTO misfit VALUES (1), (2)").await;
+    let e = done.error();
+    assert!(
+        e.contains("'sku'") && e.contains("string") && e.contains(&topic) && e.contains("requires"),
+        "{e}"
+    );
+    // Nothing landed.
+    let mut subscriber = gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient::new(
+        gcp_sql::emulators::plaintext_channel(&admin.host)
+            .await
+            .expect("channel"),
+    );
+    #[allow(deprecated)]
+    let pulled = subscriber
+        .pull(gcloud_sdk::google::pubsub::v1::PullRequest {
+            subscription,
+            max_messages: 10,
+            return_immediately: true,
+        })
+        .await
+        .expect("pull")
+        .into_inner();
+    assert!(pulled.received_messages.is_empty());
 }

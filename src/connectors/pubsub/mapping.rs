@@ -70,7 +70,7 @@ use prost::Message as _;
 use crate::core::{Destination, Envelope};
 use crate::encode::json::{ColumnEncoder, JsonRowEncoder, JsonRows, check_json_type};
 use crate::encode::raw::{BytesColumn, RawEncoder, is_bytes_type, is_string_type};
-use crate::encode::schema::{PayloadSchema, RowPayload, SchemaRowEncoder};
+use crate::encode::schema::{PayloadSchema, RowPayload, SchemaLocation, SchemaRowEncoder};
 use crate::error::{Error, Result};
 use crate::options::names::unknown_column;
 
@@ -131,6 +131,9 @@ pub struct MappingSpec {
     pub format: PayloadFormat,
     /// The schema of `format = 'avro'` or `'protobuf'`; when set it takes the place of `format`.
     pub schema: Option<PayloadSchema>,
+    /// Where such a schema is read when a statement starts (an object-store `schema_location`);
+    /// [`PubSubMapping::with_schema`] then binds it.
+    pub schema_at: Option<SchemaLocation>,
     /// Whether the format was chosen (`format` given): when not, a fixed topic's Pub/Sub schema
     /// may choose it when a statement starts ([`PubSubMapping::with_topic_schema`]).
     pub format_given: bool,
@@ -286,6 +289,8 @@ enum PayloadPlan {
     Raw(RawEncoder),
     /// The payload columns encoded to match an Avro or Protobuf schema.
     Schema(Arc<SchemaRowEncoder>),
+    /// A schema read when a statement starts ([`PubSubMapping::with_schema`] replaces this).
+    Pending(SchemaLocation),
 }
 
 /// Finds a column named by an option. `explicit` says whether the user named it (then it must
@@ -523,13 +528,18 @@ impl PubSubMapping {
                 || attribute_columns.iter().any(|(j, _)| *j == i)
         };
         let rest: Vec<usize> = (0..schema.fields().len()).filter(|&i| !taken(i)).collect();
-        if let (Some((_, data_name)), Some(payload_schema)) = (&data_column, &spec.schema) {
+        let schema_kind = spec
+            .schema
+            .as_ref()
+            .map(|s| s.kind)
+            .or(spec.schema_at.as_ref().map(|s| s.kind));
+        if let (Some((_, data_name)), Some(kind)) = (&data_column, schema_kind) {
             return Err(Error::schema(
                 data_name,
                 format!(
                     "the payload comes from data column '{data_name}', so format '{}' would encode nothing; \
                      drop the format, or leave the data column out of the table",
-                    payload_schema.kind.name()
+                    kind.name()
                 ),
             ));
         }
@@ -539,6 +549,8 @@ impl PubSubMapping {
                 schema,
                 &rest,
             )?))
+        } else if let Some(at) = &spec.schema_at {
+            PayloadPlan::Pending(at.clone())
         } else if let Some((_, data_name)) = &data_column {
             if let Some(&stray) = rest.first() {
                 return Err(Error::schema(
@@ -561,7 +573,10 @@ impl PubSubMapping {
             }
         };
 
-        let format_open = !spec.format_given && data_column.is_none() && spec.schema.is_none();
+        let format_open = !spec.format_given
+            && data_column.is_none()
+            && spec.schema.is_none()
+            && spec.schema_at.is_none();
         Ok(PubSubMapping {
             topic,
             project: project.map(str::to_string),
@@ -583,10 +598,18 @@ impl PubSubMapping {
         self.format_open && self.topic.is_some()
     }
 
-    /// This mapping with the payload encoded to match `schema` (a topic's Pub/Sub schema): the
-    /// same errors as a `schema` option at declaration, naming the column, the field and both
-    /// types.
-    pub fn with_topic_schema(&self, schema: &PayloadSchema, table: &Schema) -> Result<Self> {
+    /// The object-store schema to read when a statement starts, if any.
+    pub fn pending_schema(&self) -> Option<&SchemaLocation> {
+        match &self.payload {
+            PayloadPlan::Pending(at) => Some(at),
+            _ => None,
+        }
+    }
+
+    /// This mapping with the payload encoded to match `schema` (a topic's Pub/Sub schema, or
+    /// one read from an object store): the same errors as a `schema` option at declaration,
+    /// naming the column, the field and both types.
+    pub fn with_schema(&self, schema: &PayloadSchema, table: &Schema) -> Result<Self> {
         let mut mapping = self.clone();
         mapping.payload = PayloadPlan::Schema(Arc::new(SchemaRowEncoder::new(
             schema,
@@ -651,6 +674,13 @@ impl PubSubMapping {
             PayloadPlan::Json(json) => BoundPayload::Json(json.bind(batch)?),
             PayloadPlan::Raw(raw) => BoundPayload::Bytes(raw.bind(batch)?),
             PayloadPlan::Schema(encoder) => BoundPayload::Schema(encoder.encode_batch(batch)?),
+            PayloadPlan::Pending(at) => {
+                return Err(Error::invalid(
+                    "schema_location",
+                    at.url.clone(),
+                    "internal: the schema was not read before the first batch",
+                ));
+            }
         };
         let attribute_map = match &self.attributes_column {
             Some(c) => {

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use super::names;
 use crate::connectors::shared::SharedOptions;
-use crate::encode::schema::{PayloadSchema, SchemaEncoding, SchemaType};
+use crate::encode::schema::{PayloadSchema, SchemaEncoding, SchemaLocation, SchemaType};
 use crate::error::{Error, Result};
 use crate::options::Redact;
 use crate::options::common::{self, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
@@ -139,7 +139,7 @@ pub static SCHEMA_LOCATION: OptionSpec = OptionSpec {
     bound: Bound::None,
     cross_rule: "needs `format` `avro` or `protobuf`; not with `schema`",
     example: "schemas/click.avsc",
-    description: "A file (a path, or a `file://` URL) holding the schema of `format = 'avro'` or `'protobuf'`, read when the table is declared.",
+    description: "Where the schema of `format = 'avro'` or `'protobuf'` is kept: a local file (a path, or a `file://` URL), read when the table is declared, or an object-store URL (`gs://`, `s3://`, `http(s)://`, or any store the session registers), read when a statement starts; the column checks then run at that point.",
     redact: Redact::None,
 };
 
@@ -156,11 +156,18 @@ pub static SCHEMA_ENCODING: OptionSpec = OptionSpec {
     redact: Redact::None,
 };
 
+/// The `format`, `schema`, `schema_location` and `schema_encoding` options, read.
+struct PayloadOptions {
+    format: PayloadFormat,
+    schema: Option<PayloadSchema>,
+    schema_at: Option<SchemaLocation>,
+    format_given: bool,
+}
+
 /// Reads the `format`, `schema`, `schema_location` and `schema_encoding` options: the payload
-/// format, the schema of `avro` and `protobuf`, and whether `format` was given at all.
-fn payload_options(
-    p: &crate::options::ParsedOptions,
-) -> Result<(PayloadFormat, Option<PayloadSchema>, bool)> {
+/// format, the schema of `avro` and `protobuf` (or where to read it), and whether `format` was
+/// given at all.
+fn payload_options(p: &crate::options::ParsedOptions) -> Result<PayloadOptions> {
     let format = p.text(&FORMAT)?;
     let inline = p.text(&SCHEMA)?;
     let location = p.text(&SCHEMA_LOCATION)?;
@@ -196,7 +203,12 @@ fn payload_options(
         } else {
             PayloadFormat::Json
         };
-        return Ok((f, None, format.is_some()));
+        return Ok(PayloadOptions {
+            format: f,
+            schema: None,
+            schema_at: None,
+            format_given: format.is_some(),
+        });
     };
     let encoding = match encoding {
         None | Some("binary") => SchemaEncoding::Binary,
@@ -211,49 +223,63 @@ fn payload_options(
             ));
         }
         (Some(text), None) => (text.to_string(), "option 'schema'".to_string()),
-        (None, Some(location)) => (
-            read_schema_file(location)?,
-            format!("schema_location '{location}'"),
-        ),
+        (None, Some(location)) => match local_path(location)? {
+            Some(path) => (
+                std::fs::read_to_string(&path).map_err(|e| {
+                    SCHEMA_LOCATION.invalid(location, format!("cannot be read: {e}"))
+                })?,
+                format!("schema_location '{location}'"),
+            ),
+            None => {
+                return Ok(PayloadOptions {
+                    format: PayloadFormat::Json,
+                    schema: None,
+                    schema_at: Some(SchemaLocation {
+                        kind,
+                        encoding,
+                        url: location.to_string(),
+                    }),
+                    format_given: true,
+                });
+            }
+        },
         (None, None) => {
             return Err(Error::MissingOption {
                 option: SCHEMA.name.into(),
                 rule: format!(
-                    "format '{}' needs its schema: 'schema' (inline) or 'schema_location' (a file)",
+                    "format '{}' needs its schema: 'schema' (inline) or 'schema_location' (a file or object-store URL)",
                     kind.name()
                 ),
             });
         }
     };
-    Ok((
-        PayloadFormat::Json,
-        Some(PayloadSchema {
+    Ok(PayloadOptions {
+        format: PayloadFormat::Json,
+        schema: Some(PayloadSchema {
             kind,
             definition,
             encoding,
             origin,
         }),
-        true,
-    ))
+        schema_at: None,
+        format_given: true,
+    })
 }
 
-/// Reads a `schema_location`: a path or a `file://` URL.
-fn read_schema_file(location: &str) -> Result<String> {
-    let path = match location.split_once("://") {
-        None => std::path::PathBuf::from(location),
+/// The local file a `schema_location` names (a path or a `file://` URL); `None` for an
+/// object-store URL, which is read when a statement starts.
+fn local_path(location: &str) -> Result<Option<std::path::PathBuf>> {
+    match location.split_once("://") {
+        None => Ok(Some(std::path::PathBuf::from(location))),
         Some(("file", _)) => url::Url::parse(location)
             .ok()
             .and_then(|u| u.to_file_path().ok())
-            .ok_or_else(|| SCHEMA_LOCATION.invalid(location, "not a valid file:// URL"))?,
-        Some((scheme, _)) => {
-            return Err(SCHEMA_LOCATION.invalid(
-                location,
-                format!("a '{scheme}://' location is not read; give a local file (a path or a file:// URL), or the schema inline with 'schema'"),
-            ));
-        }
-    };
-    std::fs::read_to_string(&path)
-        .map_err(|e| SCHEMA_LOCATION.invalid(location, format!("cannot be read: {e}")))
+            .map(Some)
+            .ok_or_else(|| SCHEMA_LOCATION.invalid(location, "not a valid file:// URL")),
+        Some(_) => url::Url::parse(location)
+            .map(|_| None)
+            .map_err(|e| SCHEMA_LOCATION.invalid(location, format!("not a URL: {e}"))),
+    }
 }
 
 /// `topic`.
@@ -640,6 +666,9 @@ pub struct PubSubMappingOptions {
     pub format: PayloadFormat,
     /// The schema of `format = 'avro'` or `'protobuf'`; it takes the place of `format`.
     pub schema: Option<PayloadSchema>,
+    /// Where that schema is read from when a statement starts (an object-store
+    /// `schema_location`), instead of `schema`.
+    pub schema_at: Option<SchemaLocation>,
     /// Whether `format` was given: without it, a topic's Pub/Sub schema decides the encoding.
     pub format_given: bool,
     /// Map column of attributes.
@@ -657,6 +686,7 @@ impl Default for PubSubMappingOptions {
             data_column: ColumnRef::by_default(DEFAULT_DATA_COLUMN),
             format: PayloadFormat::Json,
             schema: None,
+            schema_at: None,
             format_given: false,
             attributes_column: ColumnRef::by_default(DEFAULT_ATTRIBUTES_COLUMN),
             attribute_columns: Vec::new(),
@@ -713,13 +743,14 @@ impl PubSubSinkOptions {
 
         let topic = destination(&TOPIC, location, &p, |t| names::pubsub_topic(t, project))?;
 
-        let (format, schema, format_given) = payload_options(&p)?;
+        let payload = payload_options(&p)?;
         let mapping = PubSubMappingOptions {
             topic_column: p.text(&TOPIC_COLUMN)?.map(str::to_string),
             data_column: p.column_ref(&DATA_COLUMN, DEFAULT_DATA_COLUMN)?,
-            format,
-            schema,
-            format_given,
+            format: payload.format,
+            schema: payload.schema,
+            schema_at: payload.schema_at,
+            format_given: payload.format_given,
             attributes_column: p.column_ref(&ATTRIBUTES_COLUMN, DEFAULT_ATTRIBUTES_COLUMN)?,
             attribute_columns: p
                 .list(&ATTRIBUTE_COLUMNS)?
