@@ -860,6 +860,36 @@ fn conform(
                 .map_err(|e| format!("internal: map '{at}': {e}"))?,
             )
         }
+        (Ty::Enum(symbols), _) => {
+            // `arrow-avro` writes an enum from a dictionary whose values are the symbols, in
+            // order; a value that is no symbol refuses the row.
+            let text = cast(src, &DataType::Utf8).map_err(|e| format!("field '{at}': {e}"))?;
+            let t = text.as_string::<i32>();
+            let keys: arrow::array::Int32Array = (0..t.len())
+                .map(|i| {
+                    if t.is_null(i) {
+                        return None;
+                    }
+                    let found = symbols.iter().position(|s| s == t.value(i));
+                    if found.is_none()
+                        && let Some(row) = owners[i]
+                    {
+                        refuse(bad, row, || {
+                            format!(
+                                "field '{at}': the value is not one of the Avro enum's {} symbols",
+                                symbols.len()
+                            )
+                        });
+                    }
+                    found.map(|k| k as i32)
+                })
+                .collect();
+            let values: ArrayRef = Arc::new(arrow::array::StringArray::from(symbols.to_vec()));
+            Arc::new(
+                arrow::array::DictionaryArray::<Int32Type>::try_new(keys, values)
+                    .map_err(|e| format!("internal: enum '{at}': {e}"))?,
+            )
+        }
         (Ty::Fixed(n), _) => {
             // A binary value of another length cannot be a `fixed`: refused per row.
             let bytes = cast(src, &DataType::Binary).map_err(|e| format!("field '{at}': {e}"))?;
@@ -913,26 +943,6 @@ fn conform(
                     format!(
                         "field '{at}' is null and its Avro type {} is not a union with null",
                         slot.ty
-                    )
-                });
-            }
-        }
-    }
-    if let Ty::Enum(symbols) = &slot.ty {
-        let d = converted.as_dictionary::<Int32Type>();
-        let values = d.values().as_string::<i32>();
-        let known: Vec<bool> = (0..values.len())
-            .map(|k| values.is_valid(k) && symbols.iter().any(|s| s == values.value(k)))
-            .collect();
-        for (i, o) in owners.iter().enumerate() {
-            if let Some(row) = *o
-                && d.is_valid(i)
-                && !known[d.keys().value(i) as usize]
-            {
-                refuse(bad, row, || {
-                    format!(
-                        "field '{at}': the value is not one of the Avro enum's {} symbols",
-                        symbols.len()
                     )
                 });
             }
@@ -1074,5 +1084,169 @@ fn twos_complement(be: &[u8], size: Option<usize>) -> Vec<u8> {
             out
         }
         _ => short.to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Decimal128Array, FixedSizeBinaryArray, Int64Array, StringArray};
+    use arrow::buffer::NullBuffer;
+
+    fn encoder(definition: &str, table: &Schema, encoding: SchemaEncoding) -> AvroRowEncoder {
+        let columns: Vec<usize> = (0..table.fields().len()).collect();
+        AvroRowEncoder::new(
+            &PayloadSchema {
+                kind: super::super::schema::SchemaType::Avro,
+                definition: definition.into(),
+                encoding,
+                origin: "test".into(),
+            },
+            table,
+            &columns,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn reasons(out: &[RowPayload]) -> Vec<Option<&str>> {
+        out.iter()
+            .map(|r| r.as_ref().err().map(String::as_str))
+            .collect()
+    }
+
+    #[test]
+    fn rows_the_schema_refuses_are_named_by_field_and_the_others_are_encoded() {
+        let definition = r#"{"type":"record","name":"R","fields":[
+            {"name":"n","type":"int"},
+            {"name":"d","type":{"type":"bytes","logicalType":"decimal","precision":4,"scale":2}},
+            {"name":"f","type":{"type":"fixed","name":"F","size":2}},
+            {"name":"e","type":{"type":"enum","name":"E","symbols":["A","B"]}},
+            {"name":"s","type":{"type":"record","name":"S","fields":[{"name":"x","type":"string"}]}}]}"#;
+        let s_fields = Fields::from(vec![Field::new("x", DataType::Utf8, true)]);
+        let table = Schema::new(vec![
+            Field::new("n", DataType::Int64, true),
+            Field::new("d", DataType::Decimal128(10, 2), true),
+            Field::new("f", DataType::FixedSizeBinary(2), true),
+            Field::new("e", DataType::Utf8, true),
+            Field::new("s", DataType::Struct(s_fields.clone()), true),
+        ]);
+        let enc = encoder(definition, &table, SchemaEncoding::Binary);
+        // Row 0 fits; rows 1-5 each break one field.
+        let batch = RecordBatch::try_new(
+            Arc::new(table),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 1 << 40, 1, 1, 1, 1])),
+                Arc::new(
+                    Decimal128Array::from(vec![1234, 1, 1_000_000, 1, 1, 1])
+                        .with_precision_and_scale(10, 2)
+                        .unwrap(),
+                ),
+                Arc::new(
+                    FixedSizeBinaryArray::try_from_sparse_iter_with_size(
+                        [
+                            Some(b"ab"),
+                            Some(b"ab"),
+                            Some(b"ab"),
+                            None,
+                            Some(b"ab"),
+                            Some(b"ab"),
+                        ]
+                        .into_iter(),
+                        2,
+                    )
+                    .unwrap(),
+                ),
+                Arc::new(StringArray::from(vec!["A", "B", "A", "A", "C", "A"])),
+                Arc::new(StructArray::new(
+                    s_fields,
+                    vec![Arc::new(StringArray::from(vec![
+                        Some("x"),
+                        Some("x"),
+                        Some("x"),
+                        Some("x"),
+                        Some("x"),
+                        None,
+                    ]))],
+                    Some(NullBuffer::from(vec![true; 6])),
+                )),
+            ],
+        )
+        .unwrap();
+        let out = enc.encode_batch(&batch).unwrap();
+        let why = reasons(&out);
+        assert_eq!(why[0], None);
+        // n = 1, d = 12.34 (two's complement 0x04D2, length 2), f = "ab", e = A (index 0), s.x = "x".
+        assert_eq!(
+            out[0].as_ref().unwrap(),
+            &vec![0x02, 0x04, 0x04, 0xD2, b'a', b'b', 0x00, 0x02, b'x']
+        );
+        assert!(why[1].unwrap().contains("field 'n'") && why[1].unwrap().contains("int"));
+        assert!(why[2].unwrap().contains("field 'd'") && why[2].unwrap().contains("decimal"));
+        assert!(why[3].unwrap().contains("field 'f'") && why[3].unwrap().contains("null"));
+        assert!(why[4].unwrap().contains("field 'e'") && why[4].unwrap().contains("symbols"));
+        assert!(why[5].unwrap().contains("field 's.x'") && why[5].unwrap().contains("null"));
+    }
+
+    #[test]
+    fn avro_json_wraps_union_values_and_writes_bytes_as_code_points() {
+        let definition = r#"{"type":"record","name":"R","fields":[
+            {"name":"a","type":["null","long"]},
+            {"name":"b","type":"bytes"},
+            {"name":"c","type":{"type":"array","items":["null","string"]}}]}"#;
+        let table = Schema::new(vec![
+            Field::new("a", DataType::Int32, true),
+            Field::new("b", DataType::Binary, true),
+            Field::new(
+                "c",
+                DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+                true,
+            ),
+        ]);
+        let enc = encoder(definition, &table, SchemaEncoding::Json);
+        let mut list = arrow::array::ListBuilder::new(arrow::array::StringBuilder::new());
+        list.values().append_value("x");
+        list.values().append_null();
+        list.append(true);
+        list.append(true);
+        let batch = RecordBatch::try_new(
+            Arc::new(table),
+            vec![
+                Arc::new(arrow::array::Int32Array::from(vec![Some(5), None])),
+                Arc::new(arrow::array::BinaryArray::from(vec![
+                    &[0x00u8, 0xff][..],
+                    &[][..],
+                ])),
+                Arc::new(list.finish()),
+            ],
+        )
+        .unwrap();
+        let out = enc.encode_batch(&batch).unwrap();
+        let rows: Vec<Json> = out
+            .iter()
+            .map(|r| serde_json::from_slice(r.as_ref().unwrap()).unwrap())
+            .collect();
+        assert_eq!(
+            rows[0],
+            serde_json::json!({"a": {"long": 5}, "b": "\u{0}\u{ff}", "c": [{"string": "x"}, null]})
+        );
+        assert_eq!(rows[1], serde_json::json!({"a": null, "b": "", "c": []}));
+    }
+
+    #[test]
+    fn twos_complement_is_shortest_or_sign_extended() {
+        assert_eq!(
+            twos_complement(&1234i128.to_be_bytes(), None),
+            vec![0x04, 0xD2]
+        );
+        assert_eq!(twos_complement(&(-50i128).to_be_bytes(), None), vec![0xCE]);
+        assert_eq!(
+            twos_complement(&128i128.to_be_bytes(), None),
+            vec![0x00, 0x80]
+        );
+        assert_eq!(twos_complement(&0i128.to_be_bytes(), None), vec![0x00]);
+        assert_eq!(
+            twos_complement(&(-1i128).to_be_bytes(), Some(4)),
+            vec![0xff, 0xff, 0xff, 0xff]
+        );
     }
 }

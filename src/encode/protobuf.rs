@@ -535,15 +535,18 @@ impl Prepared {
         if self.array().is_null(i) {
             return Ok(None);
         }
-        let one =
-            |p: &Prepared, k: usize, c: &Conv, at: &str| -> std::result::Result<Value, String> {
-                p.value(k, c, field, at)?.ok_or_else(|| {
+        let one = |p: &Prepared,
+                   k: usize,
+                   c: &Conv,
+                   item_at: &str|
+         -> std::result::Result<Value, String> {
+            p.value(k, c, field, item_at)?.ok_or_else(|| {
                 format!(
                     "field '{at}' is {} and the value holds a null element, which it cannot carry",
                     kind_name(field)
                 )
             })
-            };
+        };
         Ok(Some(match (self, conv) {
             (Prepared::List(list, values), Conv::List(item)) => {
                 let l = list.as_list::<i32>();
@@ -693,4 +696,132 @@ fn leaf(
             return Err(format!("internal: field '{at}' is not a single value"));
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, ListBuilder, StringArray, StringBuilder};
+    use prost_reflect::ReflectMessage as _;
+
+    const PROTO: &str = r#"syntax = "proto3";
+        import "google/protobuf/timestamp.proto";
+        message M {
+          enum Color { RED = 0; BLUE = 1; }
+          int32 small = 1;
+          Color color = 2;
+          repeated string tags = 3;
+          google.protobuf.Timestamp at = 4;
+        }"#;
+
+    fn encoder(table: &Schema, encoding: SchemaEncoding) -> ProtoRowEncoder {
+        let columns: Vec<usize> = (0..table.fields().len()).collect();
+        ProtoRowEncoder::new(
+            &PayloadSchema {
+                kind: super::super::schema::SchemaType::Protobuf,
+                definition: PROTO.into(),
+                encoding,
+                origin: "test".into(),
+            },
+            table,
+            &columns,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn values_out_of_range_unknown_enum_names_and_null_elements_refuse_the_row() {
+        let table = Schema::new(vec![
+            Field::new("small", DataType::Int64, true),
+            Field::new("color", DataType::Utf8, true),
+            Field::new(
+                "tags",
+                DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+                true,
+            ),
+            Field::new("at", DataType::Timestamp(TimeUnit::Nanosecond, None), true),
+        ]);
+        let enc = encoder(&table, SchemaEncoding::Binary);
+        assert_eq!(enc.message_name(), "M");
+        let mut tags = ListBuilder::new(StringBuilder::new());
+        for row in [vec![Some("a")], vec![], vec![], vec![Some("b"), None]] {
+            for t in row {
+                tags.values().append_option(t);
+            }
+            tags.append(true);
+        }
+        let batch = RecordBatch::try_new(
+            Arc::new(table),
+            vec![
+                Arc::new(Int64Array::from(vec![Some(-3), Some(1 << 40), None, None])),
+                Arc::new(StringArray::from(vec!["BLUE", "RED", "GREEN", "RED"])),
+                Arc::new(tags.finish()),
+                Arc::new(arrow::array::TimestampNanosecondArray::from(vec![
+                    Some(1_500_000_000),
+                    None,
+                    None,
+                    None,
+                ])),
+            ],
+        )
+        .unwrap();
+        let out = enc.encode_batch(&batch).unwrap();
+        let decoded =
+            DynamicMessage::decode(enc.message.clone(), &out[0].as_ref().unwrap()[..]).unwrap();
+        assert_eq!(decoded.descriptor().full_name(), "M");
+        assert_eq!(
+            decoded.get_field_by_name("small").unwrap().as_i32(),
+            Some(-3)
+        );
+        assert_eq!(
+            decoded.get_field_by_name("color").unwrap().as_enum_number(),
+            Some(1)
+        );
+        let at = decoded.get_field_by_name("at").unwrap();
+        let at = at.as_message().unwrap();
+        assert_eq!(at.get_field_by_name("seconds").unwrap().as_i64(), Some(1));
+        assert_eq!(
+            at.get_field_by_name("nanos").unwrap().as_i32(),
+            Some(500_000_000)
+        );
+        let why: Vec<&str> = out[1..]
+            .iter()
+            .map(|r| r.as_ref().unwrap_err().as_str())
+            .collect();
+        assert!(
+            why[0].contains("field 'small'") && why[0].contains("int32"),
+            "{}",
+            why[0]
+        );
+        assert!(
+            why[1].contains("field 'color'") && why[1].contains("M.Color"),
+            "{}",
+            why[1]
+        );
+        assert!(
+            why[2].contains("'tags'") && why[2].contains("null"),
+            "{}",
+            why[2]
+        );
+    }
+
+    #[test]
+    fn json_encoding_is_the_proto3_json_mapping() {
+        let table = Schema::new(vec![
+            Field::new("small", DataType::Int64, true),
+            Field::new("color", DataType::Utf8, true),
+        ]);
+        let enc = encoder(&table, SchemaEncoding::Json);
+        let batch = RecordBatch::try_new(
+            Arc::new(table),
+            vec![
+                Arc::new(Int64Array::from(vec![7])),
+                Arc::new(StringArray::from(vec!["BLUE"])),
+            ],
+        )
+        .unwrap();
+        let out = enc.encode_batch(&batch).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(out[0].as_ref().unwrap()).unwrap();
+        assert_eq!(json, serde_json::json!({"small": 7, "color": "BLUE"}));
+    }
 }

@@ -138,7 +138,7 @@ pub static SCHEMA_LOCATION: OptionSpec = OptionSpec {
     default: DefaultValue::None,
     bound: Bound::None,
     cross_rule: "needs `format` `avro` or `protobuf`; not with `schema`",
-    example: "schemas/click.avsc",
+    example: "gs://my-bucket/schemas/click.avsc",
     description: "Where the schema of `format = 'avro'` or `'protobuf'` is kept: a local file (a path, or a `file://` URL), read when the table is declared, or an object-store URL (`gs://`, `s3://`, `http(s)://`, or any store the session registers), read when a statement starts; the column checks then run at that point.",
     redact: Redact::None,
 };
