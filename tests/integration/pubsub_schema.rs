@@ -772,3 +772,55 @@ async fn a_topic_schema_the_table_does_not_fit_fails_the_first_write_naming_the_
         .into_inner();
     assert!(pulled.received_messages.is_empty());
 }
+
+/// The whole path in SQL: a table declared with `format = 'avro'` and an inline schema, rows
+/// written with `INSERT ... VALUES` (SQL strings are `Utf8View`, timestamps nanoseconds),
+/// read back by fastavro.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_insert_values_into_an_avro_table_reads_back_with_fastavro() {
+    let admin = PubSubAdmin::connect().await;
+    let (topic, subscription) = admin
+        .topic_with_subscription("schema-sql", "sql", false)
+        .await;
+    let ctx = gcp_sql::sql::new_context();
+    let definition = r#"{"type": "record", "name": "Click", "fields": [
+        {"name": "user_id", "type": "long"},
+        {"name": "url", "type": ["null", "string"]},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "price", "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 6, "scale": 2}]}]}"#;
+    crate::support::exec(
+        &ctx,
+        &format!(
+            "CREATE TABLE clicks (user_id BIGINT, url VARCHAR, at TIMESTAMP, price DECIMAL(6, 2)) \
+             WITH (connector = 'pubsub', emulator_host = '{}', topic = '{topic}', \
+             format = 'avro', schema = '{definition}')",
+            admin.host
+        ),
+    )
+    .await;
+    let done = insert(
+        &ctx,
+        "INSERT INTO clicks VALUES \
+           (7, 'https://example.com/a', TIMESTAMP '2025-01-02T03:04:05.678', 19.99), \
+           (8, NULL, TIMESTAMP '1969-12-31T23:59:59', NULL)",
+    )
+    .await;
+    assert_eq!(done.count(), 2);
+    let landed = admin.pull_all(&subscription, 2).await;
+    let decoded = sorted_by_key(
+        decode_with_python(AVRO_DECODER, &[definition, "binary"], &landed),
+        "user_id",
+    );
+    assert_eq!(
+        decoded,
+        vec![
+            json!({"user_id": 7, "url": "https://example.com/a", "at": "2025-01-02T03:04:05.678000+00:00", "price": "19.99"}),
+            json!({"user_id": 8, "url": null, "at": "1969-12-31T23:59:59+00:00", "price": null}),
+        ]
+    );
+}
+
+fn sorted_by_key(mut values: Vec<Value>, key: &str) -> Vec<Value> {
+    values.sort_by_key(|v| v[key].as_i64());
+    values
+}
