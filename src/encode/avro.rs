@@ -896,14 +896,14 @@ fn conform(
             let b = bytes.as_binary::<i32>();
             let mut builder =
                 arrow::array::FixedSizeBinaryBuilder::with_capacity(b.len(), *n as i32);
-            for i in 0..b.len() {
+            for (i, owner) in owners.iter().enumerate().take(b.len()) {
                 if b.is_valid(i) && b.value(i).len() == *n {
                     builder
                         .append_value(b.value(i))
                         .map_err(|e| e.to_string())?;
                 } else {
                     if b.is_valid(i)
-                        && let Some(row) = owners[i]
+                        && let Some(row) = *owner
                     {
                         let len = b.value(i).len();
                         refuse(bad, row, || {
