@@ -824,3 +824,49 @@ fn sorted_by_key(mut values: Vec<Value>, key: &str) -> Vec<Value> {
     values.sort_by_key(|v| v[key].as_i64());
     values
 }
+
+/// A caller that may publish but not read the topic (`roles/pubsub.publisher`: `GetTopic` is
+/// `PERMISSION_DENIED`), and a server that only publishes (`UNIMPLEMENTED`), keep the JSON
+/// encoding of a table without `format`: the lookup of the topic's schema never fails the
+/// statement for them. (No emulator can refuse `GetTopic`: a fake server does.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_that_cannot_be_read_keeps_json() {
+    use gcloud_sdk::google::pubsub::v1::{GetTopicRequest, PublishRequest, PublishResponse};
+    use gcp_sql::testing::{FakeServer, Reply, Script};
+    for code in [tonic::Code::PermissionDenied, tonic::Code::Unimplemented] {
+        let get_topic: Script<GetTopicRequest, Topic> = Script::new();
+        get_topic.fallback(move |_| Reply::code(code));
+        let publish: Script<PublishRequest, PublishResponse> = Script::new();
+        publish.fallback(|r: &PublishRequest| {
+            Reply::Ok(PublishResponse {
+                message_ids: (0..r.messages.len()).map(|i| i.to_string()).collect(),
+            })
+        });
+        let server = FakeServer::builder()
+            .unary("/google.pubsub.v1.Publisher/GetTopic", get_topic.clone())
+            .unary("/google.pubsub.v1.Publisher/Publish", publish.clone())
+            .start()
+            .await
+            .expect("fake server");
+        let ctx = gcp_sql::sql::new_context();
+        let host = server.addr().to_string();
+        register_pubsub_table(
+            &ctx,
+            "plain",
+            simple(&[("id", DataType::Int64)]),
+            &[
+                ("emulator_host", host.as_str()),
+                ("topic", "projects/p/topics/plain"),
+            ],
+        );
+        let done = insert(&ctx, "INSERT INTO plain VALUES (1), (2)").await;
+        assert_eq!(done.count(), 2, "{code:?}");
+        assert_eq!(get_topic.requests().len(), 1, "{code:?}");
+        let data: Vec<Vec<u8>> = publish
+            .requests()
+            .iter()
+            .flat_map(|r| r.messages.iter().map(|m| m.data.clone()))
+            .collect();
+        assert_eq!(data, vec![br#"{"id":1}"#.to_vec(), br#"{"id":2}"#.to_vec()]);
+    }
+}
