@@ -825,3 +825,35 @@ mod tests {
         assert_eq!(json, serde_json::json!({"small": 7, "color": "BLUE"}));
     }
 }
+
+#[cfg(test)]
+mod time_zone_tests {
+    use super::*;
+    use arrow::array::TimestampMicrosecondArray;
+
+    /// A timestamp column with a time zone is the same instant in the message: 12:00 at
+    /// +02:00 is 10:00Z.
+    #[test]
+    fn a_zoned_timestamp_keeps_its_instant() {
+        let zoned = DataType::Timestamp(TimeUnit::Microsecond, Some("+02:00".into()));
+        let table = Schema::new(vec![Field::new("at", zoned.clone(), true)]);
+        let encoder = ProtoRowEncoder::new(
+            &PayloadSchema {
+                kind: super::super::schema::SchemaType::Protobuf,
+                definition: r#"syntax = "proto3"; message M { string at = 1; }"#.into(),
+                encoding: SchemaEncoding::Json,
+                origin: "test".into(),
+            },
+            &table,
+            &[0],
+        )
+        .unwrap();
+        // 2024-01-01T10:00:00Z in microseconds.
+        let at =
+            TimestampMicrosecondArray::from(vec![1_704_103_200_000_000]).with_timezone("+02:00");
+        let batch = RecordBatch::try_new(Arc::new(table), vec![Arc::new(at)]).unwrap();
+        let out = encoder.encode_batch(&batch).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(out[0].as_ref().unwrap()).unwrap();
+        assert_eq!(json, serde_json::json!({"at": "2024-01-01T10:00:00Z"}));
+    }
+}
