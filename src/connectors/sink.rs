@@ -231,9 +231,14 @@ impl<C: Connector> SinkConnector for Sink<C> {
             Ok(transport) => Arc::new(transport),
             Err(error) => return Err(incomplete(error)),
         };
-        let prepared = C::prepare(&self.options, &self.mapping, &self.schema, &transport, ctx)
-            .await
-            .map_err(incomplete)?;
+        let prepared = tokio::select! {
+            biased;
+            _ = ctx.stop.stopped() => Err(Error::Stopped {
+                reason: ctx.stop.reason().unwrap_or_else(|| "the statement was stopped".into()),
+            }),
+            prepared = C::prepare(&self.options, &self.mapping, &self.schema, &transport, ctx) => prepared,
+        }
+        .map_err(incomplete)?;
         let mapping = prepared.as_ref().unwrap_or(&self.mapping);
         let dead_letters = match &C::shared(&self.options).dead_letter {
             Some(target) => {

@@ -826,16 +826,25 @@ fn sorted_by_key(mut values: Vec<Value>, key: &str) -> Vec<Value> {
 }
 
 /// A caller that may publish but not read the topic (`roles/pubsub.publisher`: `GetTopic` is
-/// `PERMISSION_DENIED`), and a server that only publishes (`UNIMPLEMENTED`), keep the JSON
-/// encoding of a table without `format`: the lookup of the topic's schema never fails the
-/// statement for them. (No emulator can refuse `GetTopic`: a fake server does.)
+/// `PERMISSION_DENIED`), a server that only publishes (`UNIMPLEMENTED`), a failing connection
+/// (`UNAVAILABLE`) and a `GetTopic` that never answers keep the JSON encoding of a table without
+/// `format`: the lookup of the topic's schema never fails or holds the statement for them.
+/// (No emulator can refuse or stall `GetTopic`: a fake server does.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_that_cannot_be_read_keeps_json() {
     use gcloud_sdk::google::pubsub::v1::{GetTopicRequest, PublishRequest, PublishResponse};
     use gcp_sql::testing::{FakeServer, Reply, Script};
-    for code in [tonic::Code::PermissionDenied, tonic::Code::Unimplemented] {
+    for code in [
+        Some(tonic::Code::PermissionDenied),
+        Some(tonic::Code::Unimplemented),
+        Some(tonic::Code::Unavailable),
+        None,
+    ] {
         let get_topic: Script<GetTopicRequest, Topic> = Script::new();
-        get_topic.fallback(move |_| Reply::code(code));
+        get_topic.fallback(move |_| match code {
+            Some(code) => Reply::code(code),
+            None => Reply::Stall,
+        });
         let publish: Script<PublishRequest, PublishResponse> = Script::new();
         publish.fallback(|r: &PublishRequest| {
             Reply::Ok(PublishResponse {

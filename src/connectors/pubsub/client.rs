@@ -62,6 +62,10 @@ pub use crate::connectors::google::{CLOUD_PLATFORM_SCOPE, credentials_from_file}
 
 /// The Pub/Sub service endpoint used when no `endpoint` is set.
 pub const DEFAULT_ENDPOINT: &str = "https://pubsub.googleapis.com";
+/// Bound of the `GetTopic` call that looks up a topic's schema when a statement starts (ours:
+/// the service answers it in milliseconds; the bound keeps a slow or silent service from
+/// holding the statement before its first publish, ADR 0046).
+pub const TOPIC_SCHEMA_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
 /// Deadline of a `CreateTopic` call made by the auto-create recovery. Our bound (the service sets
 /// none); it matches the Java publisher's default maximum RPC timeout of 60 s.
 pub const CREATE_TOPIC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -189,35 +193,41 @@ impl PubSubTransport {
     /// of its newest allowed revision (`last_revision_id` when set, else the schema's current
     /// one, read with `SchemaService.GetSchema`) and the topic's encoding. `None` when the topic
     /// has no schema or does not exist yet (publishing then reports the missing topic), and when
-    /// the caller may not read the topic (`PERMISSION_DENIED`) or the server does not know
-    /// `GetTopic` (`UNIMPLEMENTED`): then a warning is logged and the table keeps JSON.
+    /// `GetTopic` fails or does not answer within [`TOPIC_SCHEMA_LOOKUP_TIMEOUT`] (the caller
+    /// may not read the topic, the server does not serve it, the connection is slow or down):
+    /// then a warning is logged and the table keeps JSON. Once the topic is known to have a
+    /// schema, failing to read it fails the statement.
     pub async fn topic_schema(&self, topic: &str) -> Result<Option<PayloadSchema>> {
         let google = self.channel.is_google();
         let mut request = with_deadline(
             tonic::Request::new(GetTopicRequest {
                 topic: topic.to_string(),
             }),
-            Some(CREATE_TOPIC_TIMEOUT),
+            Some(TOPIC_SCHEMA_LOOKUP_TIMEOUT),
             google,
         );
         request.metadata_mut().insert(
             ROUTING_HEADER,
             routing_value(&[("topic", topic)]).map_err(|e| Error::invalid("topic", topic, e))?,
         );
-        let found = self.reach.observe(
-            PublisherClient::new(self.channel.clone())
-                .get_topic(request)
-                .await,
-        );
+        let mut publisher = PublisherClient::new(self.channel.clone());
+        let lookup = publisher.get_topic(request);
+        let found = match tokio::time::timeout(TOPIC_SCHEMA_LOOKUP_TIMEOUT, lookup).await {
+            Ok(answer) => self.reach.observe(answer),
+            Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+                "no answer within {TOPIC_SCHEMA_LOOKUP_TIMEOUT:?}"
+            ))),
+        };
         let settings = match found {
             Ok(t) => t.into_inner().schema_settings,
             Err(status) if status.code() == Code::NotFound => return Ok(None),
-            // A publisher-only role (`roles/pubsub.publisher`) may not read the topic; a server
-            // that only publishes (a fake, the benchmark's null server) does not know the call.
-            // Either way the table keeps its JSON encoding, as without a topic schema.
-            Err(status)
-                if matches!(status.code(), Code::PermissionDenied | Code::Unimplemented) =>
-            {
+            // The lookup is one short, unretried call: a caller that may publish but not read
+            // the topic (`roles/pubsub.publisher`: PERMISSION_DENIED), a server that only
+            // publishes (UNIMPLEMENTED), or a slow, silent or failing connection keeps the
+            // JSON encoding the table had before topic schemas were looked up, and publishing
+            // then meets the service as it always did (its retries, its errors; a topic that
+            // does have a schema refuses the JSON with INVALID_ARGUMENT). ADR 0046.
+            Err(status) => {
                 tracing::warn!(
                     topic = %topic,
                     code = ?status.code(),
@@ -227,7 +237,6 @@ impl PubSubTransport {
                 );
                 return Ok(None);
             }
-            Err(status) => return Err(Error::rpc("GetTopic", topic, &status, 1)),
         };
         let Some(settings) = settings.filter(|s| !s.schema.is_empty()) else {
             return Ok(None);

@@ -135,7 +135,7 @@ pub struct MappingSpec {
     /// [`PubSubMapping::with_schema`] then binds it.
     pub schema_at: Option<SchemaLocation>,
     /// Whether the format was chosen (`format` given): when not, a fixed topic's Pub/Sub schema
-    /// may choose it when a statement starts ([`PubSubMapping::with_topic_schema`]).
+    /// may choose it when a statement starts ([`PubSubMapping::with_schema`]).
     pub format_given: bool,
     /// Map column holding attributes (`attributes_column`; default [`DEFAULT_ATTRIBUTES_COLUMN`]).
     pub attributes_column: Option<String>,
