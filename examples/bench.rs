@@ -166,6 +166,10 @@ struct Args {
     /// the connector's defaults, except for the options given explicitly below
     #[arg(long)]
     untuned: bool,
+    /// The payload format of the Pub/Sub workloads without ordering keys: json (the default),
+    /// avro or protobuf (binary, with a schema of the workload's five columns)
+    #[arg(long, default_value = "json")]
+    format: String,
     /// batch_element_count_threshold (Pub/Sub default here: 1000 unless --untuned)
     #[arg(long)]
     batch_count: Option<u64>,
@@ -422,6 +426,11 @@ fn destination(plan: &Plan) -> String {
     }
 }
 
+/// The Avro schema of W1's columns (`--format avro`).
+const W1_AVRO_SCHEMA: &str = r#"{"type": "record", "name": "Event", "fields": [{"name": "id", "type": "long"}, {"name": "user_id", "type": "string"}, {"name": "event", "type": "string"}, {"name": "url", "type": "string"}, {"name": "pad", "type": "string"}]}"#;
+/// The Protobuf schema of W1's columns (`--format protobuf`).
+const W1_PROTO_SCHEMA: &str = r#"syntax = "proto3"; message Event { int64 id = 1; string user_id = 2; string event = 3; string url = 4; string pad = 5; }"#;
+
 /// The table's options (without `connector`), as (option, value) pairs.
 fn table_options(args: &Args, plan: &Plan, host: &str) -> gcp_sql::Result<Vec<(String, String)>> {
     let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
@@ -442,6 +451,24 @@ fn table_options(args: &Args, plan: &Plan, host: &str) -> gcp_sql::Result<Vec<(S
     options.extend(args.tuning(plan).map_err(gcp_sql::Error::Unsupported)?);
     if plan.sink == SinkKind::PubSub && plan.keys > 0 {
         options.push(pair("enable_message_ordering", "true"));
+    }
+    if plan.sink == SinkKind::PubSub {
+        match args.format.as_str() {
+            "json" => {}
+            "avro" => {
+                options.push(pair("format", "avro"));
+                options.push(pair("schema", W1_AVRO_SCHEMA));
+            }
+            "protobuf" => {
+                options.push(pair("format", "protobuf"));
+                options.push(pair("schema", W1_PROTO_SCHEMA));
+            }
+            other => {
+                return Err(gcp_sql::Error::Unsupported(format!(
+                    "--format {other}: expected json, avro or protobuf"
+                )));
+            }
+        }
     }
     Ok(options)
 }

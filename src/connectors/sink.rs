@@ -73,6 +73,18 @@ pub trait Connector: Send + Sync + 'static {
     /// Connects the transport, once per statement, before the first row is read.
     async fn connect(settings: &Self::ClientSettings) -> Result<Self::Transport>;
 
+    /// Adjusts the mapping to what the service says, once per statement after connecting (the
+    /// Pub/Sub sink reads a topic's schema here); `None` keeps the declared mapping.
+    async fn prepare(
+        _options: &Self::Options,
+        _mapping: &Self::Mapping,
+        _schema: &SchemaRef,
+        _transport: &Self::Transport,
+        _ctx: &WriterContext,
+    ) -> Result<Option<Self::Mapping>> {
+        Ok(None)
+    }
+
     /// Encodes `batch`, whose first row has index `first_row` within the statement: appends one
     /// entry per row, in row order, `Err` for a row that cannot be sent (it goes to the failure
     /// policy). An `Err` return fails the statement.
@@ -200,6 +212,15 @@ impl<C: Connector> SinkConnector for Sink<C> {
             Ok(transport) => Arc::new(transport),
             Err(error) => return Err(incomplete(error)),
         };
+        let prepared = tokio::select! {
+            biased;
+            _ = ctx.stop.stopped() => Err(Error::Stopped {
+                reason: ctx.stop.reason().unwrap_or_else(|| "the statement was stopped".into()),
+            }),
+            prepared = C::prepare(&self.options, &self.mapping, &self.schema, &transport, ctx) => prepared,
+        }
+        .map_err(incomplete)?;
+        let mapping = prepared.as_ref().unwrap_or(&self.mapping);
         let dead_letters = match &self.options.shared().dead_letter {
             Some(target) => {
                 let context = DeadLetterContext {
@@ -244,9 +265,7 @@ impl<C: Connector> SinkConnector for Sink<C> {
             ctx,
             flush,
             dead_letter::source_row,
-            |batch, first_row, out| {
-                C::encode_batch(&self.options, &self.mapping, batch, first_row, out)
-            },
+            |batch, first_row, out| C::encode_batch(&self.options, mapping, batch, first_row, out),
         )
         .await
     }

@@ -58,6 +58,7 @@ mod failure_counts;
 mod first_hour;
 mod pubsub_faults;
 mod pubsub_mapping;
+mod pubsub_schema;
 mod pubsub_sink;
 mod pubsub_source;
 #[cfg(feature = "cli")]

@@ -41,7 +41,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
-use gcloud_sdk::google::pubsub::v1::{PublishResponse, Topic};
+use gcloud_sdk::google::pubsub::v1::schema_service_client::SchemaServiceClient;
+use gcloud_sdk::google::pubsub::v1::{
+    Encoding, GetSchemaRequest, GetTopicRequest, PublishResponse, SchemaView, Topic, schema,
+};
 use tonic::Code;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
@@ -52,12 +55,17 @@ use crate::connectors::google::{
     nothing_listens, routing_value, unary_pre_encoded, with_deadline,
 };
 use crate::core::{Class, Destination, SendOutcome, Transport};
+use crate::encode::schema::{PayloadSchema, SchemaEncoding, SchemaType};
 use crate::error::{Error, Result};
 
 pub use crate::connectors::google::{CLOUD_PLATFORM_SCOPE, credentials_from_file};
 
 /// The Pub/Sub service endpoint used when no `endpoint` is set.
 pub const DEFAULT_ENDPOINT: &str = "https://pubsub.googleapis.com";
+/// Bound of the `GetTopic` call that looks up a topic's schema when a statement starts (ours:
+/// the service answers it in milliseconds; the bound keeps a slow or silent service from
+/// holding the statement before its first publish, ADR 0046).
+pub const TOPIC_SCHEMA_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
 /// Deadline of a `CreateTopic` call made by the auto-create recovery. Our bound (the service sets
 /// none); it matches the Java publisher's default maximum RPC timeout of 60 s.
 pub const CREATE_TOPIC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -179,6 +187,125 @@ impl PubSubTransport {
     /// The endpoint or emulator address this transport talks to.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The Pub/Sub schema of `topic`, when it has one (`Topic.schema_settings`): the definition
+    /// of its newest allowed revision (`last_revision_id` when set, else the schema's current
+    /// one, read with `SchemaService.GetSchema`) and the topic's encoding. `None` when the topic
+    /// has no schema or does not exist yet (publishing then reports the missing topic), and when
+    /// `GetTopic` fails or does not answer within [`TOPIC_SCHEMA_LOOKUP_TIMEOUT`] (the caller
+    /// may not read the topic, the server does not serve it, the connection is slow or down):
+    /// then a warning is logged and the table keeps JSON. Once the topic is known to have a
+    /// schema, failing to read it fails the statement.
+    pub async fn topic_schema(&self, topic: &str) -> Result<Option<PayloadSchema>> {
+        let google = self.channel.is_google();
+        let mut request = with_deadline(
+            tonic::Request::new(GetTopicRequest {
+                topic: topic.to_string(),
+            }),
+            Some(TOPIC_SCHEMA_LOOKUP_TIMEOUT),
+            google,
+        );
+        request.metadata_mut().insert(
+            ROUTING_HEADER,
+            routing_value(&[("topic", topic)]).map_err(|e| Error::invalid("topic", topic, e))?,
+        );
+        let mut publisher = PublisherClient::new(self.channel.clone());
+        let lookup = publisher.get_topic(request);
+        let found = match tokio::time::timeout(TOPIC_SCHEMA_LOOKUP_TIMEOUT, lookup).await {
+            Ok(answer) => self.reach.observe(answer),
+            Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+                "no answer within {TOPIC_SCHEMA_LOOKUP_TIMEOUT:?}"
+            ))),
+        };
+        let settings = match found {
+            Ok(t) => t.into_inner().schema_settings,
+            Err(status) if status.code() == Code::NotFound => return Ok(None),
+            // The lookup is one short, unretried call: a caller that may publish but not read
+            // the topic (`roles/pubsub.publisher`: PERMISSION_DENIED), a server that only
+            // publishes (UNIMPLEMENTED), or a slow, silent or failing connection keeps the
+            // JSON encoding the table had before topic schemas were looked up, and publishing
+            // then meets the service as it always did (its retries, its errors; a topic that
+            // does have a schema refuses the JSON with INVALID_ARGUMENT). ADR 0046.
+            Err(status) => {
+                tracing::warn!(
+                    topic = %topic,
+                    code = ?status.code(),
+                    "cannot read the schema settings of topic {topic} (GetTopic: {:?}); publishing \
+                     with format 'json' (give 'format' explicitly to skip this lookup)",
+                    status.code()
+                );
+                return Ok(None);
+            }
+        };
+        let Some(settings) = settings.filter(|s| !s.schema.is_empty()) else {
+            return Ok(None);
+        };
+        if settings.schema == "_deleted-schema_" {
+            return Err(Error::Unsupported(format!(
+                "topic '{topic}' names a schema that was deleted; its messages cannot be validated"
+            )));
+        }
+        let name = if settings.last_revision_id.is_empty() {
+            settings.schema.clone()
+        } else {
+            format!("{}@{}", settings.schema, settings.last_revision_id)
+        };
+        let mut request = with_deadline(
+            tonic::Request::new(GetSchemaRequest {
+                name: name.clone(),
+                view: SchemaView::Full as i32,
+            }),
+            Some(CREATE_TOPIC_TIMEOUT),
+            google,
+        );
+        request.metadata_mut().insert(
+            ROUTING_HEADER,
+            routing_value(&[("name", &name)]).map_err(|e| Error::invalid("topic", topic, e))?,
+        );
+        let got = self.reach.observe(
+            SchemaServiceClient::new(self.channel.clone())
+                .get_schema(request)
+                .await,
+        );
+        let definition = match got {
+            Ok(s) => s.into_inner(),
+            Err(status) => return Err(Error::rpc("GetSchema", &name, &status, 1)),
+        };
+        let kind = match schema::Type::try_from(definition.r#type) {
+            Ok(schema::Type::Avro) => SchemaType::Avro,
+            Ok(schema::Type::ProtocolBuffer) => SchemaType::Protobuf,
+            _ => {
+                return Err(Error::Unsupported(format!(
+                    "schema '{name}' of topic '{topic}' has type {}, neither Avro nor Protocol Buffer",
+                    definition.r#type
+                )));
+            }
+        };
+        let encoding = match Encoding::try_from(settings.encoding) {
+            Ok(Encoding::Json) => SchemaEncoding::Json,
+            Ok(Encoding::Binary) => SchemaEncoding::Binary,
+            _ => {
+                return Err(Error::Unsupported(format!(
+                    "topic '{topic}' has schema '{name}' with no encoding (neither JSON nor BINARY)"
+                )));
+            }
+        };
+        let revision = if definition.revision_id.is_empty() {
+            String::new()
+        } else {
+            format!(" revision {}", definition.revision_id)
+        };
+        Ok(Some(PayloadSchema {
+            kind,
+            definition: definition.definition,
+            encoding,
+            origin: format!(
+                "schema '{}'{revision} of topic '{topic}', {} encoding",
+                settings.schema,
+                encoding.name()
+            ),
+        }))
     }
 }
 

@@ -70,6 +70,7 @@ use prost::Message as _;
 use crate::core::{Destination, Envelope};
 use crate::encode::json::{ColumnEncoder, JsonRowEncoder, JsonRows, check_json_type};
 use crate::encode::raw::{BytesColumn, RawEncoder, is_bytes_type, is_string_type};
+use crate::encode::schema::{PayloadSchema, RowPayload, SchemaLocation, SchemaRowEncoder};
 use crate::error::{Error, Result};
 use crate::options::names::unknown_column;
 use crate::options::schema_types::is_map_of;
@@ -129,6 +130,14 @@ pub struct MappingSpec {
     pub data_column: Option<String>,
     /// Payload format when there is no data column (`format`).
     pub format: PayloadFormat,
+    /// The schema of `format = 'avro'` or `'protobuf'`; when set it takes the place of `format`.
+    pub schema: Option<PayloadSchema>,
+    /// Where such a schema is read when a statement starts (an object-store `schema_location`);
+    /// [`PubSubMapping::with_schema`] then binds it.
+    pub schema_at: Option<SchemaLocation>,
+    /// Whether the format was chosen (`format` given): when not, a fixed topic's Pub/Sub schema
+    /// may choose it when a statement starts ([`PubSubMapping::with_schema`]).
+    pub format_given: bool,
     /// Map column holding attributes (`attributes_column`; default [`DEFAULT_ATTRIBUTES_COLUMN`]).
     pub attributes_column: Option<String>,
     /// Columns sent as attributes keyed by their name (`attribute_columns`).
@@ -262,6 +271,10 @@ pub struct PubSubMapping {
     attributes_column: Option<(usize, String)>,
     attribute_columns: Vec<(usize, String)>,
     ordering_key_column: Option<(usize, String)>,
+    /// The columns the payload is encoded from (every column without another role).
+    payload_columns: Vec<usize>,
+    /// Whether a topic schema may choose the encoding (no `format`, no data column).
+    format_open: bool,
     payload: PayloadPlan,
 }
 
@@ -275,6 +288,10 @@ enum PayloadPlan {
     Json(JsonRowEncoder),
     /// The one payload column as it is.
     Raw(RawEncoder),
+    /// The payload columns encoded to match an Avro or Protobuf schema.
+    Schema(Arc<SchemaRowEncoder>),
+    /// A schema read when a statement starts ([`PubSubMapping::with_schema`] replaces this).
+    Pending(SchemaLocation),
 }
 
 /// Finds a column named by an option. `explicit` says whether the user named it (then it must
@@ -500,7 +517,30 @@ impl PubSubMapping {
                 || attribute_columns.iter().any(|(j, _)| *j == i)
         };
         let rest: Vec<usize> = (0..schema.fields().len()).filter(|&i| !taken(i)).collect();
-        let payload = if let Some((_, data_name)) = &data_column {
+        let schema_kind = spec
+            .schema
+            .as_ref()
+            .map(|s| s.kind)
+            .or(spec.schema_at.as_ref().map(|s| s.kind));
+        if let (Some((_, data_name)), Some(kind)) = (&data_column, schema_kind) {
+            return Err(Error::schema(
+                data_name,
+                format!(
+                    "the payload comes from data column '{data_name}', so format '{}' would encode nothing; \
+                     drop the format, or leave the data column out of the table",
+                    kind.name()
+                ),
+            ));
+        }
+        let payload = if let Some(payload_schema) = &spec.schema {
+            PayloadPlan::Schema(Arc::new(SchemaRowEncoder::new(
+                payload_schema,
+                schema,
+                &rest,
+            )?))
+        } else if let Some(at) = &spec.schema_at {
+            PayloadPlan::Pending(at.clone())
+        } else if let Some((_, data_name)) = &data_column {
             if let Some(&stray) = rest.first() {
                 return Err(Error::schema(
                     schema.field(stray).name(),
@@ -522,6 +562,10 @@ impl PubSubMapping {
             }
         };
 
+        let format_open = !spec.format_given
+            && data_column.is_none()
+            && spec.schema.is_none()
+            && spec.schema_at.is_none();
         Ok(PubSubMapping {
             topic,
             project: project.map(str::to_string),
@@ -530,8 +574,39 @@ impl PubSubMapping {
             attributes_column,
             attribute_columns,
             ordering_key_column,
+            format_open,
+            payload_columns: rest,
             payload,
         })
+    }
+
+    /// Whether the encoding is still open to a topic's Pub/Sub schema: no `format` was given,
+    /// there is no data column, and the table has a fixed topic (whose schema is read when a
+    /// statement starts).
+    pub fn takes_topic_schema(&self) -> bool {
+        self.format_open && self.topic.is_some()
+    }
+
+    /// The object-store schema to read when a statement starts, if any.
+    pub fn pending_schema(&self) -> Option<&SchemaLocation> {
+        match &self.payload {
+            PayloadPlan::Pending(at) => Some(at),
+            _ => None,
+        }
+    }
+
+    /// This mapping with the payload encoded to match `schema` (a topic's Pub/Sub schema, or
+    /// one read from an object store): the same errors as a `schema` option at declaration,
+    /// naming the column, the field and both types.
+    pub fn with_schema(&self, schema: &PayloadSchema, table: &Schema) -> Result<Self> {
+        let mut mapping = self.clone();
+        mapping.payload = PayloadPlan::Schema(Arc::new(SchemaRowEncoder::new(
+            schema,
+            table,
+            &self.payload_columns,
+        )?));
+        mapping.format_open = false;
+        Ok(mapping)
     }
 
     /// The table's topic, fully resolved, when it has one.
@@ -587,6 +662,14 @@ impl PubSubMapping {
             PayloadPlan::Empty => BoundPayload::Empty,
             PayloadPlan::Json(json) => BoundPayload::Json(json.bind(batch)?),
             PayloadPlan::Raw(raw) => BoundPayload::Bytes(raw.bind(batch)?),
+            PayloadPlan::Schema(encoder) => BoundPayload::Schema(encoder.encode_batch(batch)?),
+            PayloadPlan::Pending(at) => {
+                return Err(Error::invalid(
+                    "schema_location",
+                    at.url.clone(),
+                    "internal: the schema was not read before the first batch",
+                ));
+            }
         };
         let attribute_map = match &self.attributes_column {
             Some(c) => {
@@ -634,6 +717,10 @@ impl PubSubMapping {
                 rows.write_row(row, &mut scratch.json);
                 &scratch.json
             }
+            BoundPayload::Schema(payloads) => match &payloads[row] {
+                Ok(bytes) => bytes,
+                Err(reason) => return Err(reason.clone()),
+            },
             BoundPayload::Empty => &[],
         };
 
@@ -872,6 +959,8 @@ struct Bound<'a> {
 enum BoundPayload<'a> {
     Bytes(BytesColumn<'a>),
     Json(JsonRows<'a>),
+    /// Each row's schema'd payload (or the reason the schema refuses it), encoded per batch.
+    Schema(Vec<RowPayload>),
     Empty,
 }
 

@@ -13,6 +13,7 @@ use super::mapping::{self, MappingSpec, PubSubMapping, PubsubRecord};
 use super::options::PubSubSinkOptions;
 use crate::connectors::Routing;
 use crate::connectors::sink::{Connector, Sink};
+use crate::core::run::WriterContext;
 use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::{Error, Result};
 use crate::options::{ColumnRef, PayloadFormat};
@@ -93,6 +94,32 @@ impl Connector for PubSub {
         PubSubTransport::connect(settings).await
     }
 
+    /// An object-store `schema_location` is read here; without a `format` option, a fixed
+    /// topic's Pub/Sub schema decides the encoding: its definition, revision and encoding are
+    /// read once here.
+    async fn prepare(
+        _options: &PubSubSinkOptions,
+        mapping: &PubSubMapping,
+        schema: &SchemaRef,
+        transport: &PubSubTransport,
+        ctx: &WriterContext,
+    ) -> Result<Option<PubSubMapping>> {
+        if let Some(at) = mapping.pending_schema() {
+            let read = at.read(ctx.runtime.as_ref()).await?;
+            return Ok(Some(mapping.with_schema(&read, schema)?));
+        }
+        let Some(topic) = mapping
+            .default_topic()
+            .filter(|_| mapping.takes_topic_schema())
+        else {
+            return Ok(None);
+        };
+        match transport.topic_schema(topic).await? {
+            Some(topic_schema) => Ok(Some(mapping.with_schema(&topic_schema, schema)?)),
+            None => Ok(None),
+        }
+    }
+
     /// Encodes the batch; without `enable_message_ordering`, a row with an ordering key is
     /// refused (the failure policy decides), as the Java publisher refuses to publish one.
     fn encode_batch(
@@ -133,6 +160,9 @@ fn mapping_spec(options: &PubSubSinkOptions) -> MappingSpec {
             PayloadFormat::Json => mapping::PayloadFormat::Json,
             PayloadFormat::Raw => mapping::PayloadFormat::Raw,
         },
+        schema: m.schema.clone(),
+        schema_at: m.schema_at.clone(),
+        format_given: m.format_given,
         attributes_column: column(&m.attributes_column),
         attribute_columns: m.attribute_columns.clone(),
         ordering_key_column: column(&m.ordering_key_column),
