@@ -750,7 +750,7 @@ impl TableOptions for PubSubSinkOptions {
 
         let topic = destination(&TOPIC, location, p, |t| names::pubsub_topic(t, project))?;
 
-        let payload = payload_options(&p)?;
+        let payload = payload_options(p)?;
         let mapping = PubSubMappingOptions {
             topic_column: p.text(&TOPIC_COLUMN)?.map(str::to_string),
             data_column: p.column_ref(&DATA_COLUMN, DEFAULT_DATA_COLUMN)?,
