@@ -106,9 +106,9 @@ echo "# profile=$profile messages=$messages rounds=$rounds idle_ms=$idle_ms emul
 
 for round in $(seq 1 "$rounds"); do
     topic="projects/bench/topics/backlog-$round"
-    rest PUT "${topic}"
+    rest PUT "${topic}" "{}"
     for reader in "${readers[@]}"; do
-        rest PUT "projects/bench/subscriptions/$reader-$round" "{\"topic\":\"$topic\",\"ackDeadlineSeconds\":60}"
+        rest PUT "projects/bench/subscriptions/drain-$reader-$round" "{\"topic\":\"$topic\",\"ackDeadlineSeconds\":60}"
     done
     # The backlog: ~200-byte JSON messages from generate_series, published by gcp-sql's sink.
     cat >"$logs/publish.sql" <<SQL
@@ -118,7 +118,7 @@ CREATE TABLE backlog (data VARCHAR) WITH (
 INSERT INTO backlog
 SELECT '{"id":' || CAST(value AS VARCHAR) || ',"user_id":"user-' || CAST(value % 100000 AS VARCHAR)
        || '","event":"page_view","url":"https://example.com/catalog/item/' || CAST(value AS VARCHAR)
-       || '?ref=bench","pad":"' || repeat('x', 70) || '"}'
+       || '?ref=bench","pad":"' || repeat('x', 80) || '"}'
 FROM generate_series(1, $messages);
 SQL
     "$gcp_sql" -f "$logs/publish.sql" >"$logs/publish-$round.log" 2>&1
@@ -126,7 +126,7 @@ SQL
     shift_by=$(( (round - 1) % ${#readers[@]} ))
     order=("${readers[@]:$shift_by}" "${readers[@]:0:$shift_by}")
     for reader in "${order[@]}"; do
-        sub="projects/bench/subscriptions/$reader-$round"
+        sub="projects/bench/subscriptions/drain-$reader-$round"
         log="$logs/$reader-$round.log"
         emu_cpu_before="$(cpu_of "$jvm_pid")"
         case "$reader" in

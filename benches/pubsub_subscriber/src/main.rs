@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! gcp-sql-google-subscriber --host 127.0.0.1:PORT --subscription projects/P/subscriptions/S
-//!     [--streams N] [--stop-after-idle MS] [--max-outstanding-messages M]
+//!     [--streams N] [--stop-after-idle MS] [--max-outstanding-messages M] [--progress]
 //! ```
 //!
 //! The measured time runs from before the client is built until the last stream's shutdown has
@@ -28,6 +28,7 @@ struct Args {
     streams: usize,
     idle: Duration,
     max_outstanding_messages: Option<i64>,
+    progress: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -37,6 +38,7 @@ fn parse_args() -> Result<Args, String> {
         streams: 1,
         idle: Duration::from_secs(2),
         max_outstanding_messages: None,
+        progress: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -63,6 +65,7 @@ fn parse_args() -> Result<Args, String> {
                         .map_err(|e| format!("--max-outstanding-messages: {e}"))?,
                 )
             }
+            "--progress" => args.progress = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -147,6 +150,21 @@ async fn run(args: Args) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot build the subscriber: {e}"))?;
     let counts = Arc::new(Counts::default());
+    if args.progress {
+        // Every 500 ms on stderr: seconds since the start and messages received so far.
+        let counts = Arc::clone(&counts);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                every.tick().await;
+                eprintln!(
+                    "[{:7.1}s] messages={}",
+                    started.elapsed().as_secs_f64(),
+                    counts.messages.load(Ordering::Relaxed)
+                );
+            }
+        });
+    }
     let tasks: Vec<_> = (0..args.streams)
         .map(|_| {
             tokio::spawn(drain(
