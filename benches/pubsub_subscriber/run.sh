@@ -15,10 +15,12 @@
 # docs). One RUN line per reader and round, then one MEDIAN line per reader.
 #
 #   benches/pubsub_subscriber/run.sh [--debug] [--no-build] [--messages N] [--rounds R] [--idle-ms MS]
+#                                    [--streams "1 2"]
 #
 # Defaults: release build, 40,000 messages, 3 rounds, 3,000 ms idle (the emulator delivers about
 # 2,000 messages a second a stream, so a one-stream reader takes ~20 s a round). --no-build uses
-# the binaries already in ${CARGO_TARGET_DIR:-target}/{release,debug}.
+# the binaries already in ${CARGO_TARGET_DIR:-target}/{release,debug}. --streams lists the stream
+# counts to compare: each N gives a gcp-sql-ppN and a google-N reader (default "1 2").
 #
 # From a fresh checkout: it builds both programs (release unless --debug) into
 # ${CARGO_TARGET_DIR:-target}, starts the emulator (PUBSUB_EMULATOR_BIN, default the Google
@@ -32,6 +34,7 @@ messages=40000
 rounds=3
 idle_ms=3000
 skip_build=0
+streams="1 2"
 while [ $# -gt 0 ]; do
     case "$1" in
         --debug) profile=debug ;;
@@ -39,6 +42,7 @@ while [ $# -gt 0 ]; do
         --rounds) rounds="$2"; shift ;;
         --idle-ms) idle_ms="$2"; shift ;;
         --no-build) skip_build=1 ;;
+        --streams) streams="$2"; shift ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -102,7 +106,10 @@ rest() { # METHOD PATH [JSON]
     curl -sf -X "$1" -H 'content-type: application/json' ${3:+-d "$3"} "http://$emu/v1/$2" >/dev/null
 }
 
-readers=(gcp-sql-pp1 gcp-sql-pp2 google-1 google-2)
+readers=()
+for n in $streams; do
+    readers+=("gcp-sql-pp$n" "google-$n")
+done
 idle_s="$(awk -v ms="$idle_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
 results="$logs/results.txt"
 : >"$results"
