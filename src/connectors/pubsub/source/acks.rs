@@ -2,8 +2,10 @@
 //! for, and extends the leases of the messages the partition holds.
 //!
 //! Acknowledgements and nacks travel as unary calls (`Acknowledge`; `ModifyAckDeadline` with a
-//! deadline of 0 for a nack), at most [`MAX_IDS_PER_CALL`] ack ids a call, gathering whatever
-//! the tickets asked for since the last call. A transient failure is retried
+//! deadline of 0 for a nack), at most [`MAX_IDS_PER_CALL`] ack ids a call. After the first
+//! request of a round the settler gathers what else the tickets ask for during [`ACK_GATHER`]
+//! (or until a call is full), as Google's subscribers do: fewer, fuller calls for the service,
+//! for at most that much delay of an acknowledgement. A transient failure is retried
 //! ([`ACK_ATTEMPTS`] attempts, doubling backoff); a call that still fails is logged and left:
 //! an acknowledgement that did not take means the service delivers the message again (a
 //! duplicate, never a loss).
@@ -29,6 +31,9 @@ use crate::connectors::google::{GrpcChannel, ROUTING_HEADER, routing_value, with
 /// Google's subscribers (a request must also stay under the service's 512 KiB request size,
 /// which 2,500 ack ids of the usual length do).
 pub const MAX_IDS_PER_CALL: usize = 2500;
+/// How long a settler gathers acknowledgements and nacks before it sends them: 100 ms, the
+/// acknowledgement batching delay of Google's subscribers.
+pub const ACK_GATHER: Duration = Duration::from_millis(100);
 /// Attempts of one acknowledgement, nack or lease call.
 pub const ACK_ATTEMPTS: u32 = 5;
 /// Deadline of one acknowledgement, nack or lease call.
@@ -157,16 +162,7 @@ pub async fn run_settler(
         tokio::select! {
             command = queue.recv() => {
                 let Some(first) = command else { break };
-                let mut acks = Vec::new();
-                let mut nacks = Vec::new();
-                let mut next = Some(first);
-                while let Some(command) = next {
-                    match command {
-                        AckCommand::Ack(ids) => acks.extend(ids),
-                        AckCommand::Nack(ids) => nacks.extend(ids),
-                    }
-                    next = queue.try_recv().ok();
-                }
+                let (acks, nacks, closed) = gather(first, &mut queue).await;
                 if !acks.is_empty() {
                     let failed = client.send(&acks, None).await;
                     counters.acked.fetch_add((acks.len() - failed) as u64, Ordering::Relaxed);
@@ -176,6 +172,9 @@ pub async fn run_settler(
                     let failed = client.send(&nacks, Some(0)).await;
                     counters.nacked.fetch_add((nacks.len() - failed) as u64, Ordering::Relaxed);
                     outstanding.remove(&nacks);
+                }
+                if closed {
+                    break;
                 }
             }
             _ = leases.tick() => {
@@ -197,5 +196,84 @@ pub async fn run_settler(
                 }
             }
         }
+    }
+}
+
+/// One round of requests, from `first` on: what the tickets ask for during [`ACK_GATHER`], or
+/// until [`MAX_IDS_PER_CALL`] ids are gathered, or until the queue closes (the third value).
+async fn gather(
+    first: AckCommand,
+    queue: &mut mpsc::UnboundedReceiver<AckCommand>,
+) -> (Vec<String>, Vec<String>, bool) {
+    let (mut acks, mut nacks) = (Vec::new(), Vec::new());
+    let deadline = tokio::time::sleep(ACK_GATHER);
+    tokio::pin!(deadline);
+    let mut next = Some(first);
+    loop {
+        match next.take() {
+            Some(AckCommand::Ack(ids)) => acks.extend(ids),
+            Some(AckCommand::Nack(ids)) => nacks.extend(ids),
+            None => {}
+        }
+        if acks.len() + nacks.len() >= MAX_IDS_PER_CALL {
+            return (acks, nacks, false);
+        }
+        tokio::select! {
+            command = queue.recv() => match command {
+                Some(command) => next = Some(command),
+                None => return (acks, nacks, true),
+            },
+            () = &mut deadline => return (acks, nacks, false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ack(ids: &[&str]) -> AckCommand {
+        AckCommand::Ack(ids.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_round_gathers_what_comes_within_the_gather_delay() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        tx.send(ack(&["b"])).unwrap();
+        let late = tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(ACK_GATHER / 2).await;
+            late.send(AckCommand::Nack(vec!["c".into()])).unwrap();
+            tokio::time::sleep(ACK_GATHER).await;
+            late.send(ack(&["d"])).unwrap();
+        });
+        let (acks, nacks, closed) = gather(ack(&["a"]), &mut rx).await;
+        assert_eq!(acks, ["a", "b"]);
+        assert_eq!(nacks, ["c"]);
+        assert!(!closed, "the queue is still open");
+        let next = rx.recv().await.unwrap();
+        assert!(
+            matches!(next, AckCommand::Ack(ids) if ids == ["d"]),
+            "the next round's"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_call_or_a_closed_queue_ends_the_round_at_once() {
+        let (tx, mut rx) = mpsc::unbounded_channel::<AckCommand>();
+        let many: Vec<String> = (0..MAX_IDS_PER_CALL).map(|i| i.to_string()).collect();
+        let started = tokio::time::Instant::now();
+        let (acks, _, closed) = gather(AckCommand::Ack(many), &mut rx).await;
+        assert_eq!(acks.len(), MAX_IDS_PER_CALL);
+        assert!(!closed);
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "a full call waits for nothing"
+        );
+        drop(tx);
+        let (acks, _, closed) = gather(ack(&["x"]), &mut rx).await;
+        assert_eq!(acks, ["x"]);
+        assert!(closed, "the queue closed: the settler sends and ends");
     }
 }
