@@ -49,10 +49,14 @@ fn pipeline_sql(
     )
 }
 
-fn spawn(home: &std::path::Path, file: &std::path::Path) -> Child {
+/// The tool on `file`; `quiet` leaves out the summaries.
+fn spawn(home: &std::path::Path, file: &std::path::Path, quiet: bool) -> Child {
     let mut command = tool(home);
+    if quiet {
+        command.arg("-q");
+    }
     command
-        .args(["-q", "-f"])
+        .arg("-f")
         .arg(file)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -132,7 +136,7 @@ async fn a_pipeline_killed_with_sigkill_several_times_loses_nothing() {
 
     let mut landed_after_kill = Vec::new();
     for (run, wait, unreachable) in [(1, 1500, false), (2, 2500, true), (3, 4000, false)] {
-        let child = spawn(home.path(), &running);
+        let child = spawn(home.path(), &running, true);
         tokio::time::sleep(Duration::from_millis(wait)).await;
         if unreachable {
             // Bigtable goes silent with rows in flight; the kill comes while they wait.
@@ -156,16 +160,32 @@ async fn a_pipeline_killed_with_sigkill_several_times_loses_nothing() {
     // stops gracefully. The emulator hands out the killed runs' expired leases lazily (later
     // still on a busy machine), so the job is run again, as an operator would, until every
     // row is there; at most four times.
-    for run in 1..=4 {
-        let child = spawn(home.path(), &last);
+    // It ends when a run found the subscription empty. Every run's graceful end acknowledges
+    // all it read: its summary says so.
+    for run in 1..=5 {
+        let child = spawn(home.path(), &last, false);
         let output = tokio::task::spawn_blocking(move || child.wait_with_output())
             .await
             .unwrap()
             .unwrap();
-        assert!(output.status.success(), "{}", text(&output.stderr));
+        let stderr = text(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        let source = stderr
+            .lines()
+            .find(|l| l.starts_with("Source: "))
+            .unwrap_or("Source: 0 message(s) read, 0 acknowledged, 0 nacked");
+        let counts: Vec<u64> = source
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect();
         let landed = bt.read(&table).await.len();
-        eprintln!("final run {run}: {landed} row(s) in Bigtable");
-        if landed >= MESSAGES as usize {
+        eprintln!("final run {run}: {source}; {landed} row(s) in Bigtable");
+        assert_eq!(
+            counts[0], counts[1],
+            "a graceful end acknowledges everything it read: {source}"
+        );
+        assert_eq!(counts[2], 0, "nothing read was handed back: {source}");
+        if counts[0] == 0 {
             break;
         }
     }
