@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use gcloud_sdk::google::bigtable::admin::v2::bigtable_table_admin_client::BigtableTableAdminClient;
 use gcloud_sdk::google::bigtable::admin::v2::{ColumnFamily, CreateTableRequest, Table};
-use gcloud_sdk::google::bigtable::v2::ReadRowsRequest;
 use gcloud_sdk::google::bigtable::v2::bigtable_client::BigtableClient;
+use gcloud_sdk::google::bigtable::v2::{ReadRowsRequest, RowRange, RowSet, row_range};
 use tonic::transport::Channel;
 
 use super::unique;
@@ -86,9 +86,29 @@ impl Bigtable {
     /// Every cell of every row (all versions), assembled from the `ReadRows` chunks; cells of a
     /// row sorted.
     pub async fn read(&self, table: &str) -> Rows {
+        self.read_rows(table, None).await
+    }
+
+    /// The rows whose keys are in `[start, end)`, as [`Bigtable::read`] reads them: for tables
+    /// large enough that one `ReadRows` stream of them all is a risk (the emulator's many
+    /// small frames can trip the client's HTTP/2 flood protection).
+    pub async fn read_range(&self, table: &str, start: &[u8], end: &[u8]) -> Rows {
+        let range = RowRange {
+            start_key: Some(row_range::StartKey::StartKeyClosed(start.to_vec())),
+            end_key: Some(row_range::EndKey::EndKeyOpen(end.to_vec())),
+        };
+        let rows = RowSet {
+            row_keys: vec![],
+            row_ranges: vec![range],
+        };
+        self.read_rows(table, Some(rows)).await
+    }
+
+    async fn read_rows(&self, table: &str, rows: Option<RowSet>) -> Rows {
         let mut stream = BigtableClient::new(self.channel.clone())
             .read_rows(ReadRowsRequest {
                 table_name: table.into(),
+                rows,
                 ..Default::default()
             })
             .await
