@@ -1,10 +1,19 @@
 """1,000,000 rows of a pyarrow table into the null Publish and MutateRows servers: through
 gcp_sql (a datafusion-python INSERT) and through Google's Python clients, against the same
-server process, one after the other. docs/benchmarks.md ("From Python") has the results.
+server, one after the other. docs/benchmarks.md ("From Python") has the results.
+
+    python python/bench/null_servers.py [--rows N]
+
+starts both servers itself from the package (gcp_sql.testing.null_server: the crate's null
+servers on the package's runtime, in this process), so a release build of the package alone
+runs the whole benchmark. To measure against servers in another process instead (the numbers
+in docs/benchmarks.md were taken that way first):
 
     gcp-sql serve-null --service pubsub --port 8093 &
     gcp-sql serve-null --service bigtable --port 8095 &
-    python python/bench/null_servers.py --pubsub 127.0.0.1:8093 --bigtable 127.0.0.1:8095 [--rows N]
+    python python/bench/null_servers.py --pubsub 127.0.0.1:8093 --bigtable 127.0.0.1:8095
+
+With the servers in this process, `cpu_s` (this process's CPU time) includes theirs.
 
 Rows as W1 and W2 of examples/bench.rs: Pub/Sub, about 200 bytes of JSON per row (gcp_sql
 encodes the row; the Python client is given json.dumps of it, built in the timed loop as a
@@ -14,6 +23,7 @@ program would); Bigtable, a row key `row-N` and five 30-character cells in famil
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -23,6 +33,7 @@ import datafusion
 import pyarrow as pa
 
 import gcp_sql
+from gcp_sql.testing import null_server
 
 
 def cpu() -> float:
@@ -103,11 +114,27 @@ def google_bigtable(host: str, table: pa.Table) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--pubsub", required=True, help="HOST:PORT of `gcp-sql serve-null --service pubsub`")
-    p.add_argument("--bigtable", required=True, help="HOST:PORT of `gcp-sql serve-null --service bigtable`")
+    p.add_argument(
+        "--pubsub",
+        help="HOST:PORT of `gcp-sql serve-null --service pubsub` (default: one started here)",
+    )
+    p.add_argument(
+        "--bigtable",
+        help="HOST:PORT of `gcp-sql serve-null --service bigtable` (default: one started here)",
+    )
     p.add_argument("--rows", type=int, default=1_000_000)
     args = p.parse_args()
 
+    with contextlib.ExitStack() as servers:
+        for service in ("pubsub", "bigtable"):
+            if getattr(args, service) is None:
+                server = servers.enter_context(null_server(service))
+                setattr(args, service, server.addr)
+                print(f"null {service} server (in this process): {server.addr}", flush=True)
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     t = pubsub_table(args.rows)
     ours = gcp_sql_insert(
         "gcp_sql pubsub",

@@ -12,6 +12,13 @@
 //! The input's streams are polled where the host polls this node's output, on the host's
 //! threads: a foreign plan's stream may need the host's runtime, which only its threads have.
 //! The sink's writers run on this package's runtime ([`crate::runtime`]).
+//!
+//! An `ORDER BY` of the input: the host's optimizer does not see that the writers need it (the
+//! FFI does not carry a node's required ordering), so it drops the sort or spreads its output
+//! round-robin. The node keeps the ordering the input had when the host planned the INSERT
+//! (before its optimizer ran; [`input_ordering`]) and, for a bounded input, sorts each
+//! partition by it again on this side, so that the rules keep it per key up to the writers
+//! (docs/adr/0056).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -24,10 +31,14 @@ use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::{SendableRecordBatchStream, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_expr::{
+    EquivalenceProperties, LexOrdering, Partitioning, PhysicalExpr, PhysicalSortExpr,
+};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_optimizer::ensure_requirements::EnsureRequirements;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::expressions::Column;
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
@@ -46,6 +57,9 @@ const CHANNEL_BATCHES: usize = 2;
 pub struct SealedInsertExec {
     table: SinkTable,
     input: Arc<dyn ExecutionPlan>,
+    /// The input's ordering as the host planned it (its `ORDER BY`), before the host's
+    /// optimizer could drop it: restored on this side when the node runs.
+    ordering: Option<LexOrdering>,
     count_schema: SchemaRef,
     properties: Arc<PlanProperties>,
 }
@@ -69,10 +83,47 @@ impl SealedInsertExec {
         Self {
             table,
             input,
+            ordering: None,
             count_schema,
             properties: Arc::new(properties),
         }
     }
+
+    /// The same INSERT, whose rows reach the writers in `ordering` (the input's ordering when
+    /// the host planned it, [`input_ordering`]); `None`: no ordering is kept.
+    pub fn with_ordering(mut self, ordering: Option<LexOrdering>) -> Self {
+        self.ordering = ordering;
+        self
+    }
+}
+
+/// The output ordering of `input` (a plan of the host, before its optimizer ran) with each
+/// sort expression that is a column of `input` made one of this side's columns; another
+/// expression stays the host's (evaluated through the FFI). `None`: `input` is not ordered.
+pub fn input_ordering(input: &Arc<dyn ExecutionPlan>) -> Option<LexOrdering> {
+    let ordering = input.output_ordering()?;
+    let schema = input.schema();
+    let local = ordering.iter().map(|sort| {
+        let expr = local_column(&sort.expr, &schema).unwrap_or_else(|| sort.expr.clone());
+        PhysicalSortExpr::new(expr, sort.options)
+    });
+    LexOrdering::new(local)
+}
+
+/// `expr` as this side's [`Column`] when it is a column of `schema`. Across the FFI an
+/// expression is opaque but for its text, and a column's text is `name@index`.
+fn local_column(expr: &Arc<dyn PhysicalExpr>, schema: &SchemaRef) -> Option<Arc<dyn PhysicalExpr>> {
+    if expr.downcast_ref::<Column>().is_some() {
+        return Some(expr.clone());
+    }
+    if !expr.children().is_empty() {
+        return None;
+    }
+    let text = expr.to_string();
+    let (name, index) = text.rsplit_once('@')?;
+    let index: usize = index.parse().ok()?;
+    let field = schema.fields().get(index)?;
+    (field.name() == name).then(|| Arc::new(Column::new(name, index)) as Arc<dyn PhysicalExpr>)
 }
 
 impl DisplayAs for SealedInsertExec {
@@ -116,11 +167,10 @@ impl ExecutionPlan for SealedInsertExec {
             )));
         }
         let input = children.remove(0);
-        Ok(Arc::new(Self::new(
-            self.table.clone(),
-            input,
-            self.count_schema.clone(),
-        )))
+        Ok(Arc::new(
+            Self::new(self.table.clone(), input, self.count_schema.clone())
+                .with_ordering(self.ordering.clone()),
+        ))
     }
 
     fn execute(
@@ -161,11 +211,19 @@ impl ExecutionPlan for SealedInsertExec {
             own = own.with_task_id(task);
         }
         let context = Arc::new(own);
-        let source = Arc::new(ChannelSource::new(
+        let source: Arc<dyn ExecutionPlan> = Arc::new(ChannelSource::new(
             self.input.schema(),
             receivers,
             self.input.boundedness(),
         ));
+        // The input's ORDER BY, sorted again per partition (a bounded input only: an unbounded
+        // one cannot be sorted); the rules then keep it per key, as in Rust.
+        let source = match &self.ordering {
+            Some(ordering) if self.input.boundedness() == Boundedness::Bounded => {
+                Arc::new(SortExec::new(ordering.clone(), source).with_preserve_partitioning(true))
+            }
+            _ => source,
+        };
         let table = self.table.clone();
         let config = context.session_config().options().clone();
         let writers = crate::runtime::runtime()
@@ -211,7 +269,7 @@ impl ExecutionPlan for SealedInsertExec {
 /// rules, run to its count.
 async fn run_sink(
     table: SinkTable,
-    source: Arc<ChannelSource>,
+    source: Arc<dyn ExecutionPlan>,
     config: Arc<ConfigOptions>,
     context: Arc<TaskContext>,
 ) -> DFResult<u64> {

@@ -1,11 +1,13 @@
 //! `gcp_sql._native`: the Rust half of the Python package `gcp_sql` (python/gcp_sql is the
 //! other). It hands the sinks of the `gcp-sql` crate to a datafusion-python session through
 //! DataFusion's FFI: the `STORED AS` factories, typed sink tables, the `WITH` form's rewrite,
-//! errors with their counts, and the emulator launcher. docs/python.md says how to use it.
+//! errors with their counts, the emulator launcher, and (for python/bench) the null servers.
+//! docs/python.md says how to use it.
 
 mod emulators;
 mod exec;
 mod failures;
+mod null_servers;
 mod provider;
 mod runtime;
 mod statements;
@@ -121,6 +123,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySinkTable>()?;
     m.add_class::<PySinkFactory>()?;
     m.add_class::<emulators::PyEmulators>()?;
+    m.add_class::<null_servers::PyNullServer>()?;
     m.add_function(wrap_pyfunction!(sink_table, m)?)?;
     m.add_function(wrap_pyfunction!(factories, m)?)?;
     m.add_function(wrap_pyfunction!(error_from, m)?)?;
@@ -129,5 +132,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stop::stop, m)?)?;
     m.add_function(wrap_pyfunction!(stop::rearm, m)?)?;
     m.add_function(wrap_pyfunction!(stop::running_writers, m)?)?;
+    m.add_function(wrap_pyfunction!(null_servers::start_null_server, m)?)?;
     Ok(())
 }

@@ -73,11 +73,12 @@ impl TableProvider for HostedSinkTable {
             .insert_into(state, stand_in, insert_op)
             .await
             .map_err(failures::record)?;
-        Ok(Arc::new(SealedInsertExec::new(
-            self.table.clone(),
-            input,
-            planned.schema(),
-        )))
+        // The input's ORDER BY, read now: the host's optimizer may drop it before it runs.
+        let ordering = crate::exec::input_ordering(&input);
+        Ok(Arc::new(
+            SealedInsertExec::new(self.table.clone(), input, planned.schema())
+                .with_ordering(ordering),
+        ))
     }
 }
 
