@@ -798,6 +798,27 @@ fn refuse(bad: &mut [Option<String>], row: usize, reason: impl FnOnce() -> Strin
     }
 }
 
+/// The row of each child element of a list or map array: element `k` of entry `i` belongs to
+/// `owners[i]`, and to no row under a null entry.
+fn child_owners(
+    owners: &[Option<usize>],
+    offsets: &[i32],
+    children: usize,
+    valid: impl Fn(usize) -> bool,
+) -> Vec<Option<usize>> {
+    let mut out = vec![None; children];
+    for (i, o) in owners.iter().enumerate() {
+        if let Some(row) = o
+            && valid(i)
+        {
+            for slot in &mut out[offsets[i] as usize..offsets[i + 1] as usize] {
+                *slot = Some(*row);
+            }
+        }
+    }
+    out
+}
+
 /// Converts `src` to the type `arrow-avro` writes for `slot`, recording in `bad` each row
 /// (`owners[i]` is the row of element `i`, `None` under a null parent) that the schema refuses:
 /// a null where the field is not nullable, a value that does not fit the field's type.
@@ -849,17 +870,9 @@ fn conform(
                 }
             };
             let l = list.as_list::<i32>();
-            let offsets = l.value_offsets();
-            let mut item_owners = vec![None; l.values().len()];
-            for (i, o) in owners.iter().enumerate() {
-                if let Some(row) = o
-                    && l.is_valid(i)
-                {
-                    for slot in &mut item_owners[offsets[i] as usize..offsets[i + 1] as usize] {
-                        *slot = Some(*row);
-                    }
-                }
-            }
+            let item_owners = child_owners(owners, l.value_offsets(), l.values().len(), |i| {
+                l.is_valid(i)
+            });
             let values = conform(l.values(), item, &format!("{at}[]"), &item_owners, bad)?;
             let DataType::List(field) = &target else {
                 unreachable!("an Avro array targets a list")
@@ -876,17 +889,9 @@ fn conform(
         }
         (Ty::Map(value), DataType::Map(..)) => {
             let m = src.as_map();
-            let offsets = m.value_offsets();
-            let mut entry_owners = vec![None; m.entries().len()];
-            for (i, o) in owners.iter().enumerate() {
-                if let Some(row) = o
-                    && m.is_valid(i)
-                {
-                    for slot in &mut entry_owners[offsets[i] as usize..offsets[i + 1] as usize] {
-                        *slot = Some(*row);
-                    }
-                }
-            }
+            let entry_owners = child_owners(owners, m.value_offsets(), m.entries().len(), |i| {
+                m.is_valid(i)
+            });
             let keys = cast(m.keys(), &DataType::Utf8).map_err(|e| format!("field '{at}': {e}"))?;
             let values = conform(m.values(), value, &format!("{at}{{}}"), &entry_owners, bad)?;
             let entries_field = map_entries(&value.ty);

@@ -182,14 +182,11 @@ impl SchemaRowDecoder {
     /// the schema lacks, a type that cannot convert: an error naming the column, the field and
     /// both types). Fields without a column are not read.
     pub fn new(schema: &PayloadSchema, table: &Schema, columns: &[usize]) -> Result<Self> {
-        Ok(match schema.kind {
-            SchemaType::Avro => {
-                SchemaRowDecoder::Avro(AvroRowDecoder::new(schema, table, columns)?)
-            }
-            SchemaType::Protobuf => {
-                SchemaRowDecoder::Protobuf(ProtoRowDecoder::new(schema, table, columns)?)
-            }
-        })
+        if schema.kind == SchemaType::Avro {
+            AvroRowDecoder::new(schema, table, columns).map(SchemaRowDecoder::Avro)
+        } else {
+            ProtoRowDecoder::new(schema, table, columns).map(SchemaRowDecoder::Protobuf)
+        }
     }
 
     /// Each payload, in the encoding given for it, as one JSON object (or why it does not

@@ -327,7 +327,7 @@ fn a_source_column_the_schema_cannot_fill_is_refused_naming_column_field_and_typ
             .map(|(k, v)| (k.to_string(), v.to_string())),
         )
         .unwrap();
-        let opts = PubSubSourceOptions::from_raw(Some("projects/p/subscriptions/s"), &raw).unwrap();
+        let opts = PubSubSourceOptions::from_raw(Some("projects/demo/subscriptions/orders"), &raw).unwrap();
         PubSubSourceTable::try_new("t", table, opts)
             .map(|_| ())
             .unwrap_err()
@@ -335,13 +335,9 @@ fn a_source_column_the_schema_cannot_fill_is_refused_naming_column_field_and_typ
     };
     use arrow::datatypes::DataType;
     let e = declare(&[("id", DataType::Utf8)], AVRO_SCHEMA);
-    assert!(
-        e.contains("'id'")
-            && e.contains("Utf8")
-            && e.contains("long")
-            && e.contains("read from the Avro schema"),
-        "{e}"
-    );
+    for part in ["'id'", "Utf8", "long", "read from the Avro schema"] {
+        assert!(e.contains(part), "{part}: {e}");
+    }
     let e = declare(&[("nope", DataType::Int64)], AVRO_SCHEMA);
     assert!(e.contains("'nope'") && e.contains("no field"), "{e}");
     // A field without a column is skipped when reading, required or not.
@@ -354,6 +350,6 @@ fn a_source_column_the_schema_cannot_fill_is_refused_naming_column_field_and_typ
             .map(|(k, v)| (k.to_string(), v.to_string())),
     )
     .unwrap();
-    let opts = PubSubSourceOptions::from_raw(Some("projects/p/subscriptions/s"), &raw).unwrap();
+    let opts = PubSubSourceOptions::from_raw(Some("projects/demo/subscriptions/orders"), &raw).unwrap();
     PubSubSourceTable::try_new("t", table, opts).expect("a subset of the fields");
 }

@@ -799,7 +799,8 @@ mod tests {
       string unused = 6;
     }"#;
 
-    fn schema_table() -> SchemaRef {
+    /// The columns of the schema tests; the last one named `last`.
+    fn schema_table_with(last: &str) -> SchemaRef {
         Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, true),
             Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), true),
@@ -810,26 +811,20 @@ mod tests {
                 DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
                 true,
             ),
-            Field::new("mid", DataType::Utf8, true),
+            Field::new(last, DataType::Utf8, true),
         ]))
+    }
+
+    /// The source's table: the message id in `mid`.
+    fn schema_table() -> SchemaRef {
+        schema_table_with("mid")
     }
 
     /// Two rows, encoded by the sink's encoder for `kind` and `encoding` (the `unused` field
     /// left out: a NULL, or the proto3 default).
     fn payloads(kind: SchemaType, definition: &str, encoding: SchemaEncoding) -> Vec<Vec<u8>> {
         use datafusion::arrow::array::{Decimal128Array, Int64Array, ListBuilder, StringBuilder};
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("id", DataType::Int64, true),
-            Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), true),
-            Field::new("amount", DataType::Decimal128(10, 2), true),
-            Field::new("bin", DataType::Binary, true),
-            Field::new(
-                "tags",
-                DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
-                true,
-            ),
-            Field::new("unused", DataType::Utf8, true),
-        ]));
+        let schema = schema_table_with("unused");
         let mut tags = ListBuilder::new(StringBuilder::new());
         tags.values().append_value("a");
         tags.values().append_value("b");
@@ -918,19 +913,29 @@ mod tests {
         assert_eq!(b.column(5).as_string::<i32>().value(1), "m2");
     }
 
-    #[test]
-    fn avro_and_protobuf_payloads_decode_in_both_encodings() {
+    /// Runs `check` for each format and encoding with the sink's two payloads and a decoder.
+    fn each_schema(check: impl Fn(SchemaType, SchemaEncoding, Vec<Vec<u8>>, MessageDecoder)) {
         for (kind, definition) in [(SchemaType::Avro, AVRO), (SchemaType::Protobuf, PROTO)] {
             for encoding in [SchemaEncoding::Binary, SchemaEncoding::Json] {
-                let datas = payloads(kind, definition, encoding);
-                let d = schema_decoder(kind, definition, encoding);
-                let out = d
-                    .decode(&[message("m1", &datas[0]), message("m2", &datas[1])])
-                    .unwrap();
-                assert!(out.bad.is_empty(), "{kind:?} {encoding:?}: {:?}", out.bad);
-                check_two_rows(&out.batch);
+                check(
+                    kind,
+                    encoding,
+                    payloads(kind, definition, encoding),
+                    schema_decoder(kind, definition, encoding),
+                );
             }
         }
+    }
+
+    #[test]
+    fn avro_and_protobuf_payloads_decode_in_both_encodings() {
+        each_schema(|kind, encoding, datas, d| {
+            let out = d
+                .decode(&[message("m1", &datas[0]), message("m2", &datas[1])])
+                .unwrap();
+            assert!(out.bad.is_empty(), "{kind:?} {encoding:?}: {:?}", out.bad);
+            check_two_rows(&out.batch);
+        });
     }
 
     #[test]
@@ -952,37 +957,33 @@ mod tests {
 
     #[test]
     fn a_payload_that_does_not_decode_is_a_bad_message_without_its_data() {
-        for (kind, definition) in [(SchemaType::Avro, AVRO), (SchemaType::Protobuf, PROTO)] {
-            for encoding in [SchemaEncoding::Binary, SchemaEncoding::Json] {
-                let datas = payloads(kind, definition, encoding);
-                let d = schema_decoder(kind, definition, encoding);
-                let out = d
-                    .decode(&[
-                        message("m1", &datas[0]),
-                        message("m2", b"\x02{secret"),
-                        message("m3", &datas[1][..datas[1].len() - 1]),
-                        message("m4", &datas[1]),
-                    ])
-                    .unwrap();
-                let ids: Vec<_> = out.bad.iter().map(|b| b.message_id.as_str()).collect();
-                assert_eq!(ids, ["m2", "m3"], "{kind:?} {encoding:?}");
-                for b in &out.bad {
-                    let text = b.describe();
-                    assert!(
-                        !text.contains("secret") && text.contains(kind.name()),
-                        "{text}"
-                    );
-                }
-                assert_eq!(
-                    out.batch
-                        .column(0)
-                        .as_primitive::<Int64Type>()
-                        .values()
-                        .to_vec(),
-                    vec![1, 2]
+        each_schema(|kind, encoding, datas, d| {
+            let out = d
+                .decode(&[
+                    message("m1", &datas[0]),
+                    message("m2", b"\x02{secret"),
+                    message("m3", &datas[1][..datas[1].len() - 1]),
+                    message("m4", &datas[1]),
+                ])
+                .unwrap();
+            let ids: Vec<_> = out.bad.iter().map(|b| b.message_id.as_str()).collect();
+            assert_eq!(ids, ["m2", "m3"], "{kind:?} {encoding:?}");
+            for b in &out.bad {
+                let text = b.describe();
+                assert!(
+                    !text.contains("secret") && text.contains(kind.name()),
+                    "{text}"
                 );
             }
-        }
+            assert_eq!(
+                out.batch
+                    .column(0)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec(),
+                vec![1, 2]
+            );
+        });
     }
 
     #[test]
