@@ -327,7 +327,8 @@ fn a_source_column_the_schema_cannot_fill_is_refused_naming_column_field_and_typ
             .map(|(k, v)| (k.to_string(), v.to_string())),
         )
         .unwrap();
-        let opts = PubSubSourceOptions::from_raw(Some("projects/demo/subscriptions/orders"), &raw).unwrap();
+        let opts = PubSubSourceOptions::from_raw(Some("projects/demo/subscriptions/orders"), &raw)
+            .unwrap();
         PubSubSourceTable::try_new("t", table, opts)
             .map(|_| ())
             .unwrap_err()
@@ -350,6 +351,7 @@ fn a_source_column_the_schema_cannot_fill_is_refused_naming_column_field_and_typ
             .map(|(k, v)| (k.to_string(), v.to_string())),
     )
     .unwrap();
-    let opts = PubSubSourceOptions::from_raw(Some("projects/demo/subscriptions/orders"), &raw).unwrap();
+    let opts =
+        PubSubSourceOptions::from_raw(Some("projects/demo/subscriptions/orders"), &raw).unwrap();
     PubSubSourceTable::try_new("t", table, opts).expect("a subset of the fields");
 }

@@ -86,7 +86,7 @@ impl AvroRowDecoder {
             .iter()
             .zip(encodings)
             .map(|(data, encoding)| match encoding {
-                SchemaEncoding::Json => self.from_avro_json(data),
+                SchemaEncoding::Json => self.avro_json_object(data),
                 SchemaEncoding::Binary => Ok(Vec::new()),
             })
             .collect();
@@ -164,7 +164,7 @@ impl AvroRowDecoder {
     }
 
     /// One Avro JSON datum as the JSON object the source decodes.
-    fn from_avro_json(&self, data: &[u8]) -> JsonPayload {
+    fn avro_json_object(&self, data: &[u8]) -> JsonPayload {
         let value: Json = serde_json::from_slice(data).map_err(|_| {
             format!(
                 "the data is not Avro JSON (not one JSON value) for the schema ({})",
