@@ -119,7 +119,11 @@ for line in sys.stdin:
 
 /// Runs a Python decoder over the payloads; one JSON value per message. Fails the test when
 /// Python or the decoder's library is missing.
-fn decode_with_python(script: &str, args: &[&str], messages: &[PubsubMessage]) -> Vec<Value> {
+pub(crate) fn decode_with_python(
+    script: &str,
+    args: &[&str],
+    messages: &[PubsubMessage],
+) -> Vec<Value> {
     let mut child = Command::new("python3")
         .arg("-c")
         .arg(script)

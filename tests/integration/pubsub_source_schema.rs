@@ -6,8 +6,6 @@
 //!
 //! Run: `cargo test --test integration pubsub_source_schema::`.
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -22,54 +20,42 @@ use gcp_sql::connectors::pubsub::source::options::PubSubSourceOptions;
 use gcp_sql::options::RawOptions;
 use serde_json::{Value, json};
 
-use crate::pubsub_schema::{AVRO_SCHEMA, PROTO_SCHEMA, rows, schema_topic, table_schema};
+use crate::pubsub_schema::{
+    AVRO_SCHEMA, PROTO_SCHEMA, decode_with_python, rows, schema_topic, table_schema,
+};
 use crate::support::{PubSubAdmin, insert, register_pubsub_table};
 
-/// The independent publisher: `fastavro.schemaless_writer` writes each JSON record of stdin as
-/// one bare datum of the schema (argv[1]); one base64 line out per record.
+/// The independent publisher: `fastavro.schemaless_writer` writes each JSON record (a base64
+/// line of stdin) as one bare datum of the schema (argv[1]); out, one JSON string per record:
+/// the datum in base64.
 const FASTAVRO_WRITER: &str = r#"
 import base64, datetime, decimal, io, json, sys
 import fastavro
 schema = fastavro.parse_schema(json.loads(sys.argv[1]))
 for line in sys.stdin:
-    r = json.loads(line)
+    r = json.loads(base64.b64decode(line))
     if r.get("ts") is not None:
         r["ts"] = datetime.datetime.fromisoformat(r["ts"])
     r["amount"] = decimal.Decimal(r["amount"])
     out = io.BytesIO()
     fastavro.schemaless_writer(out, schema, r)
-    print(base64.b64encode(out.getvalue()).decode())
+    print(json.dumps(base64.b64encode(out.getvalue()).decode()))
 "#;
 
 /// `records` written by fastavro as bare datums of `AVRO_SCHEMA`.
 fn fastavro_datums(records: &[Value]) -> Vec<Vec<u8>> {
-    let mut child = Command::new("python3")
-        .arg("-c")
-        .arg(FASTAVRO_WRITER)
-        .arg(AVRO_SCHEMA)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 runs (this test writes Avro with fastavro)");
-    {
-        let mut stdin = child.stdin.take().expect("stdin");
-        for r in records {
-            writeln!(stdin, "{r}").expect("write to python");
-        }
-    }
-    let out = child.wait_with_output().expect("python output");
-    assert!(
-        out.status.success(),
-        "fastavro failed (is `pip install fastavro` done? .ci/run does it):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("UTF-8")
-        .lines()
-        .map(|l| {
+    let input: Vec<PubsubMessage> = records
+        .iter()
+        .map(|r| PubsubMessage {
+            data: r.to_string().into_bytes(),
+            ..Default::default()
+        })
+        .collect();
+    decode_with_python(FASTAVRO_WRITER, &[AVRO_SCHEMA], &input)
+        .iter()
+        .map(|datum| {
             base64::engine::general_purpose::STANDARD
-                .decode(l)
+                .decode(datum.as_str().expect("a base64 string"))
                 .expect("base64")
         })
         .collect()
