@@ -50,6 +50,8 @@ use serde_json::{Map as JsonMap, Value as Json};
 use super::schema::{PayloadSchema, RowPayload, SchemaEncoding, arrow_type_name};
 use crate::error::{Error, Result};
 
+pub mod read;
+
 /// A checked Avro schema bound to a table's payload columns; see the module docs.
 #[derive(Debug, Clone)]
 pub struct AvroRowEncoder {
@@ -455,16 +457,6 @@ fn is_binary(t: &DataType) -> bool {
     )
 }
 
-fn is_decimal(t: &DataType) -> bool {
-    matches!(
-        t,
-        DataType::Decimal32(..)
-            | DataType::Decimal64(..)
-            | DataType::Decimal128(..)
-            | DataType::Decimal256(..)
-    )
-}
-
 /// Whether a column of type `src` can be written to an Avro slot; the error is the reason
 /// (without the column and field names, which the caller adds).
 fn check(src: &DataType, slot: &Slot, at: &str) -> std::result::Result<(), String> {
@@ -480,7 +472,7 @@ fn check(src: &DataType, slot: &Slot, at: &str) -> std::result::Result<(), Strin
         (Ty::Null, _) => false,
         (Ty::Boolean, DataType::Boolean) => true,
         (Ty::Int | Ty::Long, t) => is_int(t),
-        (Ty::Float | Ty::Double, t) => is_int(t) || t.is_floating() || is_decimal(t),
+        (Ty::Float | Ty::Double, t) => is_int(t) || t.is_floating() || t.is_decimal(),
         (Ty::Str | Ty::Enum(_), t) => is_string(t),
         (Ty::Bytes | Ty::Fixed(_), t) => is_binary(t),
         (Ty::Date, DataType::Date32 | DataType::Date64) => true,
@@ -488,7 +480,7 @@ fn check(src: &DataType, slot: &Slot, at: &str) -> std::result::Result<(), Strin
         (Ty::Timestamp { .. }, DataType::Timestamp(..) | DataType::Date32 | DataType::Date64) => {
             true
         }
-        (Ty::Decimal { .. }, t) => is_decimal(t) || is_int(t),
+        (Ty::Decimal { .. }, t) => t.is_decimal() || is_int(t),
         (Ty::Record(fields), DataType::Struct(children)) => {
             return check_record(fields, children, at);
         }
@@ -554,76 +546,130 @@ fn names(fields: &[FieldSlot]) -> String {
         .join(", ")
 }
 
+/// Which way a schema is bound to columns: the sink writes rows to it, the source reads rows
+/// from it (a field without a column is then skipped, required or not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// Rows become payloads.
+    Write,
+    /// Payloads become rows.
+    Read,
+}
+
+impl Direction {
+    pub(crate) fn verb(self) -> &'static str {
+        match self {
+            Direction::Write => "written to",
+            Direction::Read => "read from",
+        }
+    }
+
+    /// What to do with a column the schema lacks.
+    pub(crate) fn hint(self) -> &'static str {
+        match self {
+            Direction::Write => {
+                "Leave the column out, or map it to an attribute ('attribute_columns')"
+            }
+            Direction::Read => "Leave the column out, or name it in a *_column option",
+        }
+    }
+}
+
+/// Parses an Avro schema whose top level is a record: its fields.
+fn parse_record(schema: &PayloadSchema) -> Result<Arc<[FieldSlot]>> {
+    let invalid = |rule: String| Error::invalid("schema", schema.origin.clone(), rule);
+    let json: Json = serde_json::from_str(&schema.definition)
+        .map_err(|e| invalid(format!("the Avro schema is not valid JSON: {e}")))?;
+    let mut parser = Parser {
+        named: HashMap::new(),
+    };
+    let root = parser
+        .slot(&json, None, "")
+        .map_err(|rule| invalid(format!("the Avro schema cannot be used: {rule}")))?;
+    match root.ty {
+        Ty::Record(fields) => Ok(fields),
+        other => Err(invalid(format!(
+            "the Avro schema's top level is {other}, not a record; a row is a record"
+        ))),
+    }
+}
+
+/// Binds the record's `fields` to the table's `columns` by name, checking each pair's types;
+/// the errors name the column, the field and both types.
+fn bind_columns(
+    schema: &PayloadSchema,
+    fields: &[FieldSlot],
+    table: &Schema,
+    columns: &[usize],
+    direction: Direction,
+) -> Result<Vec<(FieldSlot, Option<usize>)>> {
+    for &c in columns {
+        let name = table.field(c).name();
+        if !fields.iter().any(|f| &f.name == name) {
+            return Err(Error::schema(
+                name,
+                format!(
+                    "column '{name}' ({}) has no field in the Avro schema ({}); its fields are {}. {}",
+                    arrow_type_name(table.field(c).data_type()),
+                    schema.origin,
+                    names(fields),
+                    direction.hint()
+                ),
+            ));
+        }
+    }
+    let mut bound = Vec::with_capacity(fields.len());
+    for f in fields.iter() {
+        let column = columns
+            .iter()
+            .copied()
+            .find(|&c| table.field(c).name() == &f.name);
+        match column {
+            Some(c) => {
+                let t = table.field(c).data_type();
+                check(t, &f.slot, &f.name).map_err(|rule| {
+                    Error::schema(
+                        &f.name,
+                        format!(
+                            "column '{}' ({}) cannot be {} the Avro schema ({}): {rule}",
+                            f.name,
+                            arrow_type_name(t),
+                            direction.verb(),
+                            schema.origin
+                        ),
+                    )
+                })?;
+            }
+            None if f.slot.nullable || direction == Direction::Read => {}
+            None => {
+                return Err(Error::schema(
+                    &f.name,
+                    format!(
+                        "the Avro schema ({}) requires field '{}' ({}) and the table has no column '{}' \
+                         (or it has another role); add the column, or make the field a union with \"null\"",
+                        schema.origin,
+                        f.name,
+                        f.slot.describe(),
+                        f.name
+                    ),
+                ));
+            }
+        }
+        bound.push((f.clone(), column));
+    }
+    Ok(bound)
+}
+
 impl AvroRowEncoder {
     /// Parses the Avro schema (a record at the top level) and binds its fields to the table's
     /// `columns` by name; see [`SchemaRowEncoder::new`](super::schema::SchemaRowEncoder::new).
     pub fn new(schema: &PayloadSchema, table: &Schema, columns: &[usize]) -> Result<Self> {
         let invalid = |rule: String| Error::invalid("schema", schema.origin.clone(), rule);
-        let json: Json = serde_json::from_str(&schema.definition)
-            .map_err(|e| invalid(format!("the Avro schema is not valid JSON: {e}")))?;
-        let mut parser = Parser {
-            named: HashMap::new(),
-        };
-        let root = parser
-            .slot(&json, None, "")
-            .map_err(|rule| invalid(format!("the Avro schema cannot be used: {rule}")))?;
-        let Ty::Record(fields) = &root.ty else {
-            return Err(invalid(format!(
-                "the Avro schema's top level is {}, not a record; a row is written as a record",
-                root.ty
-            )));
-        };
-        for &c in columns {
-            let name = table.field(c).name();
-            if !fields.iter().any(|f| &f.name == name) {
-                return Err(Error::schema(
-                    name,
-                    format!(
-                        "column '{name}' ({}) has no field in the Avro schema ({}); its fields are {}. \
-                         Leave the column out, or map it to an attribute ('attribute_columns')",
-                        arrow_type_name(table.field(c).data_type()),
-                        schema.origin,
-                        names(fields)
-                    ),
-                ));
-            }
-        }
-        let mut bound = Vec::with_capacity(fields.len());
-        for f in fields.iter() {
-            let column = columns
-                .iter()
-                .copied()
-                .find(|&c| table.field(c).name() == &f.name);
-            match column {
-                Some(c) => {
-                    let t = table.field(c).data_type();
-                    check(t, &f.slot, &f.name).map_err(|rule| {
-                        Error::schema(
-                            &f.name,
-                            format!("column '{}' ({}) cannot be written to the Avro schema ({}): {rule}", f.name, arrow_type_name(t), schema.origin),
-                        )
-                    })?;
-                }
-                None if f.slot.nullable => {}
-                None => {
-                    return Err(Error::schema(
-                        &f.name,
-                        format!(
-                            "the Avro schema ({}) requires field '{}' ({}) and the table has no column '{}' \
-                             (or it has another role); add the column, or make the field a union with \"null\"",
-                            schema.origin,
-                            f.name,
-                            f.slot.describe(),
-                            f.name
-                        ),
-                    ));
-                }
-            }
-            bound.push((f.clone(), column));
-        }
+        let fields = parse_record(schema)?;
+        let bound = bind_columns(schema, &fields, table, columns, Direction::Write)?;
         let mut metadata = HashMap::new();
         metadata.insert(SCHEMA_METADATA_KEY.to_string(), schema.definition.clone());
-        let target = Arc::new(Schema::new_with_metadata(record_fields(fields), metadata));
+        let target = Arc::new(Schema::new_with_metadata(record_fields(&fields), metadata));
         let encoder = AvroRowEncoder {
             definition: schema.definition.clone(),
             encoding: schema.encoding,
@@ -752,6 +798,27 @@ fn refuse(bad: &mut [Option<String>], row: usize, reason: impl FnOnce() -> Strin
     }
 }
 
+/// The row of each child element of a list or map array: element `k` of entry `i` belongs to
+/// `owners[i]`, and to no row under a null entry.
+fn child_owners(
+    owners: &[Option<usize>],
+    offsets: &[i32],
+    children: usize,
+    valid: impl Fn(usize) -> bool,
+) -> Vec<Option<usize>> {
+    let mut out = vec![None; children];
+    for (i, o) in owners.iter().enumerate() {
+        if let Some(row) = o
+            && valid(i)
+        {
+            for slot in &mut out[offsets[i] as usize..offsets[i + 1] as usize] {
+                *slot = Some(*row);
+            }
+        }
+    }
+    out
+}
+
 /// Converts `src` to the type `arrow-avro` writes for `slot`, recording in `bad` each row
 /// (`owners[i]` is the row of element `i`, `None` under a null parent) that the schema refuses:
 /// a null where the field is not nullable, a value that does not fit the field's type.
@@ -803,17 +870,9 @@ fn conform(
                 }
             };
             let l = list.as_list::<i32>();
-            let offsets = l.value_offsets();
-            let mut item_owners = vec![None; l.values().len()];
-            for (i, o) in owners.iter().enumerate() {
-                if let Some(row) = o
-                    && l.is_valid(i)
-                {
-                    for slot in &mut item_owners[offsets[i] as usize..offsets[i + 1] as usize] {
-                        *slot = Some(*row);
-                    }
-                }
-            }
+            let item_owners = child_owners(owners, l.value_offsets(), l.values().len(), |i| {
+                l.is_valid(i)
+            });
             let values = conform(l.values(), item, &format!("{at}[]"), &item_owners, bad)?;
             let DataType::List(field) = &target else {
                 unreachable!("an Avro array targets a list")
@@ -830,17 +889,9 @@ fn conform(
         }
         (Ty::Map(value), DataType::Map(..)) => {
             let m = src.as_map();
-            let offsets = m.value_offsets();
-            let mut entry_owners = vec![None; m.entries().len()];
-            for (i, o) in owners.iter().enumerate() {
-                if let Some(row) = o
-                    && m.is_valid(i)
-                {
-                    for slot in &mut entry_owners[offsets[i] as usize..offsets[i + 1] as usize] {
-                        *slot = Some(*row);
-                    }
-                }
-            }
+            let entry_owners = child_owners(owners, m.value_offsets(), m.entries().len(), |i| {
+                m.is_valid(i)
+            });
             let keys = cast(m.keys(), &DataType::Utf8).map_err(|e| format!("field '{at}': {e}"))?;
             let values = conform(m.values(), value, &format!("{at}{{}}"), &entry_owners, bad)?;
             let entries_field = map_entries(&value.ty);

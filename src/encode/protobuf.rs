@@ -39,8 +39,11 @@ use prost_reflect::{
 };
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 
+use super::avro::Direction;
 use super::schema::{PayloadSchema, RowPayload, SchemaEncoding, arrow_type_name};
 use crate::error::{Error, Result};
+
+pub mod read;
 
 /// The file name the inline schema is compiled under.
 const SCHEMA_FILE: &str = "schema.proto";
@@ -137,16 +140,6 @@ fn is_string(t: &DataType) -> bool {
     matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
 }
 
-fn is_decimal(t: &DataType) -> bool {
-    matches!(
-        t,
-        DataType::Decimal32(..)
-            | DataType::Decimal64(..)
-            | DataType::Decimal128(..)
-            | DataType::Decimal256(..)
-    )
-}
-
 fn is_time(t: &DataType) -> bool {
     matches!(
         t,
@@ -175,12 +168,12 @@ fn scalar_conv(
         Kind::Uint32 | Kind::Uint64 | Kind::Fixed32 | Kind::Fixed64 if src.is_integer() => {
             Some(Conv::Unsigned)
         }
-        Kind::Float | Kind::Double if src.is_integer() || src.is_floating() || is_decimal(src) => {
+        Kind::Float | Kind::Double if src.is_integer() || src.is_floating() || src.is_decimal() => {
             Some(Conv::Float)
         }
         Kind::String
             if is_string(src)
-                || is_decimal(src)
+                || src.is_decimal()
                 || matches!(src, DataType::Date32 | DataType::Date64) =>
         {
             Some(Conv::Str)
@@ -306,70 +299,84 @@ fn message_conv(
     Ok(out)
 }
 
+/// Compiles the `.proto` source (one top-level message; well-known imports allowed): its message.
+fn compile(schema: &PayloadSchema) -> Result<MessageDescriptor> {
+    let invalid = |rule: String| Error::invalid("schema", schema.origin.clone(), rule);
+    let mut resolver = ChainFileResolver::new();
+    resolver.add(Inline(schema.definition.clone()));
+    resolver.add(GoogleFileResolver::new());
+    let mut compiler = protox::Compiler::with_file_resolver(resolver);
+    compiler
+        .open_file(SCHEMA_FILE)
+        .map_err(|e| invalid(format!("the Protocol Buffer schema does not compile: {e}")))?;
+    let pool = compiler.descriptor_pool();
+    let file = pool
+        .get_file_by_name(SCHEMA_FILE)
+        .ok_or_else(|| invalid("internal: the compiled schema has no file".into()))?;
+    let top: Vec<MessageDescriptor> = file.messages().collect();
+    let [message] = top.as_slice() else {
+        return Err(invalid(format!(
+            "the Protocol Buffer schema defines {} top-level messages; it must define exactly one \
+             (nested messages and enums go inside it), as a Pub/Sub schema does",
+            top.len()
+        )));
+    };
+    Ok(message.clone())
+}
+
+/// Binds the fields of `message` to the table's `columns` by name, checking each pair's types;
+/// the errors name the column, the field and both types.
+fn bind_columns(
+    schema: &PayloadSchema,
+    message: &MessageDescriptor,
+    table: &Schema,
+    columns: &[usize],
+    direction: Direction,
+) -> Result<Vec<(FieldDescriptor, usize, Conv)>> {
+    let mut fields = Vec::with_capacity(columns.len());
+    for &c in columns {
+        let (name, t) = (table.field(c).name(), table.field(c).data_type());
+        let Some(field) = message.get_field_by_name(name) else {
+            return Err(Error::schema(
+                name,
+                format!(
+                    "column '{name}' ({}) has no field in message {} ({}); its fields are {}. {}",
+                    arrow_type_name(t),
+                    message.full_name(),
+                    schema.origin,
+                    message
+                        .fields()
+                        .map(|f| format!("'{}'", f.name()))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    direction.hint()
+                ),
+            ));
+        };
+        let conv = field_conv(t, &field, name).map_err(|rule| {
+            Error::schema(
+                name,
+                format!(
+                    "column '{name}' ({}) cannot be {} message {} ({}): {rule}",
+                    arrow_type_name(t),
+                    direction.verb(),
+                    message.full_name(),
+                    schema.origin
+                ),
+            )
+        })?;
+        fields.push((field, c, conv));
+    }
+    Ok(fields)
+}
+
 impl ProtoRowEncoder {
     /// Compiles the `.proto` source (one top-level message; well-known imports allowed) and
     /// binds the message's fields to the table's `columns` by name; see
     /// [`SchemaRowEncoder::new`](super::schema::SchemaRowEncoder::new).
     pub fn new(schema: &PayloadSchema, table: &Schema, columns: &[usize]) -> Result<Self> {
-        let invalid = |rule: String| Error::invalid("schema", schema.origin.clone(), rule);
-        let mut resolver = ChainFileResolver::new();
-        resolver.add(Inline(schema.definition.clone()));
-        resolver.add(GoogleFileResolver::new());
-        let mut compiler = protox::Compiler::with_file_resolver(resolver);
-        compiler
-            .open_file(SCHEMA_FILE)
-            .map_err(|e| invalid(format!("the Protocol Buffer schema does not compile: {e}")))?;
-        let pool = compiler.descriptor_pool();
-        let file = pool
-            .get_file_by_name(SCHEMA_FILE)
-            .ok_or_else(|| invalid("internal: the compiled schema has no file".into()))?;
-        let top: Vec<MessageDescriptor> = file.messages().collect();
-        let [message] = top.as_slice() else {
-            return Err(invalid(format!(
-                "the Protocol Buffer schema defines {} top-level messages; it must define exactly one \
-                 (nested messages and enums go inside it), as a Pub/Sub schema does",
-                top.len()
-            )));
-        };
-        let children: Vec<(String, DataType)> = columns
-            .iter()
-            .map(|&c| {
-                let f = table.field(c);
-                (f.name().clone(), f.data_type().clone())
-            })
-            .collect();
-        let mut fields = Vec::with_capacity(columns.len());
-        for (&c, (name, t)) in columns.iter().zip(&children) {
-            let Some(field) = message.get_field_by_name(name) else {
-                return Err(Error::schema(
-                    name,
-                    format!(
-                        "column '{name}' ({}) has no field in message {} ({}); its fields are {}. \
-                         Leave the column out, or map it to an attribute ('attribute_columns')",
-                        arrow_type_name(t),
-                        message.full_name(),
-                        schema.origin,
-                        message
-                            .fields()
-                            .map(|f| format!("'{}'", f.name()))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                ));
-            };
-            let conv = field_conv(t, &field, name).map_err(|rule| {
-                Error::schema(
-                    name,
-                    format!(
-                        "column '{name}' ({}) cannot be written to message {} ({}): {rule}",
-                        arrow_type_name(t),
-                        message.full_name(),
-                        schema.origin
-                    ),
-                )
-            })?;
-            fields.push((field, c, conv));
-        }
+        let message = compile(schema)?;
+        let fields = bind_columns(schema, &message, table, columns, Direction::Write)?;
         for field in message.fields() {
             if field.cardinality() == Cardinality::Required
                 && !fields.iter().any(|(f, _, _)| f.name() == field.name())
@@ -389,7 +396,7 @@ impl ProtoRowEncoder {
             }
         }
         Ok(ProtoRowEncoder {
-            message: message.clone(),
+            message,
             encoding: schema.encoding,
             fields,
         })

@@ -11,7 +11,9 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::Schema;
 
 use super::avro::AvroRowEncoder;
+use super::avro::read::{AvroRowDecoder, JsonPayload};
 use super::protobuf::ProtoRowEncoder;
+use super::protobuf::read::ProtoRowDecoder;
 use crate::error::Result;
 
 /// The schema language.
@@ -160,6 +162,39 @@ impl SchemaRowEncoder {
         match self {
             SchemaRowEncoder::Avro(a) => a.encode_batch(batch),
             SchemaRowEncoder::Protobuf(p) => p.encode_batch(batch),
+        }
+    }
+}
+
+/// A payload decoder for a [`PayloadSchema`], checked against a table's payload columns: the
+/// reading side of [`SchemaRowEncoder`], used by the Pub/Sub source. Each payload becomes one
+/// JSON object that the source's JSON decoder reads into the columns (ADR 0052).
+#[derive(Debug, Clone)]
+pub enum SchemaRowDecoder {
+    /// Avro.
+    Avro(AvroRowDecoder),
+    /// Protobuf.
+    Protobuf(ProtoRowDecoder),
+}
+
+impl SchemaRowDecoder {
+    /// Compiles `schema` and checks the table's `columns` against its fields by name (a column
+    /// the schema lacks, a type that cannot convert: an error naming the column, the field and
+    /// both types). Fields without a column are not read.
+    pub fn new(schema: &PayloadSchema, table: &Schema, columns: &[usize]) -> Result<Self> {
+        if schema.kind == SchemaType::Avro {
+            AvroRowDecoder::new(schema, table, columns).map(SchemaRowDecoder::Avro)
+        } else {
+            ProtoRowDecoder::new(schema, table, columns).map(SchemaRowDecoder::Protobuf)
+        }
+    }
+
+    /// Each payload, in the encoding given for it, as one JSON object (or why it does not
+    /// decode, naming the field and never the data), in order.
+    pub fn to_json(&self, datas: &[&[u8]], encodings: &[SchemaEncoding]) -> Vec<JsonPayload> {
+        match self {
+            SchemaRowDecoder::Avro(a) => a.to_json(datas, encodings),
+            SchemaRowDecoder::Protobuf(p) => p.to_json(datas, encodings),
         }
     }
 }

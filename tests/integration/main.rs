@@ -12,6 +12,7 @@
 //! | [`pubsub_transport`] | the Pub/Sub transport (the connector's core `Transport`) against the Pub/Sub emulator |
 //! | [`pubsub_faults`] | the Pub/Sub sink against a scripted fake Publisher |
 //! | [`pubsub_source`] | the Pub/Sub subscription source against the Pub/Sub emulator: rows, metadata, acknowledgements read back |
+//! | [`pubsub_source_schema`] | the Pub/Sub source decoding Avro and Protobuf: fastavro's datums, the sink's messages read back, topic schemas |
 //! | [`cloud_tasks_sink`] | the Cloud Tasks sink against its emulator and a scripted fake |
 //! | [`docs_examples`] | every SQL example of README.md and docs/*.md, run against the emulators |
 //! | [`dead_letter`] | `failure_policy = 'dead_letter'` on each sink: the dead-letter topic and folder, read back |
@@ -63,6 +64,7 @@ mod pubsub_sink;
 mod pubsub_source;
 #[cfg(feature = "cli")]
 mod pubsub_source_kill;
+mod pubsub_source_schema;
 mod pubsub_transport;
 // Feeds a FIFO (Unix only).
 mod streaming;

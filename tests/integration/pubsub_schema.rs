@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 
 use crate::support::{PubSubAdmin, insert, register_pubsub_table, unique};
 
-const AVRO_SCHEMA: &str = r#"{"type": "record", "name": "Order", "namespace": "shop", "fields": [
+pub(crate) const AVRO_SCHEMA: &str = r#"{"type": "record", "name": "Order", "namespace": "shop", "fields": [
   {"name": "id", "type": "long"},
   {"name": "ts", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
   {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
@@ -41,7 +41,7 @@ const AVRO_SCHEMA: &str = r#"{"type": "record", "name": "Order", "namespace": "s
   {"name": "tags", "type": {"type": "array", "items": "string"}}
 ]}"#;
 
-const PROTO_SCHEMA: &str = r#"syntax = "proto3";
+pub(crate) const PROTO_SCHEMA: &str = r#"syntax = "proto3";
 message Order {
   message Address {
     string city = 1;
@@ -119,7 +119,11 @@ for line in sys.stdin:
 
 /// Runs a Python decoder over the payloads; one JSON value per message. Fails the test when
 /// Python or the decoder's library is missing.
-fn decode_with_python(script: &str, args: &[&str], messages: &[PubsubMessage]) -> Vec<Value> {
+pub(crate) fn decode_with_python(
+    script: &str,
+    args: &[&str],
+    messages: &[PubsubMessage],
+) -> Vec<Value> {
     let mut child = Command::new("python3")
         .arg("-c")
         .arg(script)
@@ -155,7 +159,7 @@ fn decode_with_python(script: &str, args: &[&str], messages: &[PubsubMessage]) -
 
 /// The table: id, a nullable timestamp, a decimal, a nullable note, a nullable struct, a list
 /// (and, for Protobuf, a count).
-fn table_schema(with_count: bool) -> SchemaRef {
+pub(crate) fn table_schema(with_count: bool) -> SchemaRef {
     let address = Fields::from(vec![
         Field::new("city", DataType::Utf8, true),
         Field::new("zip", DataType::Int64, true),
@@ -180,7 +184,7 @@ fn table_schema(with_count: bool) -> SchemaRef {
 
 /// Four rows; `bad` (row 4) breaks the schema: a null note for Avro (a plain `string`), a count
 /// past `int32` for Protobuf.
-fn rows(schema: &SchemaRef, with_count: bool) -> RecordBatch {
+pub(crate) fn rows(schema: &SchemaRef, with_count: bool) -> RecordBatch {
     let ts = TimestampNanosecondArray::from(vec![
         Some(1_714_979_289_123_456_000),
         None,
@@ -244,7 +248,7 @@ fn rows(schema: &SchemaRef, with_count: bool) -> RecordBatch {
 }
 
 /// A topic with a Pub/Sub schema, a subscription, and a dead-letter topic with its own.
-async fn schema_topic(
+pub(crate) async fn schema_topic(
     admin: &PubSubAdmin,
     project: &str,
     kind: schema::Type,

@@ -42,8 +42,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
 use gcloud_sdk::google::pubsub::v1::schema_service_client::SchemaServiceClient;
+use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
 use gcloud_sdk::google::pubsub::v1::{
-    Encoding, GetSchemaRequest, GetTopicRequest, PublishResponse, SchemaView, Topic, schema,
+    Encoding, GetSchemaRequest, GetSubscriptionRequest, GetTopicRequest, PublishResponse,
+    SchemaView, Topic, schema,
 };
 use tonic::Code;
 use tonic::metadata::AsciiMetadataValue;
@@ -189,6 +191,62 @@ impl PubSubTransport {
         &self.endpoint
     }
 
+    /// One short, unretried lookup: its answer, or DEADLINE_EXCEEDED past
+    /// [`TOPIC_SCHEMA_LOOKUP_TIMEOUT`].
+    async fn short_lookup<T>(
+        &self,
+        lookup: impl std::future::Future<Output = std::result::Result<T, tonic::Status>>,
+    ) -> std::result::Result<T, tonic::Status> {
+        match tokio::time::timeout(TOPIC_SCHEMA_LOOKUP_TIMEOUT, lookup).await {
+            Ok(answer) => self.reach.observe(answer),
+            Err(_) => Err(tonic::Status::deadline_exceeded(format!(
+                "no answer within {TOPIC_SCHEMA_LOOKUP_TIMEOUT:?}"
+            ))),
+        }
+    }
+
+    /// The Pub/Sub schema of the topic `subscription` is attached to (`GetSubscription`, then
+    /// [`topic_schema`](Self::topic_schema)), for a source given no `format`. `None` when the
+    /// topic has no schema or was deleted, and when `GetSubscription` fails or does not answer
+    /// within [`TOPIC_SCHEMA_LOOKUP_TIMEOUT`] (a warning is logged; the source then decodes
+    /// JSON, and reading the subscription reports a real fault). ADR 0053.
+    pub async fn subscription_schema(&self, subscription: &str) -> Result<Option<PayloadSchema>> {
+        let mut request = with_deadline(
+            tonic::Request::new(GetSubscriptionRequest {
+                subscription: subscription.to_string(),
+            }),
+            Some(TOPIC_SCHEMA_LOOKUP_TIMEOUT),
+            self.channel.is_google(),
+        );
+        request.metadata_mut().insert(
+            ROUTING_HEADER,
+            routing_value(&[("subscription", subscription)])
+                .map_err(|e| Error::invalid("subscription", subscription, e))?,
+        );
+        let mut subscriber = SubscriberClient::new(self.channel.clone());
+        let topic = match self
+            .short_lookup(subscriber.get_subscription(request))
+            .await
+        {
+            Ok(s) => s.into_inner().topic,
+            Err(status) => {
+                tracing::warn!(
+                    subscription = %subscription,
+                    code = ?status.code(),
+                    "cannot read the topic of subscription {subscription} (GetSubscription: {:?}); \
+                     decoding its messages as format 'json' (give 'format' explicitly to skip \
+                     this lookup)",
+                    status.code()
+                );
+                return Ok(None);
+            }
+        };
+        if topic.is_empty() || topic == "_deleted-topic_" {
+            return Ok(None);
+        }
+        self.topic_schema(&topic).await
+    }
+
     /// The Pub/Sub schema of `topic`, when it has one (`Topic.schema_settings`): the definition
     /// of its newest allowed revision (`last_revision_id` when set, else the schema's current
     /// one, read with `SchemaService.GetSchema`) and the topic's encoding. `None` when the topic
@@ -211,13 +269,7 @@ impl PubSubTransport {
             routing_value(&[("topic", topic)]).map_err(|e| Error::invalid("topic", topic, e))?,
         );
         let mut publisher = PublisherClient::new(self.channel.clone());
-        let lookup = publisher.get_topic(request);
-        let found = match tokio::time::timeout(TOPIC_SCHEMA_LOOKUP_TIMEOUT, lookup).await {
-            Ok(answer) => self.reach.observe(answer),
-            Err(_) => Err(tonic::Status::deadline_exceeded(format!(
-                "no answer within {TOPIC_SCHEMA_LOOKUP_TIMEOUT:?}"
-            ))),
-        };
+        let found = self.short_lookup(publisher.get_topic(request)).await;
         let settings = match found {
             Ok(t) => t.into_inner().schema_settings,
             Err(status) if status.code() == Code::NotFound => return Ok(None),

@@ -115,7 +115,7 @@ pub static FORMAT: OptionSpec = OptionSpec {
     bound: Bound::None,
     cross_rule: "`raw` needs exactly one payload column, of a string or binary type; `avro` and `protobuf` need `schema` or `schema_location`",
     example: "avro",
-    description: "How a row becomes the message data when no column carries it: `json` writes the row's remaining columns as one JSON object; `raw` sends the bytes of the single remaining column as they are; `avro` and `protobuf` encode the remaining columns to match the schema given by `schema` or `schema_location` (columns map to fields by name; see docs/pubsub.md). When the option is not given and the topic has a Pub/Sub schema, the sink reads that schema when a statement starts and encodes to match it.",
+    description: "How a row becomes the message data when no column carries it: `json` writes the row's remaining columns as one JSON object; `raw` sends the bytes of the single remaining column as they are; `avro` and `protobuf` encode the remaining columns to match the schema given by `schema` or `schema_location` (columns map to fields by name; see docs/pubsub.md). When the option is not given and the topic has a Pub/Sub schema, the sink reads that schema when a statement starts and encodes to match it. A source (a table with a subscription) reads the other way: `json` decodes each column from the member of its name, `raw` fills `data_column`, `avro` and `protobuf` decode each column from the field of its name; without the option, the source reads the schema of the subscription's topic, if it has one, when a scan starts.",
     redact: Redact::None,
 };
 
@@ -154,22 +154,26 @@ pub static SCHEMA_ENCODING: OptionSpec = OptionSpec {
     bound: Bound::None,
     cross_rule: "needs `format` `avro` or `protobuf`",
     example: "json",
-    description: "How `format = 'avro'` or `'protobuf'` writes a row: `binary` (a bare Avro datum, or the protobuf wire format) or `json` (Avro's JSON encoding, or the proto3 JSON mapping), as a Pub/Sub topic schema's encoding says.",
+    description: "How `format = 'avro'` or `'protobuf'` writes a row (or, in a source, reads a message): `binary` (a bare Avro datum, or the protobuf wire format) or `json` (Avro's JSON encoding, or the proto3 JSON mapping), as a Pub/Sub topic schema's encoding says. A source decodes a message that Pub/Sub stamped with its encoding (the `googclient_schemaencoding` attribute) in that encoding.",
     redact: Redact::None,
 };
 
 /// The `format`, `schema`, `schema_location` and `schema_encoding` options, read.
-struct PayloadOptions {
-    format: PayloadFormat,
-    schema: Option<PayloadSchema>,
-    schema_at: Option<SchemaLocation>,
-    format_given: bool,
+pub(crate) struct PayloadOptions {
+    /// `json` or `raw`; `json` also for `avro` and `protobuf`, whose schema is then given.
+    pub(crate) format: PayloadFormat,
+    /// The schema of `avro` / `protobuf`, when known at declaration.
+    pub(crate) schema: Option<PayloadSchema>,
+    /// Where the schema is read when a statement starts (an object-store URL).
+    pub(crate) schema_at: Option<SchemaLocation>,
+    /// Whether `format` was given.
+    pub(crate) format_given: bool,
 }
 
 /// Reads the `format`, `schema`, `schema_location` and `schema_encoding` options: the payload
 /// format, the schema of `avro` and `protobuf` (or where to read it), and whether `format` was
 /// given at all.
-fn payload_options(p: &crate::options::ParsedOptions) -> Result<PayloadOptions> {
+pub(crate) fn payload_options(p: &crate::options::ParsedOptions) -> Result<PayloadOptions> {
     let format = p.text(&FORMAT)?;
     let inline = p.text(&SCHEMA)?;
     let location = p.text(&SCHEMA_LOCATION)?;

@@ -4,7 +4,10 @@
 //! not a metadata column is decoded from the member of the same name with Arrow's JSON decoder
 //! (a missing member is NULL; numbers and booleans are accepted into string columns; a
 //! timestamp column takes RFC 3339 text or a number). `format = 'raw'`: the data fills
-//! `data_column` as it is, bytes into a binary column, UTF-8 text into a string column. The
+//! `data_column` as it is, bytes into a binary column, UTF-8 text into a string column.
+//! `format = 'avro'` / `'protobuf'` ([`MessageDecoder::with_schema`]): each payload is first
+//! turned into the JSON object of its fields by the schema's decoder
+//! ([`SchemaRowDecoder`]), then decoded as under `json` (ADR 0052). The
 //! metadata columns are filled from the message (`message_id`, `publish_time`,
 //! `ordering_key`, `attributes`, `delivery_attempt`).
 //!
@@ -24,12 +27,14 @@ use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use datafusion::arrow::json::ReaderBuilder;
 use gcloud_sdk::google::pubsub::v1::ReceivedMessage;
 
-use super::options::{
-    ATTRIBUTES_COLUMN, DATA_COLUMN, DELIVERY_ATTEMPT_COLUMN, MESSAGE_ID_COLUMN,
-    ORDERING_KEY_COLUMN, PUBLISH_TIME_COLUMN, SourceColumns,
-};
+use super::options::{DATA_COLUMN, SourceColumns};
+use crate::encode::schema::{PayloadSchema, SchemaEncoding, SchemaRowDecoder};
 use crate::error::{Error, Result};
 use crate::options::PayloadFormat;
+
+/// The attribute Pub/Sub stamps on a message published to a topic with a schema: the encoding
+/// it was validated in (`JSON` or `BINARY`).
+pub const SCHEMA_ENCODING_ATTRIBUTE: &str = "googclient_schemaencoding";
 
 /// Where one column's values come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +91,33 @@ pub struct MessageDecoder {
     schema: SchemaRef,
     json_schema: SchemaRef,
     fillers: Vec<Filler>,
+    payload: Option<Arc<SchemaPayload>>,
+}
+
+/// `format = 'avro' | 'protobuf'`: the schema's decoder, which turns each payload into the JSON
+/// object the JSON columns are decoded from.
+#[derive(Debug)]
+struct SchemaPayload {
+    decoder: SchemaRowDecoder,
+    /// The encoding of a message without the [`SCHEMA_ENCODING_ATTRIBUTE`].
+    encoding: SchemaEncoding,
+    /// `avro` or `protobuf`, for the reasons.
+    format: &'static str,
+}
+
+impl SchemaPayload {
+    /// The encoding of `m`: the one Pub/Sub stamped on it, else the configured one.
+    fn encoding_of(&self, m: &ReceivedMessage) -> SchemaEncoding {
+        let stamped = m
+            .message
+            .as_ref()
+            .and_then(|m| m.attributes.get(SCHEMA_ENCODING_ATTRIBUTE));
+        match stamped.map(String::as_str) {
+            Some("JSON") => SchemaEncoding::Json,
+            Some("BINARY") => SchemaEncoding::Binary,
+            _ => self.encoding,
+        }
+    }
 }
 
 fn is_string(t: &DataType) -> bool {
@@ -144,34 +176,21 @@ impl MessageDecoder {
     /// Checks `schema` against the format and the metadata columns, naming the column and both
     /// types on a mismatch.
     pub fn new(schema: SchemaRef, format: PayloadFormat, columns: &SourceColumns) -> Result<Self> {
-        let meta = [
-            (&DATA_COLUMN, columns.data.as_deref(), Filler::Data),
-            (
-                &ATTRIBUTES_COLUMN,
-                columns.attributes.as_deref(),
-                Filler::Attributes,
-            ),
-            (
-                &ORDERING_KEY_COLUMN,
-                columns.ordering_key.as_deref(),
-                Filler::OrderingKey,
-            ),
-            (
-                &MESSAGE_ID_COLUMN,
-                columns.message_id.as_deref(),
-                Filler::MessageId,
-            ),
-            (
-                &PUBLISH_TIME_COLUMN,
-                columns.publish_time.as_deref(),
-                Filler::PublishTime,
-            ),
-            (
-                &DELIVERY_ATTEMPT_COLUMN,
-                columns.delivery_attempt.as_deref(),
-                Filler::DeliveryAttempt,
-            ),
+        // In the order of `SourceColumns::slots`.
+        let roles = [
+            Filler::Data,
+            Filler::Attributes,
+            Filler::OrderingKey,
+            Filler::MessageId,
+            Filler::PublishTime,
+            Filler::DeliveryAttempt,
         ];
+        let meta: Vec<_> = columns
+            .slots()
+            .into_iter()
+            .zip(roles)
+            .map(|((spec, column), filler)| (spec, column, filler))
+            .collect();
         for (spec, column, _) in &meta {
             if let Some(c) = column
                 && schema.field_with_name(c).is_err()
@@ -256,6 +275,30 @@ impl MessageDecoder {
             schema,
             json_schema: Arc::new(Schema::new(json_fields)),
             fillers,
+            payload: None,
+        })
+    }
+
+    /// This decoder with its data columns decoded from payloads of `schema` (`format = 'avro'`
+    /// or `'protobuf'`, or a topic's schema) instead of JSON objects: the columns are checked
+    /// against the schema's fields by name (an error names the column, the field and both
+    /// types). A message Pub/Sub stamped with its encoding ([`SCHEMA_ENCODING_ATTRIBUTE`]) is
+    /// decoded in that encoding, any other in `schema.encoding`.
+    pub fn with_schema(&self, schema: &PayloadSchema) -> Result<Self> {
+        let columns: Vec<usize> = self
+            .fillers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| matches!(f, Filler::Json(_)).then_some(i))
+            .collect();
+        let decoder = SchemaRowDecoder::new(schema, &self.schema, &columns)?;
+        Ok(MessageDecoder {
+            payload: Some(Arc::new(SchemaPayload {
+                decoder,
+                encoding: schema.encoding,
+                format: schema.kind.name(),
+            })),
+            ..self.clone()
         })
     }
 
@@ -274,8 +317,7 @@ impl MessageDecoder {
 
     /// Why one message's JSON does not decode: the first column that fails alone, else the
     /// whole object.
-    fn diagnose(&self, index: usize, m: &ReceivedMessage) -> BadMessage {
-        let data = Self::data(m);
+    fn diagnose(&self, index: usize, m: &ReceivedMessage, data: &[u8]) -> BadMessage {
         let probe = Arc::new(Schema::new(vec![Field::new(
             "\u{0}gcp_sql_probe",
             DataType::Utf8,
@@ -292,7 +334,11 @@ impl MessageDecoder {
                 Some(f) => (
                     Some(f.name().clone()),
                     format!(
-                        "its JSON member does not decode as {}{} (a value of another type, out of range, or missing)",
+                        "its {} does not decode as {}{} (a value of another type, out of range, or missing)",
+                        match &self.payload {
+                            Some(p) => format!("{} field", p.format),
+                            None => "JSON member".to_string(),
+                        },
                         f.data_type(),
                         if f.is_nullable() { "" } else { " NOT NULL" }
                     ),
@@ -333,23 +379,62 @@ impl MessageDecoder {
                 }
             });
         }
+        // `avro` / `protobuf`: each payload becomes the JSON object the columns decode from.
+        let mut objects: Vec<Vec<u8>> = Vec::new();
+        if let Some(p) = self
+            .payload
+            .as_ref()
+            .filter(|_| !self.json_schema.fields().is_empty())
+        {
+            let datas: Vec<&[u8]> = good.iter().map(|&i| Self::data(&messages[i])).collect();
+            let encodings: Vec<SchemaEncoding> =
+                good.iter().map(|&i| p.encoding_of(&messages[i])).collect();
+            objects = vec![Vec::new(); messages.len()];
+            let converted = p.decoder.to_json(&datas, &encodings);
+            let mut kept = Vec::with_capacity(good.len());
+            for (i, object) in good.into_iter().zip(converted) {
+                match object {
+                    Ok(object) => {
+                        objects[i] = object;
+                        kept.push(i);
+                    }
+                    Err(reason) => bad.push(BadMessage {
+                        index: i,
+                        message_id: Self::message_id(&messages[i]).to_string(),
+                        column: None,
+                        reason: format!(
+                            "format '{}' ({}): {reason}",
+                            p.format,
+                            p.encoding_of(&messages[i]).name()
+                        ),
+                    }),
+                }
+            }
+            good = kept;
+        }
+        let payload = |i: usize| -> &[u8] {
+            if objects.is_empty() {
+                Self::data(&messages[i])
+            } else {
+                &objects[i]
+            }
+        };
         let json = if self.json_schema.fields().is_empty() {
             None
         } else {
-            let datas: Vec<&[u8]> = good.iter().map(|&i| Self::data(&messages[i])).collect();
+            let datas: Vec<&[u8]> = good.iter().map(|&i| payload(i)).collect();
             match decode_all(&self.json_schema, &datas) {
                 Ok(batch) => Some(batch),
                 Err(()) => {
                     good.retain(|&i| {
-                        if decode_all(&self.json_schema, &[Self::data(&messages[i])]).is_ok() {
+                        if decode_all(&self.json_schema, &[payload(i)]).is_ok() {
                             true
                         } else {
-                            bad.push(self.diagnose(i, &messages[i]));
+                            bad.push(self.diagnose(i, &messages[i], payload(i)));
                             false
                         }
                     });
-                    let datas: Vec<&[u8]> =
-                        good.iter().map(|&i| Self::data(&messages[i])).collect();
+                    let datas: Vec<&[u8]> = good.iter().map(|&i| payload(i)).collect();
                     Some(decode_all(&self.json_schema, &datas).map_err(|()| {
                         Error::Unsupported(
                             "internal: messages that decode alone do not decode together".into(),
@@ -692,5 +777,236 @@ mod tests {
             e.contains("'data'") && e.contains("Int64") && e.contains("binary"),
             "{e}"
         );
+    }
+
+    const AVRO: &str = r#"{"type": "record", "name": "R", "fields": [
+      {"name": "id", "type": "long"},
+      {"name": "ts", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
+      {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+      {"name": "bin", "type": ["null", "bytes"]},
+      {"name": "tags", "type": {"type": "array", "items": "string"}},
+      {"name": "unused", "type": "string"}
+    ]}"#;
+
+    const PROTO: &str = r#"syntax = "proto3";
+    import "google/protobuf/timestamp.proto";
+    message R {
+      int64 id = 1;
+      google.protobuf.Timestamp ts = 2;
+      string amount = 3;
+      optional bytes bin = 4;
+      repeated string tags = 5;
+      string unused = 6;
+    }"#;
+
+    /// The columns of the schema tests; the last one named `last`.
+    fn schema_table_with(last: &str) -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+            Field::new("amount", DataType::Decimal128(10, 2), true),
+            Field::new("bin", DataType::Binary, true),
+            Field::new(
+                "tags",
+                DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+                true,
+            ),
+            Field::new(last, DataType::Utf8, true),
+        ]))
+    }
+
+    /// The source's table: the message id in `mid`.
+    fn schema_table() -> SchemaRef {
+        schema_table_with("mid")
+    }
+
+    /// Two rows, encoded by the sink's encoder for `kind` and `encoding` (the `unused` field
+    /// left out: a NULL, or the proto3 default).
+    fn payloads(kind: SchemaType, definition: &str, encoding: SchemaEncoding) -> Vec<Vec<u8>> {
+        use datafusion::arrow::array::{Decimal128Array, Int64Array, ListBuilder, StringBuilder};
+        let schema = schema_table_with("unused");
+        let mut tags = ListBuilder::new(StringBuilder::new());
+        tags.values().append_value("a");
+        tags.values().append_value("b");
+        tags.append(true);
+        tags.append(true);
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2])),
+                Arc::new(datafusion::arrow::array::TimestampMicrosecondArray::from(
+                    vec![Some(1_700_000_000_123_456), None],
+                )),
+                Arc::new(
+                    Decimal128Array::from(vec![1234, -5])
+                        .with_precision_and_scale(10, 2)
+                        .unwrap(),
+                ),
+                Arc::new(BinaryArray::from(vec![Some(&[0u8, 255][..]), None])),
+                Arc::new(tags.finish()),
+                Arc::new(StringArray::from(vec!["u", "v"])),
+            ],
+        )
+        .unwrap();
+        let encoder = crate::encode::schema::SchemaRowEncoder::new(
+            &PayloadSchema {
+                kind,
+                definition: definition.into(),
+                encoding,
+                origin: "test".into(),
+            },
+            &schema,
+            &[0, 1, 2, 3, 4, 5],
+        )
+        .unwrap();
+        encoder
+            .encode_batch(&batch)
+            .unwrap()
+            .into_iter()
+            .map(|p| p.unwrap())
+            .collect()
+    }
+
+    fn schema_decoder(
+        kind: SchemaType,
+        definition: &str,
+        encoding: SchemaEncoding,
+    ) -> MessageDecoder {
+        let cols = SourceColumns {
+            message_id: Some("mid".into()),
+            ..Default::default()
+        };
+        MessageDecoder::new(schema_table(), PayloadFormat::Json, &cols)
+            .unwrap()
+            .with_schema(&PayloadSchema {
+                kind,
+                definition: definition.into(),
+                encoding,
+                origin: "option 'schema'".into(),
+            })
+            .unwrap()
+    }
+
+    use crate::encode::schema::SchemaType;
+
+    fn check_two_rows(b: &RecordBatch) {
+        assert_eq!(b.num_rows(), 2);
+        assert_eq!(
+            b.column(0).as_primitive::<Int64Type>().values().to_vec(),
+            vec![1, 2]
+        );
+        let ts = b
+            .column(1)
+            .as_primitive::<datafusion::arrow::datatypes::TimestampMicrosecondType>();
+        assert_eq!(ts.value(0), 1_700_000_000_123_456);
+        assert!(ts.is_null(1));
+        let amount = b
+            .column(2)
+            .as_primitive::<datafusion::arrow::datatypes::Decimal128Type>();
+        assert_eq!(amount.values().to_vec(), vec![1234, -5]);
+        let bin = b.column(3).as_binary::<i32>();
+        assert_eq!(bin.value(0), &[0, 255]);
+        assert!(bin.is_null(1));
+        let tags = b.column(4).as_list::<i32>();
+        assert_eq!(tags.value(0).as_string::<i32>().value(1), "b");
+        assert_eq!(tags.value(1).len(), 0);
+        assert_eq!(b.column(5).as_string::<i32>().value(1), "m2");
+    }
+
+    /// Runs `check` for each format and encoding with the sink's two payloads and a decoder.
+    fn each_schema(check: impl Fn(SchemaType, SchemaEncoding, Vec<Vec<u8>>, MessageDecoder)) {
+        for (kind, definition) in [(SchemaType::Avro, AVRO), (SchemaType::Protobuf, PROTO)] {
+            for encoding in [SchemaEncoding::Binary, SchemaEncoding::Json] {
+                check(
+                    kind,
+                    encoding,
+                    payloads(kind, definition, encoding),
+                    schema_decoder(kind, definition, encoding),
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn avro_and_protobuf_payloads_decode_in_both_encodings() {
+        each_schema(|kind, encoding, datas, d| {
+            let out = d
+                .decode(&[message("m1", &datas[0]), message("m2", &datas[1])])
+                .unwrap();
+            assert!(out.bad.is_empty(), "{kind:?} {encoding:?}: {:?}", out.bad);
+            check_two_rows(&out.batch);
+        });
+    }
+
+    #[test]
+    fn the_encoding_pubsub_stamped_on_a_message_wins() {
+        for (kind, definition) in [(SchemaType::Avro, AVRO), (SchemaType::Protobuf, PROTO)] {
+            let json = payloads(kind, definition, SchemaEncoding::Json);
+            let binary = payloads(kind, definition, SchemaEncoding::Binary);
+            let d = schema_decoder(kind, definition, SchemaEncoding::Binary);
+            let mut first = message("m1", &json[0]);
+            if let Some(m) = first.message.as_mut() {
+                m.attributes
+                    .insert(SCHEMA_ENCODING_ATTRIBUTE.into(), "JSON".into());
+            }
+            let out = d.decode(&[first, message("m2", &binary[1])]).unwrap();
+            assert!(out.bad.is_empty(), "{kind:?}: {:?}", out.bad);
+            check_two_rows(&out.batch);
+        }
+    }
+
+    #[test]
+    fn a_payload_that_does_not_decode_is_a_bad_message_without_its_data() {
+        each_schema(|kind, encoding, datas, d| {
+            let out = d
+                .decode(&[
+                    message("m1", &datas[0]),
+                    message("m2", b"\x02{secret"),
+                    message("m3", &datas[1][..datas[1].len() - 1]),
+                    message("m4", &datas[1]),
+                ])
+                .unwrap();
+            let ids: Vec<_> = out.bad.iter().map(|b| b.message_id.as_str()).collect();
+            assert_eq!(ids, ["m2", "m3"], "{kind:?} {encoding:?}");
+            for b in &out.bad {
+                let text = b.describe();
+                assert!(
+                    !text.contains("secret") && text.contains(kind.name()),
+                    "{text}"
+                );
+            }
+            assert_eq!(
+                out.batch
+                    .column(0)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec(),
+                vec![1, 2]
+            );
+        });
+    }
+
+    #[test]
+    fn a_column_the_schema_cannot_fill_is_refused_naming_column_field_and_types() {
+        for (kind, definition, field_type) in [
+            (SchemaType::Avro, AVRO, "long"),
+            (SchemaType::Protobuf, PROTO, "int64"),
+        ] {
+            let table = Arc::new(Schema::new(vec![Field::new("id", DataType::Boolean, true)]));
+            let e = MessageDecoder::new(table, PayloadFormat::Json, &SourceColumns::default())
+                .unwrap()
+                .with_schema(&PayloadSchema {
+                    kind,
+                    definition: definition.into(),
+                    encoding: SchemaEncoding::Binary,
+                    origin: "option 'schema'".into(),
+                })
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("'id'") && e.contains("Boolean") && e.contains(field_type),
+                "{e}"
+            );
+        }
     }
 }

@@ -40,13 +40,13 @@ use tokio::task::JoinHandle;
 use super::acks::{AckClient, run_settler};
 use super::decode::{BadMessage, MessageDecoder};
 use super::lease::Outstanding;
-use super::options::PubSubSourceOptions;
+use super::options::{PayloadSource, PubSubSourceOptions};
 use super::pull::{Pulled, Puller, StopKind};
 use super::ticket::{AckQueue, BatchTicket, SourceSlot};
 use super::{SourceCounters, SourceCounts};
 use crate::connectors::dead_letter::{self, DeadLetterContext, DeadLetterTarget};
 use crate::connectors::google::{Connection, Reachability, emulator_setting};
-use crate::connectors::pubsub::client::DEFAULT_ENDPOINT;
+use crate::connectors::pubsub::client::{ClientSettings, DEFAULT_ENDPOINT, PubSubTransport};
 use crate::core::FailurePolicy;
 use crate::core::dead_letter::{DeadClass, DeadLetterSink, DeadPayload, DeadRow};
 use crate::core::origin::{OriginCounts, OriginSlot, RowOrigin};
@@ -356,6 +356,32 @@ struct Start {
 }
 
 impl Start {
+    /// The decoder of this scan: the table's, or, when the schema is only known now, the
+    /// table's bound to it: an object-store `schema_location`, read here, or (no `format`
+    /// option) the Pub/Sub schema of the subscription's topic, looked up here (ADR 0053).
+    async fn decoder(&self) -> crate::Result<Arc<MessageDecoder>> {
+        let opts = &self.config.options;
+        let table = &self.config.decoder;
+        let schema = match &opts.schema {
+            PayloadSource::Location(at) => Some(at.read(Some(&self.runtime)).await?),
+            PayloadSource::Topic => {
+                let transport = PubSubTransport::connect(&ClientSettings {
+                    endpoint: opts.connection.endpoint.clone(),
+                    emulator_host: opts.connection.emulator.as_ref().map(|e| e.host.clone()),
+                    credentials_file: opts.connection.credentials_file.clone(),
+                    auto_create_topic: false,
+                })
+                .await?;
+                transport.subscription_schema(&opts.subscription).await?
+            }
+            PayloadSource::Format | PayloadSource::Schema(_) => None,
+        };
+        if let Some(schema) = schema {
+            return Ok(Arc::new(table.with_schema(&schema)?));
+        }
+        Ok(Arc::new(table.clone()))
+    }
+
     async fn open(self) -> crate::Result<PartitionReader> {
         let opts = &self.config.options;
         let emulator = opts.connection.emulator.as_ref().map(|e| e.host.clone());
@@ -380,6 +406,7 @@ impl Start {
             ),
             None => Reachability::endpoint(&endpoint),
         };
+        let decoder = self.decoder().await?;
         let channel = connection.channel();
         let inner = &self.handle.inner;
         let outstanding = Arc::new(Outstanding::new(
@@ -433,6 +460,7 @@ impl Start {
         );
         Ok(PartitionReader {
             stop: inner.stop.subscribe(),
+            decoder,
             config: self.config,
             projection: self.projection,
             counters: inner.counters.clone(),
@@ -458,6 +486,8 @@ impl Start {
 /// One running partition.
 struct PartitionReader {
     config: Arc<SourceConfig>,
+    /// The decoder of this scan (the table's, or bound to a schema read when it started).
+    decoder: Arc<MessageDecoder>,
     projection: Option<Vec<usize>>,
     counters: Arc<SourceCounters>,
     slot: Arc<SourceSlot>,
@@ -614,7 +644,7 @@ impl PartitionReader {
         &mut self,
         messages: Vec<ReceivedMessage>,
     ) -> crate::Result<Option<RecordBatch>> {
-        let decoded = match self.config.decoder.decode(&messages) {
+        let decoded = match self.decoder.decode(&messages) {
             Ok(d) => d,
             Err(e) => {
                 self.queue

@@ -7,7 +7,7 @@
 //! - [`acks`]: the settler that acknowledges, nacks and extends leases.
 //! - [`ticket`]: the acknowledgement contract between the source and its consumers
 //!   ([`ticket::BatchTicket`], [`ticket::SourceSlot`]).
-//! - [`decode`]: messages to rows (`json` / `raw`, metadata columns).
+//! - [`decode`]: messages to rows (`json` / `raw` / `avro` / `protobuf`, metadata columns).
 //! - [`exec`]: the execution plan node ([`exec::PubSubSourceExec`]) and its
 //!   [`exec::SourceHandle`] (stop, counts, slots).
 //! - [`table`]: the [`table::PubSubSourceTable`] a session registers.

@@ -4,7 +4,8 @@
 //! `STORED AS PUBSUB`), with a subscription instead of a topic. Its options are the shared
 //! connection options (`project`, `endpoint`, `emulator_host` / `PUBSUB_EMULATOR_HOST`,
 //! `credentials_file`, `allow_remote_emulator`), the failure policy with its dead-letter
-//! destination (parsed as the sinks parse them), the column mapping (`format`, `data_column`
+//! destination (parsed as the sinks parse them), the column mapping (`format`, with the sink's
+//! `schema`, `schema_location` and `schema_encoding` for `avro` and `protobuf`, `data_column`
 //! and the metadata columns) and the reader's bounds (flow control, parallel streams, lease,
 //! idle stop), declared below.
 //!
@@ -34,8 +35,11 @@ use std::time::Duration;
 
 use crate::connectors::dead_letter::DeadLetterTarget;
 use crate::connectors::pubsub::names;
-use crate::connectors::pubsub::options::TOPIC;
+use crate::connectors::pubsub::options::{
+    FORMAT, SCHEMA, SCHEMA_ENCODING, SCHEMA_LOCATION, TOPIC, payload_options,
+};
 use crate::core::FailurePolicy;
+use crate::encode::schema::{PayloadSchema, SchemaLocation};
 use crate::error::{Error, Result};
 use crate::options::common;
 use crate::options::{
@@ -264,7 +268,10 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &TYPE,
             // Listed so that a table naming both gets the rule, not "unknown option".
             &TOPIC,
-            &common::FORMAT,
+            &FORMAT,
+            &SCHEMA,
+            &SCHEMA_LOCATION,
+            &SCHEMA_ENCODING,
             &DATA_COLUMN,
             &ATTRIBUTES_COLUMN,
             &ORDERING_KEY_COLUMN,
@@ -300,20 +307,41 @@ pub struct SourceColumns {
 }
 
 impl SourceColumns {
+    /// Every role a column can take, as (option, column) pairs in a fixed order (the data column
+    /// first, then attributes, ordering key, message id, publish time, delivery attempt).
+    pub fn slots(&self) -> [(&'static OptionSpec, Option<&str>); 6] {
+        [
+            (&DATA_COLUMN, self.data.as_deref()),
+            (&ATTRIBUTES_COLUMN, self.attributes.as_deref()),
+            (&ORDERING_KEY_COLUMN, self.ordering_key.as_deref()),
+            (&MESSAGE_ID_COLUMN, self.message_id.as_deref()),
+            (&PUBLISH_TIME_COLUMN, self.publish_time.as_deref()),
+            (&DELIVERY_ATTEMPT_COLUMN, self.delivery_attempt.as_deref()),
+        ]
+    }
+
     /// The metadata columns as (option, column) pairs, the data column first.
     pub fn named(&self) -> Vec<(&'static str, &str)> {
-        [
-            (DATA_COLUMN.name, &self.data),
-            (ATTRIBUTES_COLUMN.name, &self.attributes),
-            (ORDERING_KEY_COLUMN.name, &self.ordering_key),
-            (MESSAGE_ID_COLUMN.name, &self.message_id),
-            (PUBLISH_TIME_COLUMN.name, &self.publish_time),
-            (DELIVERY_ATTEMPT_COLUMN.name, &self.delivery_attempt),
-        ]
-        .into_iter()
-        .filter_map(|(option, column)| column.as_deref().map(|c| (option, c)))
-        .collect()
+        self.slots()
+            .into_iter()
+            .filter_map(|(spec, column)| column.map(|c| (spec.name, c)))
+            .collect()
     }
+}
+
+/// Where a source's payload schema comes from (`format = 'avro' | 'protobuf'`, or none).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PayloadSource {
+    /// None: `json` or `raw`, as `format` says (the default of a table built from Rust).
+    #[default]
+    Format,
+    /// A schema known when the table is declared (`schema`, or a local `schema_location`).
+    Schema(PayloadSchema),
+    /// An object-store `schema_location`, read when a scan starts.
+    Location(SchemaLocation),
+    /// No `format` option: when a scan starts, the subscription's topic is looked up, and its
+    /// Pub/Sub schema, if it has one, decodes the messages (else they are JSON). ADR 0053.
+    Topic,
 }
 
 /// Everything a Pub/Sub source needs: connection, subscription, mapping, failure policy and
@@ -324,8 +352,11 @@ pub struct PubSubSourceOptions {
     pub connection: ConnectionOptions,
     /// `projects/P/subscriptions/S`.
     pub subscription: String,
-    /// `json` decodes the declared columns by name; `raw` fills `data_column`.
+    /// `json` decodes the declared columns by name (from JSON objects, or from the payloads of
+    /// `schema` / `schema_at` under `avro` and `protobuf`); `raw` fills `data_column`.
     pub format: PayloadFormat,
+    /// Where the schema of `avro` / `protobuf` payloads comes from, if any.
+    pub schema: PayloadSource,
     /// Where the data and the metadata go.
     pub columns: SourceColumns,
     /// What a message that does not decode does.
@@ -362,6 +393,7 @@ impl PubSubSourceOptions {
             connection: ConnectionOptions::emulator(project, emulator_host),
             subscription,
             format: PayloadFormat::Json,
+            schema: PayloadSource::Format,
             columns: SourceColumns::default(),
             failure_policy: FailurePolicy::Fail,
             dead_letter: None,
@@ -441,14 +473,15 @@ impl PubSubSourceOptions {
             }
         };
 
-        let format = p.payload_format()?;
+        let payload = payload_options(&p)?;
+        let format = payload.format;
         let data = match (format, p.text(&DATA_COLUMN)?) {
             (PayloadFormat::Raw, given) => Some(given.unwrap_or(DEFAULT_DATA_COLUMN).to_string()),
             (PayloadFormat::Json, Some(given)) => {
                 return Err(DATA_COLUMN.invalid(
                     given,
-                    "is used with format = 'raw' only: under 'json' every column is decoded from \
-                     the message data by its name",
+                    "is used with format = 'raw' only: under 'json', 'avro' and 'protobuf' every \
+                     column is decoded from the message data by its name",
                 ));
             }
             (PayloadFormat::Json, None) => None,
@@ -492,6 +525,12 @@ impl PubSubSourceOptions {
             connection,
             subscription,
             format,
+            schema: match (payload.schema, payload.schema_at) {
+                (Some(given), _) => PayloadSource::Schema(given),
+                (None, Some(at)) => PayloadSource::Location(at),
+                (None, None) if !payload.format_given => PayloadSource::Topic,
+                (None, None) => PayloadSource::Format,
+            },
             columns,
             failure_policy,
             dead_letter,
@@ -602,7 +641,7 @@ mod tests {
             ("max_lease_duration", "5s"),
             ("stop_after_idle", "0s"),
             ("stop_after_idle", "soon"),
-            ("format", "avro"),
+            ("format", "xml"),
             ("failure_policy", "retry"),
         ] {
             let err = parse(Some(SUB), &[(option, value)])

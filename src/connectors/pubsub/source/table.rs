@@ -37,7 +37,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::decode::MessageDecoder;
 use super::exec::{PubSubSourceExec, SourceConfig, SourceHandle};
-use super::options::PubSubSourceOptions;
+use super::options::{PayloadSource, PubSubSourceOptions};
 use crate::error::Result;
 
 /// A Pub/Sub subscription as a table: every scan is a [`PubSubSourceExec`].
@@ -49,13 +49,17 @@ pub struct PubSubSourceTable {
 
 impl PubSubSourceTable {
     /// Checks `schema` against `options` (the metadata columns' types, the format, each JSON
-    /// column's type) and builds the table. Nothing connects until a scan runs.
+    /// column's type, and under `avro` / `protobuf` with a schema known now, each column against
+    /// the schema's field of its name) and builds the table. Nothing connects until a scan runs.
     pub fn try_new(
         name: impl Into<String>,
         schema: SchemaRef,
         options: PubSubSourceOptions,
     ) -> Result<Self> {
-        let decoder = MessageDecoder::new(schema, options.format, &options.columns)?;
+        let mut decoder = MessageDecoder::new(schema, options.format, &options.columns)?;
+        if let PayloadSource::Schema(payload) = &options.schema {
+            decoder = decoder.with_schema(payload)?;
+        }
         Ok(PubSubSourceTable {
             config: Arc::new(SourceConfig {
                 table: name.into(),

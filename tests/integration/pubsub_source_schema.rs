@@ -1,0 +1,343 @@
+//! The Pub/Sub source decoding `format = 'avro'` and `'protobuf'`, against the real emulator:
+//! Avro datums written by an independent library (Python `fastavro`) into a topic with an Avro
+//! schema, read with no `format` option (the source reads the topic's schema); the sink's own
+//! Avro and Protobuf messages read back by the source to the values inserted (timestamps,
+//! decimals, nulls, nested structs, lists); a message that is not a datum of the schema.
+//!
+//! Run: `cargo test --test integration pubsub_source_schema::`.
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use base64::Engine as _;
+use datafusion::datasource::MemTable;
+use datafusion::prelude::SessionContext;
+use gcloud_sdk::google::pubsub::v1::publisher_client::PublisherClient;
+use gcloud_sdk::google::pubsub::v1::{Encoding, PublishRequest, PubsubMessage, schema};
+use gcp_sql::connectors::pubsub::source::PubSubSourceTable;
+use gcp_sql::connectors::pubsub::source::options::PubSubSourceOptions;
+use gcp_sql::options::RawOptions;
+use serde_json::{Value, json};
+
+use crate::pubsub_schema::{
+    AVRO_SCHEMA, PROTO_SCHEMA, decode_with_python, rows, schema_topic, table_schema,
+};
+use crate::support::{PubSubAdmin, insert, register_pubsub_table};
+
+/// The independent publisher: `fastavro.schemaless_writer` writes each JSON record (a base64
+/// line of stdin) as one bare datum of the schema (argv[1]); out, one JSON string per record:
+/// the datum in base64.
+const FASTAVRO_WRITER: &str = r#"
+import base64, datetime, decimal, io, json, sys
+import fastavro
+schema = fastavro.parse_schema(json.loads(sys.argv[1]))
+for line in sys.stdin:
+    r = json.loads(base64.b64decode(line))
+    if r.get("ts") is not None:
+        r["ts"] = datetime.datetime.fromisoformat(r["ts"])
+    r["amount"] = decimal.Decimal(r["amount"])
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, schema, r)
+    print(json.dumps(base64.b64encode(out.getvalue()).decode()))
+"#;
+
+/// `records` written by fastavro as bare datums of `AVRO_SCHEMA`.
+fn fastavro_datums(records: &[Value]) -> Vec<Vec<u8>> {
+    let input: Vec<PubsubMessage> = records
+        .iter()
+        .map(|r| PubsubMessage {
+            data: r.to_string().into_bytes(),
+            ..Default::default()
+        })
+        .collect();
+    decode_with_python(FASTAVRO_WRITER, &[AVRO_SCHEMA], &input)
+        .iter()
+        .map(|datum| {
+            base64::engine::general_purpose::STANDARD
+                .decode(datum.as_str().expect("a base64 string"))
+                .expect("base64")
+        })
+        .collect()
+}
+
+async fn publish(host: &str, topic: &str, datas: Vec<Vec<u8>>) -> Vec<String> {
+    let channel = gcp_sql::emulators::plaintext_channel(host)
+        .await
+        .expect("channel");
+    PublisherClient::new(channel)
+        .publish(PublishRequest {
+            topic: topic.to_string(),
+            messages: datas
+                .into_iter()
+                .map(|data| PubsubMessage {
+                    data,
+                    ..Default::default()
+                })
+                .collect(),
+        })
+        .await
+        .expect("Publish")
+        .into_inner()
+        .message_ids
+}
+
+/// Declares the subscription as a source table from SQL-style options (no `format` unless
+/// `options` gives one) and reads it with `SELECT *` until it is idle for 2 s.
+async fn read(
+    schema: SchemaRef,
+    host: &str,
+    subscription: &str,
+    options: &[(&str, &str)],
+) -> datafusion::error::Result<Vec<RecordBatch>> {
+    let mut pairs = vec![
+        ("emulator_host", host),
+        ("stop_after_idle", "2s"),
+        ("ack_deadline", "10s"),
+    ];
+    pairs.extend_from_slice(options);
+    let raw = RawOptions::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        .expect("options");
+    let opts = PubSubSourceOptions::from_raw(Some(subscription), &raw).expect("source options");
+    let table = Arc::new(PubSubSourceTable::try_new("orders_in", schema, opts).expect("table"));
+    let ctx = SessionContext::new();
+    ctx.register_table("orders_in", table.clone())?;
+    let result = async { ctx.sql("SELECT * FROM orders_in").await?.collect().await }.await;
+    drop(ctx);
+    for handle in table.handles() {
+        handle.settled().await;
+    }
+    result
+}
+
+/// Rows as JSON objects (Arrow's JSON writer; NULLs left out), sorted by `id`.
+fn render(batches: &[RecordBatch]) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut writer = arrow::json::ArrayWriter::new(&mut out);
+    for b in batches {
+        writer.write(b).expect("JSON");
+    }
+    writer.finish().expect("JSON");
+    drop(writer);
+    let mut rows: Vec<Value> = if out.is_empty() {
+        Vec::new()
+    } else {
+        serde_json::from_slice(&out).expect("JSON rows")
+    };
+    rows.sort_by_key(|r| r["id"].as_i64());
+    rows
+}
+
+/// A topic with an Avro schema (BINARY) fed by fastavro, read through SQL with no `format`
+/// option: the source looks the schema up through the subscription's topic. Timestamps,
+/// decimals, nulls, a nested record and lists come out as fastavro wrote them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_avro_topic_fed_by_fastavro_is_read_with_the_topics_schema() {
+    let admin = PubSubAdmin::connect().await;
+    let (topic, subscription, _, _) = schema_topic(
+        &admin,
+        "source-avro",
+        schema::Type::Avro,
+        AVRO_SCHEMA,
+        Encoding::Binary,
+    )
+    .await;
+    let datums = fastavro_datums(&[
+        json!({"id": 10, "ts": "2024-05-06T07:08:09.123456+00:00", "amount": "12.34",
+               "note": "x", "address": {"city": "Paris", "zip": 75001}, "tags": ["a", "b"]}),
+        json!({"id": 11, "ts": null, "amount": "-0.05", "note": "",
+               "address": null, "tags": []}),
+        json!({"id": 12, "ts": "1969-12-31T23:59:59.999999+00:00", "amount": "99999999.99",
+               "note": "z", "address": {"city": "", "zip": -1}, "tags": ["c"]}),
+    ]);
+    publish(&admin.host, &topic, datums).await;
+    let batches = read(table_schema(false), &admin.host, &subscription, &[])
+        .await
+        .expect("SELECT over the Avro topic");
+    assert_eq!(
+        render(&batches),
+        vec![
+            json!({"id": 10, "ts": "2024-05-06T07:08:09.123456", "amount": 12.34, "note": "x",
+                   "address": {"city": "Paris", "zip": 75001}, "tags": ["a", "b"]}),
+            json!({"id": 11, "amount": -0.05, "note": "", "tags": []}),
+            json!({"id": 12, "ts": "1969-12-31T23:59:59.999999", "amount": 99999999.99,
+                   "note": "z", "address": {"city": "", "zip": -1}, "tags": ["c"]}),
+        ]
+    );
+}
+
+/// The sink inserts the rows of `pubsub_schema` into a topic with an Avro schema (no `format`
+/// option, so the topic's schema and `encoding`), and the source, with no `format` option
+/// either, reads back exactly the rows that were published (the fourth, a NULL in a required
+/// field, was dead-lettered by the sink).
+async fn avro_round_trip(encoding: Encoding) {
+    let admin = PubSubAdmin::connect().await;
+    let project = "source-avro-trip";
+    let (topic, _, dead, _) =
+        schema_topic(&admin, project, schema::Type::Avro, AVRO_SCHEMA, encoding).await;
+    let subscription = format!("{}-source", topic.replace("/topics/", "/subscriptions/"));
+    admin
+        .create_subscription(&subscription, &topic, false)
+        .await;
+    let schema = table_schema(false);
+    let inserted = rows(&schema, false);
+    sink_insert(&admin.host, &topic, &dead, &schema, &inserted, &[]).await;
+    let batches = read(schema, &admin.host, &subscription, &[])
+        .await
+        .expect("SELECT over the Avro topic");
+    assert_eq!(render(&batches), render(&[inserted.slice(0, 3)]));
+}
+
+async fn sink_insert(
+    host: &str,
+    topic: &str,
+    dead: &str,
+    schema: &SchemaRef,
+    batch: &RecordBatch,
+    format: &[(&str, &str)],
+) {
+    let ctx = gcp_sql::sql::new_context();
+    let mut options = vec![
+        ("emulator_host", host),
+        ("topic", topic),
+        ("failure_policy", "dead_letter"),
+        ("dead_letter_topic", dead),
+    ];
+    options.extend_from_slice(format);
+    register_pubsub_table(&ctx, "orders", schema.clone(), &options);
+    let source = MemTable::try_new(schema.clone(), vec![vec![batch.clone()]]).unwrap();
+    ctx.register_table("src", Arc::new(source)).unwrap();
+    let done = insert(&ctx, "INSERT INTO orders SELECT * FROM src").await;
+    assert_eq!(done.count(), 3, "three rows fit the schema");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sinks_avro_binary_datums_read_back_to_the_inserted_rows() {
+    avro_round_trip(Encoding::Binary).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sinks_avro_json_messages_read_back_to_the_inserted_rows() {
+    avro_round_trip(Encoding::Json).await;
+}
+
+/// Protobuf with an inline schema (the emulator holds no Protobuf schema): the sink publishes
+/// to a plain topic, the source with the same options reads back the inserted rows. proto3
+/// cannot tell an unset `int32` from 0, so the NULL count of id 2 reads back as 0; the NULL
+/// `ts` (a proto3 `string` read into a TIMESTAMP) reads back as NULL.
+async fn protobuf_round_trip(encoding: &str) {
+    let admin = PubSubAdmin::connect().await;
+    let (topic, _) = admin
+        .topic_with_subscription("source-proto", "plain", false)
+        .await;
+    let (dead, _) = admin
+        .topic_with_subscription("source-proto", "dead", false)
+        .await;
+    let subscription = format!("{}-source", topic.replace("/topics/", "/subscriptions/"));
+    admin
+        .create_subscription(&subscription, &topic, false)
+        .await;
+    let schema = table_schema(true);
+    let inserted = rows(&schema, true);
+    let format = [
+        ("format", "protobuf"),
+        ("schema", PROTO_SCHEMA),
+        ("schema_encoding", encoding),
+    ];
+    sink_insert(&admin.host, &topic, &dead, &schema, &inserted, &format).await;
+    let batches = read(schema, &admin.host, &subscription, &format)
+        .await
+        .expect("SELECT over the Protobuf topic");
+    let mut expected = render(&[inserted.slice(0, 3)]);
+    expected[1]["count"] = json!(0);
+    assert_eq!(render(&batches), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sinks_protobuf_wire_messages_read_back_to_the_inserted_rows() {
+    protobuf_round_trip("binary").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sinks_proto3_json_messages_read_back_to_the_inserted_rows() {
+    protobuf_round_trip("json").await;
+}
+
+/// A message that is not a datum of the schema, under `failure_policy = 'fail'` (the default):
+/// the statement fails naming the message id and the format, never the data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_is_not_an_avro_datum_fails_the_statement_naming_it() {
+    let admin = PubSubAdmin::connect().await;
+    let (topic, subscription) = admin
+        .topic_with_subscription("source-avro-bad", "plain", false)
+        .await;
+    let mut datas = fastavro_datums(&[json!({"id": 1, "ts": null, "amount": "1.00",
+        "note": "ok", "address": null, "tags": []})]);
+    datas.push(b"\x02secret".to_vec());
+    let ids = publish(&admin.host, &topic, datas).await;
+    let err = read(
+        table_schema(false),
+        &admin.host,
+        &subscription,
+        &[("format", "avro"), ("schema", AVRO_SCHEMA)],
+    )
+    .await
+    .expect_err("a message that is not a datum")
+    .to_string();
+    assert!(
+        err.contains(&format!("message '{}'", ids[1]))
+            && err.contains("format 'avro' (binary)")
+            && !err.contains(&format!("message '{}'", ids[0]))
+            && !err.contains("secret"),
+        "{err}"
+    );
+}
+
+/// Declaration errors of a source name the column, the field and both types.
+#[test]
+fn a_source_column_the_schema_cannot_fill_is_refused_naming_column_field_and_types() {
+    let declare = |columns: &[(&str, arrow::datatypes::DataType)], schema: &str| {
+        let table = Arc::new(arrow::datatypes::Schema::new(
+            columns
+                .iter()
+                .map(|(n, t)| arrow::datatypes::Field::new(*n, t.clone(), true))
+                .collect::<Vec<_>>(),
+        ));
+        let raw = RawOptions::from_pairs(
+            [
+                ("emulator_host", "localhost:1"),
+                ("format", "avro"),
+                ("schema", schema),
+            ]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+        .unwrap();
+        let opts = PubSubSourceOptions::from_raw(Some("projects/demo/subscriptions/orders"), &raw)
+            .unwrap();
+        PubSubSourceTable::try_new("t", table, opts)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    use arrow::datatypes::DataType;
+    let e = declare(&[("id", DataType::Utf8)], AVRO_SCHEMA);
+    for part in ["'id'", "Utf8", "long", "read from the Avro schema"] {
+        assert!(e.contains(part), "{part}: {e}");
+    }
+    let e = declare(&[("nope", DataType::Int64)], AVRO_SCHEMA);
+    assert!(e.contains("'nope'") && e.contains("no field"), "{e}");
+    // A field without a column is skipped when reading, required or not.
+    let table = Arc::new(arrow::datatypes::Schema::new(vec![
+        arrow::datatypes::Field::new("id", DataType::Int64, true),
+    ]));
+    let raw = RawOptions::from_pairs(
+        [("format", "avro"), ("schema", AVRO_SCHEMA)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    )
+    .unwrap();
+    let opts =
+        PubSubSourceOptions::from_raw(Some("projects/demo/subscriptions/orders"), &raw).unwrap();
+    PubSubSourceTable::try_new("t", table, opts).expect("a subset of the fields");
+}
