@@ -445,6 +445,7 @@ impl Start {
             max_outstanding_messages: opts.max_outstanding_messages,
             max_outstanding_bytes: opts.max_outstanding_bytes,
             ack_deadline: opts.stream_ack_deadline,
+            returns: queue.clone(),
         };
         tokio::spawn(puller.run(
             pull_tx,

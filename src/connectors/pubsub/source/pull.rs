@@ -18,11 +18,13 @@ use std::time::Duration;
 
 use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
 use gcloud_sdk::google::pubsub::v1::{ReceivedMessage, StreamingPullRequest};
+use tokio::sync::mpsc::error::SendError;
 use tokio::sync::{mpsc, watch};
 use tonic::Code;
 
 use super::SourceCounters;
 use super::lease::{Outstanding, ack_deadline_seconds};
+use super::ticket::AckQueue;
 use crate::connectors::google::{
     GrpcChannel, ROUTING_HEADER, Reachability, nothing_listens, routing_value,
 };
@@ -94,6 +96,9 @@ pub struct Puller {
     pub max_outstanding_bytes: u64,
     /// The stream's ack deadline.
     pub ack_deadline: Duration,
+    /// Where what the stream still brings once its reader is gone is nacked, so that it is
+    /// not left leased to a closing stream until its deadline lapses.
+    pub returns: AckQueue,
 }
 
 /// Waits for the next change of `rx`; never returns once its sender is gone (nothing can
@@ -183,10 +188,12 @@ impl Puller {
                             _ = out.closed() => return,
                         }
                         let next = tokio::select! {
+                            // A reader that is gone is seen before another response is taken.
+                            biased;
+                            _ = out.closed() => return,
                             next = stream.message() => next,
                             _ = changed(&mut stop) => continue 'connect,
                             _ = changed(&mut idle) => continue 'connect,
-                            _ = out.closed() => return,
                         };
                         match next {
                             Ok(Some(response)) => {
@@ -201,7 +208,15 @@ impl Puller {
                                 counters
                                     .read
                                     .fetch_add(messages.len() as u64, Ordering::Relaxed);
-                                if out.send(Pulled::Messages(messages)).is_err() {
+                                if let Err(SendError(Pulled::Messages(messages))) =
+                                    out.send(Pulled::Messages(messages))
+                                {
+                                    // The reader went away meanwhile (its statement ended):
+                                    // these go back at once (unless the source was aborted).
+                                    let ids: Vec<String> =
+                                        messages.into_iter().map(|m| m.ack_id).collect();
+                                    outstanding.remove(&ids);
+                                    self.returns.nack(ids);
                                     return;
                                 }
                             }
