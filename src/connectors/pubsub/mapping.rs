@@ -63,7 +63,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::Schema;
+use arrow::datatypes::{DataType, Schema};
 use gcloud_sdk::google::pubsub::v1::PubsubMessage;
 use prost::Message as _;
 
@@ -385,66 +385,56 @@ impl PubSubMapping {
                 rule: "a Pub/Sub table needs a topic (the 'topic' option or LOCATION) or a 'topic_column'".into(),
             });
         }
-        let data_column = find_column(
-            schema,
-            "data_column",
-            spec.data_column.as_deref(),
-            Some(DEFAULT_DATA_COLUMN),
-        )?;
-        let attributes_column = find_column(
-            schema,
-            "attributes_column",
-            spec.attributes_column.as_deref(),
-            Some(DEFAULT_ATTRIBUTES_COLUMN),
-        )?;
-        let ordering_key_column = find_column(
-            schema,
-            "ordering_key_column",
-            spec.ordering_key_column.as_deref(),
-            Some(DEFAULT_ORDERING_KEY_COLUMN),
-        )?;
+        // The columns of a role that a column of the default name takes when no option names one.
+        let [data_column, attributes_column, ordering_key_column] = [
+            ("data_column", &spec.data_column, DEFAULT_DATA_COLUMN),
+            (
+                "attributes_column",
+                &spec.attributes_column,
+                DEFAULT_ATTRIBUTES_COLUMN,
+            ),
+            (
+                "ordering_key_column",
+                &spec.ordering_key_column,
+                DEFAULT_ORDERING_KEY_COLUMN,
+            ),
+        ]
+        .map(|(option, given, default)| {
+            find_column(schema, option, given.as_deref(), Some(default))
+        });
+        let (data_column, attributes_column, ordering_key_column) =
+            (data_column?, attributes_column?, ordering_key_column?);
 
         let type_of = |i: usize| schema.field(i).data_type();
-        if let Some((i, name)) = &topic_column
-            && !is_string_type(type_of(*i))
-        {
-            return Err(Error::schema(
-                name,
-                format!("topic_column must be a string column, not {}", type_of(*i)),
-            ));
-        }
-        if let Some((i, name)) = &data_column
-            && !is_bytes_type(type_of(*i))
-        {
-            return Err(Error::schema(
-                name,
-                format!(
-                    "the data column must be a string or binary column, not {}",
-                    type_of(*i)
-                ),
-            ));
-        }
-        if let Some((i, name)) = &attributes_column
-            && !is_map_of(type_of(*i), is_string_type)
-        {
-            return Err(Error::schema(
-                name,
-                format!(
-                    "the attributes column must be a MAP of string keys to string values, not {}",
-                    type_of(*i)
-                ),
-            ));
-        }
-        if let Some((i, name)) = &ordering_key_column
-            && !is_string_type(type_of(*i))
-        {
-            return Err(Error::schema(
-                name,
-                format!(
-                    "the ordering key column must be a string column, not {}",
-                    type_of(*i)
-                ),
-            ));
+        let string_map = |t: &DataType| is_map_of(t, is_string_type);
+        let typed_roles: [(_, &dyn Fn(&DataType) -> bool, _); 4] = [
+            (
+                &topic_column,
+                &is_string_type,
+                "topic_column must be a string column",
+            ),
+            (
+                &data_column,
+                &is_bytes_type,
+                "the data column must be a string or binary column",
+            ),
+            (
+                &attributes_column,
+                &string_map,
+                "the attributes column must be a MAP of string keys to string values",
+            ),
+            (
+                &ordering_key_column,
+                &is_string_type,
+                "the ordering key column must be a string column",
+            ),
+        ];
+        for (column, fits, rule) in typed_roles {
+            if let Some((i, name)) = column
+                && !fits(type_of(*i))
+            {
+                return Err(Error::schema(name, format!("{rule}, not {}", type_of(*i))));
+            }
         }
 
         // One role per column among the four single-column roles.
@@ -1105,31 +1095,20 @@ mod tests {
             resolve_topic("projects/p1/topics/clicks", None).unwrap(),
             "projects/p1/topics/clicks"
         );
-        assert!(
-            resolve_topic("clicks", None)
-                .unwrap_err()
-                .contains("no project")
-        );
-        assert!(
-            resolve_topic("projects/p1/subscriptions/x", None)
-                .unwrap_err()
-                .contains("projects/PROJECT/topics/TOPIC")
-        );
-        assert!(
-            resolve_topic("projects//topics/abc", None)
-                .unwrap_err()
-                .contains("invalid project")
-        );
-        assert!(
-            resolve_topic("projects/p/topics/x", None)
-                .unwrap_err()
-                .contains("3 to 255")
-        );
-        assert!(
-            resolve_topic("a/b", Some("p"))
-                .unwrap_err()
-                .contains("neither")
-        );
+        for (name, project, rule) in [
+            ("clicks", None, "no project"),
+            (
+                "projects/p1/subscriptions/x",
+                None,
+                "projects/PROJECT/topics/TOPIC",
+            ),
+            ("projects//topics/abc", None, "invalid project"),
+            ("projects/p/topics/x", None, "3 to 255"),
+            ("a/b", Some("p"), "neither"),
+        ] {
+            let err = resolve_topic(name, project).unwrap_err();
+            assert!(err.contains(rule), "{name}: {err}");
+        }
     }
 
     #[test]
