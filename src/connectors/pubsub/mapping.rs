@@ -406,26 +406,26 @@ impl PubSubMapping {
             (data_column?, attributes_column?, ordering_key_column?);
 
         let type_of = |i: usize| schema.field(i).data_type();
-        let string_map = |t: &DataType| is_map_of(t, is_string_type);
-        let typed_roles: [(_, &dyn Fn(&DataType) -> bool, _); 4] = [
+        // Each role's column, the types it takes and the rule an other type breaks.
+        let typed_roles = [
             (
                 &topic_column,
-                &is_string_type,
+                is_string_type as fn(&DataType) -> bool,
                 "topic_column must be a string column",
             ),
             (
                 &data_column,
-                &is_bytes_type,
+                is_bytes_type,
                 "the data column must be a string or binary column",
             ),
             (
                 &attributes_column,
-                &string_map,
+                |t| is_map_of(t, is_string_type),
                 "the attributes column must be a MAP of string keys to string values",
             ),
             (
                 &ordering_key_column,
-                &is_string_type,
+                is_string_type,
                 "the ordering key column must be a string column",
             ),
         ];
@@ -1108,6 +1108,43 @@ mod tests {
         ] {
             let err = resolve_topic(name, project).unwrap_err();
             assert!(err.contains(rule), "{name}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_role_column_of_another_type_is_refused_naming_the_column_and_the_rule() {
+        for (column, is_topic_column, rule) in [
+            ("t", true, "topic_column must be a string column, not Int64"),
+            (
+                DEFAULT_DATA_COLUMN,
+                false,
+                "the data column must be a string or binary column, not Int64",
+            ),
+            (
+                DEFAULT_ATTRIBUTES_COLUMN,
+                false,
+                "the attributes column must be a MAP of string keys to string values, not Int64",
+            ),
+            (
+                DEFAULT_ORDERING_KEY_COLUMN,
+                false,
+                "the ordering key column must be a string column, not Int64",
+            ),
+        ] {
+            let schema = Schema::new(vec![
+                arrow::datatypes::Field::new(column, DataType::Int64, true),
+                arrow::datatypes::Field::new("other", DataType::Utf8, true),
+            ]);
+            let spec = MappingSpec {
+                topic_column: is_topic_column.then(|| column.to_string()),
+                ..MappingSpec::default()
+            };
+            let err = PubSubMapping::new(&spec, &schema, Some("projects/p/topics/clicks"), None)
+                .unwrap_err();
+            assert!(
+                matches!(&err, Error::Schema { column: c, rule: r } if c == column && r == rule),
+                "{column}: {err}"
+            );
         }
     }
 
