@@ -33,6 +33,8 @@ pub mod error;
 pub mod options;
 pub mod sql;
 
+#[cfg(test)]
+mod test_util;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;

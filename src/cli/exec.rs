@@ -307,20 +307,21 @@ mod tests {
     }
 
     #[test]
-    fn json_format_is_one_array() {
-        assert_eq!(
-            render(OutputFormat::Json, false),
-            "[{\"id\":1,\"url\":\"/a\"},{\"id\":2}]\n"
-        );
-        assert_eq!(render(OutputFormat::Json, true), "[]\n");
-    }
-
-    #[test]
-    fn ndjson_format_is_one_object_per_line() {
-        assert_eq!(
-            render(OutputFormat::Ndjson, false),
-            "{\"id\":1,\"url\":\"/a\"}\n{\"id\":2}\n"
-        );
-        assert_eq!(render(OutputFormat::Ndjson, true), "");
+    fn json_is_one_array_and_ndjson_one_object_per_line() {
+        for (format, rows, no_rows) in [
+            (
+                OutputFormat::Json,
+                "[{\"id\":1,\"url\":\"/a\"},{\"id\":2}]\n",
+                "[]\n",
+            ),
+            (
+                OutputFormat::Ndjson,
+                "{\"id\":1,\"url\":\"/a\"}\n{\"id\":2}\n",
+                "",
+            ),
+        ] {
+            assert_eq!(render(format, false), rows, "{format:?}");
+            assert_eq!(render(format, true), no_rows, "{format:?}");
+        }
     }
 }

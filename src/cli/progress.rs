@@ -364,31 +364,21 @@ mod tests {
     #[test]
     fn counters_are_read_by_name_from_a_sink_below_the_root() {
         let metrics = ExecutionPlanMetricsSet::new();
-        MetricBuilder::new(&metrics)
-            .global_counter(names::RECORDS_SENT)
-            .add(7);
-        MetricBuilder::new(&metrics)
-            .global_counter(names::RECORDS_ACKED)
-            .add(5);
+        for (name, value) in [
+            (names::RECORDS_SENT, 7),
+            (names::RECORDS_ACKED, 5),
+            (names::RETRIES, 3),
+            (names::RECORDS_DROPPED, 1),
+            (names::RECORDS_SKIPPED, 4),
+            (names::RESOURCES_CREATED, 1),
+            // Another counter must not leak into the seven.
+            (names::BYTES_SENT, 1000),
+        ] {
+            MetricBuilder::new(&metrics).global_counter(name).add(value);
+        }
         MetricBuilder::new(&metrics)
             .global_gauge(names::IN_FLIGHT_RECORDS)
             .set(2);
-        MetricBuilder::new(&metrics)
-            .global_counter(names::RETRIES)
-            .add(3);
-        MetricBuilder::new(&metrics)
-            .global_counter(names::RECORDS_DROPPED)
-            .add(1);
-        MetricBuilder::new(&metrics)
-            .global_counter(names::RECORDS_SKIPPED)
-            .add(4);
-        MetricBuilder::new(&metrics)
-            .global_counter(names::RESOURCES_CREATED)
-            .add(1);
-        // Another counter must not leak into the seven.
-        MetricBuilder::new(&metrics)
-            .global_counter(names::BYTES_SENT)
-            .add(1000);
         let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
         let sink = Arc::new(CountingSink {
             metrics,

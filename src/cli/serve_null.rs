@@ -157,6 +157,7 @@ mod tests {
 
     use super::*;
     use crate::cli::{Args, Command};
+    use crate::test_util::assert_contains_all;
 
     fn parse(args: &[&str]) -> Result<Args, clap::Error> {
         Args::try_parse_from(std::iter::once("gcp-sql").chain(args.iter().copied()))
@@ -219,8 +220,7 @@ mod tests {
             .expect("serve-null is a subcommand")
             .render_help()
             .to_string();
-        assert!(help.contains("pubsub (Publish)"), "{help}");
-        assert!(help.contains("[default: pubsub]"), "{help}");
+        assert_contains_all(&help, &["pubsub (Publish)", "[default: pubsub]"]);
     }
 
     #[test]

@@ -161,10 +161,7 @@ mod tests {
     use super::*;
     use crate::error::Error;
     use crate::options::{DefaultValue, OptionField};
-
-    fn raw(pairs: &[(&str, &str)]) -> RawOptions {
-        RawOptions::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap()
-    }
+    use crate::test_util::raw_options;
 
     #[test]
     fn every_registered_connector_lists_the_connector_option_first() {
@@ -251,56 +248,52 @@ mod tests {
         );
     }
 
-    #[test]
-    fn suggests_nearest_name_for_a_misspelling() {
-        let err = validate_names(
-            crate::connectors::pubsub::KIND,
-            &raw(&[("retry_total_timout", "1s")]),
-        )
-        .unwrap_err();
-        assert!(
-            matches!(err, Error::UnknownOption { ref suggestion, .. } if suggestion.as_deref() == Some("retry_total_timeout")),
-            "{err}"
-        );
+    /// The error [`validate_names`] gives for `pairs` in a table of `kind`.
+    fn names_error(kind: ConnectorKind, pairs: &[(&str, &str)]) -> Error {
+        validate_names(kind, &raw_options(pairs)).unwrap_err()
     }
 
     #[test]
-    fn suggests_the_same_knob_of_this_connector() {
-        let err = validate_names(
-            crate::connectors::bigtable::KIND,
-            &raw(&[("max_active_publishers", "3")]),
-        )
-        .unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("did you mean 'max_active_instances'"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn gives_no_suggestion_for_a_far_name() {
-        let err = validate_names(crate::connectors::bigtable::KIND, &raw(&[("zzzzzz", "1")]))
-            .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Error::UnknownOption {
-                    suggestion: None,
-                    ..
-                }
+    fn an_unknown_name_gets_the_nearest_name_of_this_connector_or_no_suggestion() {
+        for (kind, name, value, nearest) in [
+            (
+                crate::connectors::pubsub::KIND,
+                "retry_total_timout",
+                "1s",
+                Some("retry_total_timeout"),
             ),
-            "{err}"
-        );
+            // The same knob of another connector: this connector's word for it.
+            (
+                crate::connectors::bigtable::KIND,
+                "max_active_publishers",
+                "3",
+                Some("max_active_instances"),
+            ),
+            (crate::connectors::bigtable::KIND, "zzzzzz", "1", None),
+        ] {
+            let err = names_error(kind, &[(name, value)]);
+            match &err {
+                Error::UnknownOption { suggestion, .. } => {
+                    assert_eq!(suggestion.as_deref(), nearest, "{err}")
+                }
+                other => panic!("expected an unknown option, got {other:?}"),
+            }
+            if let Some(nearest) = nearest {
+                let text = err.to_string();
+                assert!(
+                    text.contains(&format!("did you mean '{nearest}'")),
+                    "{text}"
+                );
+            }
+        }
     }
 
     #[test]
     fn rejects_connector_option_that_disagrees_with_the_table() {
-        let err = validate_names(
+        let err = names_error(
             crate::connectors::pubsub::KIND,
-            &raw(&[("connector", "bigtable")]),
-        )
-        .unwrap_err();
+            &[("connector", "bigtable")],
+        );
         assert!(
             matches!(err, Error::InvalidOption { ref option, .. } if option == "connector"),
             "{err}"
@@ -308,7 +301,7 @@ mod tests {
         assert!(
             validate_names(
                 crate::connectors::bigtable::KIND,
-                &raw(&[("connector", "BIGTABLE")])
+                &raw_options(&[("connector", "BIGTABLE")])
             )
             .is_ok()
         );

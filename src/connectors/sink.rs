@@ -290,14 +290,11 @@ pub fn declare<C: Connector>(
 
 #[cfg(test)]
 mod tests {
+    use crate::test_util::raw_options;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
     use crate::connectors::registry::build_sink;
-
-    fn raw(pairs: &[(&str, &str)]) -> RawOptions {
-        RawOptions::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap()
-    }
 
     #[test]
     fn every_connector_builds_the_generic_sink_of_its_kind() {
@@ -308,7 +305,7 @@ mod tests {
         let cases = [
             (
                 crate::connectors::pubsub::KIND,
-                raw(&[
+                raw_options(&[
                     ("topic", "projects/p/topics/clicks"),
                     ("data_column", "data"),
                     ("attribute_columns", "id"),
@@ -316,14 +313,14 @@ mod tests {
             ),
             (
                 crate::connectors::cloud_tasks::KIND,
-                raw(&[
+                raw_options(&[
                     ("queue", "projects/p/locations/l/queues/q"),
                     ("url", "https://w.example.com/"),
                 ]),
             ),
             (
                 crate::connectors::bigtable::KIND,
-                raw(&[
+                raw_options(&[
                     ("table", "projects/p/instances/i/tables/t"),
                     ("row_key", "id"),
                 ]),

@@ -242,6 +242,17 @@ mod tests {
         }
     }
 
+    /// [`fixed`] with `change` made to it.
+    fn fixed_with(
+        total: u64,
+        attempts: u32,
+        change: impl FnOnce(&mut RetrySettings),
+    ) -> RetrySettings {
+        let mut settings = fixed(total, attempts);
+        change(&mut settings);
+        settings
+    }
+
     /// Runs failed attempts with the clock advancing by each delay; returns the delays.
     fn delays(settings: &RetrySettings) -> Vec<Duration> {
         let mut now = Instant::now();
@@ -256,6 +267,17 @@ mod tests {
                 }
                 None => break,
             }
+        }
+        out
+    }
+
+    /// The deadline of each attempt `settings` allows when every attempt fails at once.
+    fn deadlines(settings: &RetrySettings) -> Vec<Option<Duration>> {
+        let now = Instant::now();
+        let mut state = settings.start(now);
+        let mut out = vec![state.begin_attempt(now)];
+        while out.len() < 20 && state.next_delay(now).is_some() {
+            out.push(state.begin_attempt(now));
         }
         out
     }
@@ -275,9 +297,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn zero_total_timeout_bounds_by_attempts_only() {
         // 4 attempts: 3 retries, however long they take.
-        let mut s = fixed(0, 4);
-        s.initial_retry_delay = Duration::from_secs(1000);
-        s.max_retry_delay = Duration::from_secs(1000);
+        let s = fixed_with(0, 4, |s| {
+            s.initial_retry_delay = Duration::from_secs(1000);
+            s.max_retry_delay = Duration::from_secs(1000);
+        });
         assert_eq!(delays(&s).len(), 3);
     }
 
@@ -290,16 +313,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn zero_initial_delay_means_no_delay_before_first_retry() {
-        let mut s = fixed(0, 3);
-        s.initial_retry_delay = Duration::ZERO;
+        let s = fixed_with(0, 3, |s| s.initial_retry_delay = Duration::ZERO);
         // multiplier of zero stays zero: every retry immediate
         assert_eq!(delays(&s), vec![Duration::ZERO, Duration::ZERO]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn zero_max_delay_means_no_delay_from_second_retry_on() {
-        let mut s = fixed(0, 4);
-        s.max_retry_delay = Duration::ZERO;
+        let s = fixed_with(0, 4, |s| s.max_retry_delay = Duration::ZERO);
         assert_eq!(
             delays(&s),
             vec![Duration::from_millis(100), Duration::ZERO, Duration::ZERO]
@@ -308,24 +329,17 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn zero_initial_rpc_timeout_means_no_deadline() {
-        let mut s = fixed(0, 3);
-        s.initial_rpc_timeout = Duration::ZERO;
-        let now = Instant::now();
-        let mut state = s.start(now);
-        assert_eq!(state.begin_attempt(now), None);
+        let s = fixed_with(0, 3, |s| s.initial_rpc_timeout = Duration::ZERO);
+        assert_eq!(deadlines(&s)[0], None);
     }
 
     #[tokio::test(start_paused = true)]
     async fn zero_max_rpc_timeout_means_retries_run_without_deadline() {
-        let mut s = fixed(0, 4);
-        s.max_rpc_timeout = Duration::ZERO;
-        let now = Instant::now();
-        let mut state = s.start(now);
-        assert_eq!(state.begin_attempt(now), Some(Duration::from_secs(1)));
-        for _ in 0..3 {
-            assert!(state.next_delay(now).is_some());
-            assert_eq!(state.begin_attempt(now), None);
-        }
+        let s = fixed_with(0, 4, |s| s.max_rpc_timeout = Duration::ZERO);
+        assert_eq!(
+            deadlines(&s),
+            vec![Some(Duration::from_secs(1)), None, None, None]
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -357,8 +371,7 @@ mod tests {
         }
         assert!(seen_nonzero);
         assert_eq!(jittered(Duration::ZERO), Duration::ZERO);
-        let mut s = fixed(0, 3);
-        s.jitter = true;
+        let s = fixed_with(0, 3, |s| s.jitter = true);
         for d in delays(&s) {
             assert!(d < Duration::from_millis(200));
         }

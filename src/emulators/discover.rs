@@ -136,6 +136,7 @@ pub fn locate_program(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::{assert_contains_all, error_text};
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> + use<> {
         let pairs: Vec<(String, OsString)> = pairs
@@ -154,17 +155,17 @@ mod tests {
 
     #[test]
     fn override_naming_a_missing_file_is_an_install_error() {
-        let err = locate_program(
+        let err = error_text(locate_program(
             EmulatorKind::Bigtable,
             env_of(&[("GCP_SQL_BIGTABLE_EMULATOR_BIN", "/nonexistent/cbtemulator")]),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            err.contains("apt-get install google-cloud-cli-bigtable-emulator"),
-            "{err}"
+        ));
+        assert_contains_all(
+            &err,
+            &[
+                "apt-get install google-cloud-cli-bigtable-emulator",
+                "/nonexistent/cbtemulator",
+            ],
         );
-        assert!(err.contains("/nonexistent/cbtemulator"), "{err}");
     }
 
     #[test]
@@ -172,14 +173,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let plain = dir.path().join("not-executable");
         std::fs::write(&plain, "data").unwrap();
-        let err = locate_program(
+        let err = error_text(locate_program(
             EmulatorKind::PubSub,
             env_of(&[("GCP_SQL_PUBSUB_EMULATOR_BIN", plain.to_str().unwrap())]),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("not an executable file"), "{err}");
-        assert!(err.contains("google-cloud-cli-pubsub-emulator"), "{err}");
+        ));
+        assert_contains_all(
+            &err,
+            &["not an executable file", "google-cloud-cli-pubsub-emulator"],
+        );
     }
 
     #[test]

@@ -311,14 +311,12 @@ mod tests {
 
     #[test]
     fn accepts_host_port_and_drops_http_scheme() {
-        assert_eq!(
-            parse_emulator_host("localhost:8085").unwrap(),
-            "localhost:8085"
-        );
-        assert_eq!(
-            parse_emulator_host("http://127.0.0.1:9000/").unwrap(),
-            "127.0.0.1:9000"
-        );
+        for (host, address) in [
+            ("localhost:8085", "localhost:8085"),
+            ("http://127.0.0.1:9000/", "127.0.0.1:9000"),
+        ] {
+            assert_eq!(parse_emulator_host(host).unwrap(), address, "{host}");
+        }
     }
 
     #[test]

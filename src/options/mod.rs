@@ -175,6 +175,21 @@ pub struct ParsedOptions {
     values: Vec<Parsed>,
 }
 
+/// A [`ParsedOptions`] getter of an option whose value is `Copy`: `None` when the statement does
+/// not give it, an internal error naming `$wanted` when its spec declares another type.
+macro_rules! copy_getter {
+    ($(#[$doc:meta])* $name:ident -> $ty:ty, $variant:ident, $wanted:literal) => {
+        $(#[$doc])*
+        pub fn $name(&self, spec: &OptionSpec) -> Result<Option<$ty>> {
+            match self.value(spec) {
+                None => Ok(None),
+                Some(Value::$variant(v)) => Ok(Some(*v)),
+                Some(_) => Err(Self::wrong_type(spec, $wanted)),
+            }
+        }
+    };
+}
+
 impl ParsedOptions {
     /// Checks the names of `raw` against `specs` (the options of the connector called
     /// `connector`) and parses each value by its type, checking its value-level bound.
@@ -234,23 +249,15 @@ impl ParsedOptions {
         )
     }
 
-    /// A duration option.
-    pub fn duration(&self, spec: &OptionSpec) -> Result<Option<Duration>> {
-        match self.value(spec) {
-            None => Ok(None),
-            Some(Value::Duration(d)) => Ok(Some(*d)),
-            Some(_) => Err(Self::wrong_type(spec, "a duration")),
-        }
-    }
+    copy_getter!(
+        /// A duration option.
+        duration -> Duration, Duration, "a duration"
+    );
 
-    /// An integer option.
-    pub fn int(&self, spec: &OptionSpec) -> Result<Option<i64>> {
-        match self.value(spec) {
-            None => Ok(None),
-            Some(Value::Int(v)) => Ok(Some(*v)),
-            Some(_) => Err(Self::wrong_type(spec, "an integer")),
-        }
-    }
+    copy_getter!(
+        /// An integer option.
+        int -> i64, Int, "an integer"
+    );
 
     /// An integer option held in 32 bits (the builders' `i32` parameters).
     pub fn int32(&self, spec: &OptionSpec) -> Result<Option<i32>> {
@@ -268,23 +275,15 @@ impl ParsedOptions {
         }
     }
 
-    /// A number option.
-    pub fn float(&self, spec: &OptionSpec) -> Result<Option<f64>> {
-        match self.value(spec) {
-            None => Ok(None),
-            Some(Value::Float(v)) => Ok(Some(*v)),
-            Some(_) => Err(Self::wrong_type(spec, "a number")),
-        }
-    }
+    copy_getter!(
+        /// A number option.
+        float -> f64, Float, "a number"
+    );
 
-    /// A boolean option.
-    pub fn bool(&self, spec: &OptionSpec) -> Result<Option<bool>> {
-        match self.value(spec) {
-            None => Ok(None),
-            Some(Value::Bool(v)) => Ok(Some(*v)),
-            Some(_) => Err(Self::wrong_type(spec, "a boolean")),
-        }
-    }
+    copy_getter!(
+        /// A boolean option.
+        bool -> bool, Bool, "a boolean"
+    );
 
     /// A text, column or enum option (enum words come back in their spec's spelling).
     pub fn text(&self, spec: &OptionSpec) -> Result<Option<&str>> {

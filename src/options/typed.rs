@@ -41,24 +41,36 @@ fn plain(d: &DefaultValue) -> &DefaultValue {
     }
 }
 
-impl OptionField for i64 {
-    type Input = i64;
-    fn from_input(v: i64) -> Self {
-        v
-    }
-    fn from_default(d: &DefaultValue) -> Option<Self> {
-        match plain(d) {
-            DefaultValue::Int(v) | DefaultValue::Bytes(v) => Some(*v),
-            _ => None,
+/// Implements [`OptionField`] for a type the builder takes as it is: the spec default that fits
+/// it (a pattern binding `v`), how a builder value is checked against the spec (a function of
+/// the spec and the value) and the [`ParsedOptions`] getter that reads it.
+macro_rules! plain_option_field {
+    ($ty:ty, $default:pat => $value:expr, $check:expr, $read:ident) => {
+        impl OptionField for $ty {
+            type Input = $ty;
+            fn from_input(v: $ty) -> Self {
+                v
+            }
+            fn from_default(d: &DefaultValue) -> Option<Self> {
+                match plain(d) {
+                    $default => Some($value),
+                    _ => None,
+                }
+            }
+            fn check(spec: &OptionSpec, v: $ty) -> Result<()> {
+                ($check)(spec, v)
+            }
+            fn read(p: &ParsedOptions, spec: &OptionSpec) -> Result<Option<$ty>> {
+                p.$read(spec)
+            }
         }
-    }
-    fn check(spec: &OptionSpec, v: i64) -> Result<()> {
-        spec.check_int(v)
-    }
-    fn read(p: &ParsedOptions, spec: &OptionSpec) -> Result<Option<i64>> {
-        p.int(spec)
-    }
+    };
 }
+
+plain_option_field!(i64, DefaultValue::Int(v) | DefaultValue::Bytes(v) => *v, OptionSpec::check_int, int);
+plain_option_field!(f64, DefaultValue::Float(v) => *v, OptionSpec::check_float, float);
+plain_option_field!(Duration, DefaultValue::Duration(v) => *v, OptionSpec::check_duration, duration);
+plain_option_field!(bool, DefaultValue::Bool(v) => *v, |_, _| Ok(()), bool);
 
 impl OptionField for i32 {
     type Input = i32;
@@ -73,63 +85,6 @@ impl OptionField for i32 {
     }
     fn read(p: &ParsedOptions, spec: &OptionSpec) -> Result<Option<i32>> {
         p.int32(spec)
-    }
-}
-
-impl OptionField for f64 {
-    type Input = f64;
-    fn from_input(v: f64) -> Self {
-        v
-    }
-    fn from_default(d: &DefaultValue) -> Option<Self> {
-        match plain(d) {
-            DefaultValue::Float(v) => Some(*v),
-            _ => None,
-        }
-    }
-    fn check(spec: &OptionSpec, v: f64) -> Result<()> {
-        spec.check_float(v)
-    }
-    fn read(p: &ParsedOptions, spec: &OptionSpec) -> Result<Option<f64>> {
-        p.float(spec)
-    }
-}
-
-impl OptionField for Duration {
-    type Input = Duration;
-    fn from_input(v: Duration) -> Self {
-        v
-    }
-    fn from_default(d: &DefaultValue) -> Option<Self> {
-        match plain(d) {
-            DefaultValue::Duration(v) => Some(*v),
-            _ => None,
-        }
-    }
-    fn check(spec: &OptionSpec, v: Duration) -> Result<()> {
-        spec.check_duration(v)
-    }
-    fn read(p: &ParsedOptions, spec: &OptionSpec) -> Result<Option<Duration>> {
-        p.duration(spec)
-    }
-}
-
-impl OptionField for bool {
-    type Input = bool;
-    fn from_input(v: bool) -> Self {
-        v
-    }
-    fn from_default(d: &DefaultValue) -> Option<Self> {
-        match plain(d) {
-            DefaultValue::Bool(v) => Some(*v),
-            _ => None,
-        }
-    }
-    fn check(_spec: &OptionSpec, _v: bool) -> Result<()> {
-        Ok(())
-    }
-    fn read(p: &ParsedOptions, spec: &OptionSpec) -> Result<Option<bool>> {
-        p.bool(spec)
     }
 }
 
@@ -318,7 +273,8 @@ mod tests {
     use super::*;
     use crate::error::Error;
     use crate::options::common::PER_DESTINATION_METRICS;
-    use crate::options::{Bound, OptionKind, RawOptions};
+    use crate::options::{Bound, OptionKind};
+    use crate::test_util::raw_options;
 
     writer_options! {
         /// A made-up connector's writer options.
@@ -410,11 +366,7 @@ mod tests {
 
     #[test]
     fn reads_the_options_a_statement_gives() {
-        let raw = RawOptions::from_pairs([
-            ("deadline".to_string(), "2s".to_string()),
-            ("per_destination_metrics".to_string(), "true".to_string()),
-        ])
-        .unwrap();
+        let raw = raw_options(&[("deadline", "2s"), ("per_destination_metrics", "true")]);
         let p = ParsedOptions::parse("acme", AcmeWriterOptions::specs(), &raw).unwrap();
         let o = AcmeWriterOptionsBuilder::from_parsed(&p)
             .unwrap()

@@ -34,8 +34,7 @@ use datafusion::physical_expr::{
     Partitioning, PhysicalExpr,
 };
 use datafusion::physical_plan::execution_plan::{
-    Boundedness, ChildrenPropertiesMode, ReplaceChildrenOptions, check_not_null_constraints,
-    execute_input_stream,
+    Boundedness, ReplaceChildrenOptions, check_not_null_constraints, execute_input_stream,
 };
 use datafusion::physical_plan::expressions::Column;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
@@ -46,6 +45,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use super::control::StatementControl;
+use super::plan_node::{name_and_properties, no_expressions, with_new_children_by_replace};
 use super::spec::SinkSpec;
 use crate::connectors::{Routing, SinkConnector};
 use crate::core::SinkMetrics;
@@ -347,13 +347,7 @@ impl DisplayAs for SinkWriterExec {
 }
 
 impl ExecutionPlan for SinkWriterExec {
-    fn name(&self) -> &'static str {
-        "SinkWriterExec"
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
+    name_and_properties!("SinkWriterExec");
 
     fn required_input_distribution(&self) -> Vec<Distribution> {
         if self.reads_source {
@@ -414,15 +408,7 @@ impl ExecutionPlan for SinkWriterExec {
         ))
     }
 
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        self.replace_children(
-            children,
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )
-    }
+    with_new_children_by_replace!();
 
     fn reset_state(self: Arc<Self>) -> DFResult<Arc<dyn ExecutionPlan>> {
         // A fresh statement (and metrics) for a plan that runs again.
@@ -570,13 +556,7 @@ impl DisplayAs for SinkCountExec {
 }
 
 impl ExecutionPlan for SinkCountExec {
-    fn name(&self) -> &'static str {
-        "SinkCountExec"
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
+    name_and_properties!("SinkCountExec");
 
     fn required_input_distribution(&self) -> Vec<Distribution> {
         vec![Distribution::SinglePartition]
@@ -599,22 +579,9 @@ impl ExecutionPlan for SinkCountExec {
         Ok(Arc::new(Self::new(input)))
     }
 
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        self.replace_children(
-            children,
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )
-    }
+    with_new_children_by_replace!();
 
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
-    ) -> DFResult<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
+    no_expressions!();
 
     fn execute(
         &self,

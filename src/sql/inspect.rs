@@ -251,6 +251,9 @@ pub fn sorted_json_object<'a>(pairs: impl IntoIterator<Item = (&'a String, &'a S
 /// ends with.
 #[cfg(test)]
 pub(crate) mod test_support {
+    use std::sync::Arc;
+
+    use datafusion::catalog::TableFunctionImpl;
     use datafusion::prelude::SessionContext;
 
     use super::InspectionFunctions;
@@ -287,11 +290,56 @@ pub(crate) mod test_support {
             .unwrap_err()
             .to_string()
     }
+
+    /// Asserts that each statement of `cases` is refused when planned with its part in the
+    /// error.
+    pub(crate) async fn assert_plan_errors(cases: &[(&str, &str)]) {
+        for (sql, expected) in cases {
+            let error = plan_error(sql).await;
+            assert!(error.contains(expected), "{sql}: {error}");
+        }
+    }
+
+    /// Asserts that each of `statements` fails without contacting anything where the emulator
+    /// variable `var` is unset: the error says the function talks to an emulator only and names
+    /// `var`. Checks nothing where `var` is set (the unit tests never set it).
+    pub(crate) async fn assert_needs_an_emulator(
+        functions: fn() -> InspectionFunctions,
+        var: &str,
+        statements: &[&str],
+    ) {
+        if std::env::var_os(var).is_some() {
+            return;
+        }
+        for sql in statements {
+            let error = run_error(functions(), sql).await;
+            assert!(error.contains("talks to an emulator only"), "{error}");
+            assert!(error.contains(var), "{error}");
+        }
+    }
+
+    /// Asserts that `sql`, run with the function `name` that `function` makes for an emulator
+    /// address where nothing listens, fails saying that nothing answers there.
+    pub(crate) async fn assert_nothing_answers(
+        name: &'static str,
+        function: impl FnOnce(&str) -> Arc<dyn TableFunctionImpl>,
+        sql: &str,
+    ) {
+        let address = closed_address();
+        let error = run_error(vec![(name, function(&address))], sql).await;
+        assert!(
+            error.contains(&format!(
+                "connection refused at {address} (the emulator host given): nothing answers"
+            )),
+            "{error}"
+        );
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::{assert_contains_all, connect_error};
 
     const ACME: Service = Service {
         emulator_env_var: "GCP_SQL_TEST_UNSET_ACME_EMULATOR_HOST",
@@ -300,17 +348,15 @@ mod tests {
 
     #[test]
     fn without_an_address_the_error_names_the_variable_and_the_endpoint() {
-        match emulator_channel("acme_read", ACME, None) {
-            Err(Error::Connect { endpoint, message }) => {
-                assert_eq!(endpoint, "https://acme.googleapis.com");
-                assert!(
-                    message.contains("acme_read talks to an emulator only")
-                        && message.contains("GCP_SQL_TEST_UNSET_ACME_EMULATOR_HOST"),
-                    "{message}"
-                );
-            }
-            other => panic!("expected a connect error, got {other:?}"),
-        }
+        let (endpoint, message) = connect_error(emulator_channel("acme_read", ACME, None));
+        assert_eq!(endpoint, "https://acme.googleapis.com");
+        assert_contains_all(
+            &message,
+            &[
+                "acme_read talks to an emulator only",
+                "GCP_SQL_TEST_UNSET_ACME_EMULATOR_HOST",
+            ],
+        );
     }
 
     #[tokio::test]

@@ -47,6 +47,7 @@ use crate::connectors::SourceDescriptor;
 use crate::connectors::registry;
 use crate::core::origin::OriginSlot;
 use crate::error::{Error, Result};
+use crate::sql::plan_node::{name_and_properties, with_new_children_by_replace};
 
 /// The source descriptor whose scan `plan` is, if it is one.
 fn source_of(plan: &dyn ExecutionPlan) -> Option<&'static SourceDescriptor> {
@@ -221,13 +222,7 @@ impl DisplayAs for BatchFilterExec {
 }
 
 impl ExecutionPlan for BatchFilterExec {
-    fn name(&self) -> &'static str {
-        "BatchFilterExec"
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
+    name_and_properties!("BatchFilterExec");
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
         vec![&self.input]
@@ -259,15 +254,7 @@ impl ExecutionPlan for BatchFilterExec {
         )?))
     }
 
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        self.replace_children(
-            children,
-            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-        )
-    }
+    with_new_children_by_replace!();
 
     fn execute(
         &self,

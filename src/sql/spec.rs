@@ -215,11 +215,8 @@ impl fmt::Debug for SinkSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::raw_options;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
-
-    fn raw(pairs: &[(&str, &str)]) -> RawOptions {
-        RawOptions::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap()
-    }
 
     fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![Field::new("data", DataType::Utf8, false)]))
@@ -234,7 +231,7 @@ mod tests {
             crate::connectors::pubsub::KIND,
             schema(),
             Some("projects/demo/topics/events"),
-            &raw(&[]),
+            &raw_options(&[]),
             &declared_env,
         )
         .unwrap();
@@ -248,7 +245,7 @@ mod tests {
             crate::connectors::pubsub::KIND,
             schema(),
             Some("projects/demo/topics/events"),
-            &raw(&[]),
+            &raw_options(&[]),
             &|_| None,
         )
         .unwrap();
@@ -263,7 +260,7 @@ mod tests {
             crate::connectors::pubsub::KIND,
             schema(),
             Some("projects/demo/topics/events"),
-            &raw(&[("emulator_host", "localhost:8085")]),
+            &raw_options(&[("emulator_host", "localhost:8085")]),
             &|_| None,
         )
         .unwrap();
@@ -285,7 +282,7 @@ mod tests {
             crate::connectors::cloud_tasks::KIND,
             Arc::new(Schema::new(vec![Field::new("body", DataType::Utf8, false)])),
             Some("projects/demo/locations/us-central1/queues/jobs"),
-            &raw(&[
+            &raw_options(&[
                 ("url", "https://worker.example.com/run?key=SECRET"),
                 ("headers", "Authorization: Bearer SECRET"),
             ]),

@@ -790,52 +790,29 @@ mod tests {
     fn classifies_entry_and_call_statuses_apart() {
         let call = |code| tonic::Status::new(code, "x");
         let entry = |code, m: &str| entry_status(tonic::Status::new(code, m));
-        assert_eq!(
-            classify_mutate_rows_status(&call(Code::Unavailable)),
-            Class::Retryable
-        );
-        assert_eq!(
-            classify_mutate_rows_status(&entry(Code::DeadlineExceeded, "")),
-            Class::Retryable
-        );
-        assert_eq!(
-            classify_mutate_rows_status(&call(Code::Aborted)),
-            Class::Retryable
-        );
-        assert_eq!(
-            classify_mutate_rows_status(&call(Code::NotFound)),
-            Class::NotFound
-        );
-        assert_eq!(
-            classify_mutate_rows_status(&call(Code::InvalidArgument)),
-            Class::Rejected
-        );
-        assert_eq!(
-            classify_mutate_rows_status(&entry(Code::Internal, "bad value")),
-            Class::Rejected
-        );
-        assert_eq!(
-            classify_mutate_rows_status(&call(Code::Internal)),
-            Class::Fatal
-        );
-        assert_eq!(
-            classify_mutate_rows_status(&entry(Code::Internal, "unknown family \"cf\"")),
-            Class::NotFound
-        );
-        assert_eq!(
-            classify_mutate_rows_status(&call(Code::PermissionDenied)),
-            Class::Fatal
-        );
-        // Throttling is not failure (issue 14, ADR 0028): it was fatal before, and failed a
-        // statement a throttled cluster would have taken slower.
-        assert_eq!(
-            classify_mutate_rows_status(&call(Code::ResourceExhausted)),
-            Class::Retryable
-        );
-        assert_eq!(
-            classify_mutate_rows_status(&entry(Code::ResourceExhausted, "queue full")),
-            Class::Retryable
-        );
+        for (status, class) in [
+            (call(Code::Unavailable), Class::Retryable),
+            (entry(Code::DeadlineExceeded, ""), Class::Retryable),
+            (call(Code::Aborted), Class::Retryable),
+            (call(Code::NotFound), Class::NotFound),
+            (call(Code::InvalidArgument), Class::Rejected),
+            (entry(Code::Internal, "bad value"), Class::Rejected),
+            (call(Code::Internal), Class::Fatal),
+            (
+                entry(Code::Internal, "unknown family \"cf\""),
+                Class::NotFound,
+            ),
+            (call(Code::PermissionDenied), Class::Fatal),
+            // Throttling is not failure (issue 14, ADR 0028): it was fatal before, and failed a
+            // statement a throttled cluster would have taken slower.
+            (call(Code::ResourceExhausted), Class::Retryable),
+            (
+                entry(Code::ResourceExhausted, "queue full"),
+                Class::Retryable,
+            ),
+        ] {
+            assert_eq!(classify_mutate_rows_status(&status), class, "{status:?}");
+        }
     }
 
     #[test]

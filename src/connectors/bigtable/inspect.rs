@@ -287,7 +287,9 @@ mod tests {
     use datafusion::arrow::array::Array;
 
     use super::*;
-    use crate::sql::inspect::test_support::{closed_address, plan_error, run_error};
+    use crate::sql::inspect::test_support::{
+        assert_needs_an_emulator, assert_nothing_answers, assert_plan_errors,
+    };
 
     fn chunk(
         key: &str,
@@ -421,7 +423,7 @@ mod tests {
 
     #[tokio::test]
     async fn arguments_are_checked_when_the_statement_is_planned() {
-        for (sql, expected) in [
+        assert_plan_errors(&[
             (
                 "SELECT * FROM bigtable_read('tables/t')",
                 "expected 'projects/PROJECT/instances/INSTANCE/tables/TABLE'",
@@ -442,42 +444,28 @@ mod tests {
                 "SELECT * FROM bigtable_read()",
                 "expected bigtable_read(table [, max_rows])",
             ),
-        ] {
-            let error = plan_error(sql).await;
-            assert!(error.contains(expected), "{sql}: {error}");
-        }
+        ])
+        .await;
     }
 
     /// Runs only where the emulator variable is unset (the unit tests never set it).
     #[tokio::test]
     async fn without_an_emulator_variable_nothing_is_contacted() {
-        let var = "BIGTABLE_EMULATOR_HOST";
-        if std::env::var_os(var).is_some() {
-            return;
-        }
-        let error = run_error(
-            inspection_functions(),
-            "SELECT * FROM bigtable_read('projects/p/instances/i/tables/t')",
+        assert_needs_an_emulator(
+            inspection_functions,
+            "BIGTABLE_EMULATOR_HOST",
+            &["SELECT * FROM bigtable_read('projects/p/instances/i/tables/t')"],
         )
         .await;
-        assert!(error.contains("talks to an emulator only"), "{error}");
-        assert!(error.contains(var), "{error}");
     }
 
     #[tokio::test]
     async fn a_call_to_an_address_where_nothing_listens_says_so() {
-        let address = closed_address();
-        let function = BigtableReadFunction::with_emulator_host(&address);
-        let error = run_error(
-            vec![("bigtable_read", Arc::new(function))],
+        assert_nothing_answers(
+            "bigtable_read",
+            |address| Arc::new(BigtableReadFunction::with_emulator_host(address)),
             "SELECT * FROM bigtable_read('projects/p/instances/i/tables/t')",
         )
         .await;
-        assert!(
-            error.contains(&format!(
-                "connection refused at {address} (the emulator host given): nothing answers"
-            )),
-            "{error}"
-        );
     }
 }

@@ -87,7 +87,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::buffer::NullBuffer;
 use arrow::compute::{can_cast_types, cast};
-use arrow::datatypes::{DataType, Float64Type, Int64Type, Schema, TimeUnit, UInt64Type};
+use arrow::datatypes::{DataType, Int64Type, Schema, TimeUnit, UInt64Type};
 use gcloud_sdk::google::bigtable::v2::mutate_rows_request::Entry;
 use prost::Message as _;
 use prost::encoding::{encode_varint, encoded_len_varint};
@@ -901,13 +901,7 @@ impl BigtableMapping {
 fn write_mutation(out: &mut Vec<u8>, plan: &CellPlan, delete: bool, timestamp: i64, value: &[u8]) {
     if delete {
         // Mutation { delete_from_column (2): DeleteFromColumn { family (1), qualifier (2) } }
-        let inner = plan.prefix.len();
-        let mutation = 1 + encoded_len_varint(inner as u64) + inner;
-        out.push(KEY_FIELD_2_LEN);
-        encode_varint(mutation as u64, out);
-        out.push(KEY_FIELD_2_LEN);
-        encode_varint(inner as u64, out);
-        out.extend_from_slice(&plan.prefix);
+        write_mutation_head(out, KEY_FIELD_2_LEN, plan.prefix.len(), &plan.prefix);
         return;
     }
     // Mutation { set_cell (1): SetCell { family (1), qualifier (2), timestamp_micros (3), value (4) } }
@@ -917,17 +911,24 @@ fn write_mutation(out: &mut Vec<u8>, plan: &CellPlan, delete: bool, timestamp: i
         1 + encoded_len_varint(timestamp as u64)
     };
     let inner = plan.prefix.len() + ts_len + len_field_size(value.len());
-    let mutation = 1 + encoded_len_varint(inner as u64) + inner;
-    out.push(KEY_FIELD_2_LEN);
-    encode_varint(mutation as u64, out);
-    out.push(KEY_FIELD_1_LEN);
-    encode_varint(inner as u64, out);
-    out.extend_from_slice(&plan.prefix);
+    write_mutation_head(out, KEY_FIELD_1_LEN, inner, &plan.prefix);
     if timestamp != 0 {
         out.push(KEY_FIELD_3_VARINT);
         encode_varint(timestamp as u64, out);
     }
     put_len_field(out, KEY_FIELD_4_LEN, value);
+}
+
+/// Appends the start of one `Entry.mutations` element: the `Mutation` around a `kind` field
+/// (the key of `set_cell` or `delete_from_column`) of `inner` bytes, and the first of them, the
+/// cell's family and qualifier fields (`prefix`).
+fn write_mutation_head(out: &mut Vec<u8>, kind: u8, inner: usize, prefix: &[u8]) {
+    let mutation = 1 + encoded_len_varint(inner as u64) + inner;
+    out.push(KEY_FIELD_2_LEN);
+    encode_varint(mutation as u64, out);
+    out.push(kind);
+    encode_varint(inner as u64, out);
+    out.extend_from_slice(prefix);
 }
 
 /// Microseconds since the epoch by the system clock.
@@ -972,20 +973,8 @@ impl KeyPart<'_> {
                 }
                 None => false,
             },
-            KeyPart::Int(a) => {
-                if a.is_null(row) {
-                    return false;
-                }
-                out.extend_from_slice(itoa::Buffer::new().format(a.value(row)).as_bytes());
-                true
-            }
-            KeyPart::UInt(a) => {
-                if a.is_null(row) {
-                    return false;
-                }
-                out.extend_from_slice(itoa::Buffer::new().format(a.value(row)).as_bytes());
-                true
-            }
+            KeyPart::Int(a) => append_decimal(a, row, out),
+            KeyPart::UInt(a) => append_decimal(a, row, out),
         }
     }
 }
@@ -1014,39 +1003,70 @@ impl Cell<'_> {
             return false;
         }
         match &self.values {
-            CellValues::Int(a) => {
-                if a.is_null(row) {
-                    return false;
-                }
-                out.extend_from_slice(&a.value(row).to_be_bytes());
-            }
-            CellValues::UInt(a) => {
-                if a.is_null(row) {
-                    return false;
-                }
-                out.extend_from_slice(&a.value(row).to_be_bytes());
-            }
-            CellValues::Float(a) => {
-                if a.is_null(row) {
-                    return false;
-                }
-                out.extend_from_slice(&a.value(row).to_be_bytes());
-            }
+            CellValues::Int(a) => append_be_bytes(a, row, out, i64::to_be_bytes),
+            CellValues::UInt(a) => append_be_bytes(a, row, out, u64::to_be_bytes),
+            CellValues::Float(a) => append_be_bytes(a, row, out, f64::to_be_bytes),
             CellValues::Bool(a) => {
                 if a.is_null(row) {
                     return false;
                 }
                 out.push(u8::from(a.value(row)));
+                true
             }
             CellValues::Bytes(c) => match c.value(row) {
-                Some(v) => out.extend_from_slice(v),
-                None => return false,
+                Some(v) => {
+                    out.extend_from_slice(v);
+                    true
+                }
+                None => false,
             },
-            CellValues::Text(e) => return e.borrow_mut().write_text(row, out),
-            CellValues::Null => return false,
+            CellValues::Text(e) => e.borrow_mut().write_text(row, out),
+            CellValues::Null => false,
         }
-        true
     }
+}
+
+/// `array` as the primitive array of `T`; else an error naming `column` and saying it expected
+/// `what` (`an Int64`) array.
+fn primitive<'a, T: arrow::datatypes::ArrowPrimitiveType>(
+    array: &'a ArrayRef,
+    column: &str,
+    what: &str,
+) -> Result<&'a arrow::array::PrimitiveArray<T>> {
+    array
+        .as_primitive_opt::<T>()
+        .ok_or_else(|| Error::schema(column, format!("expected {what} array")))
+}
+
+/// Appends the value of `a` at `row` in decimal digits; `false` when it is null.
+fn append_decimal<T: arrow::datatypes::ArrowPrimitiveType>(
+    a: &arrow::array::PrimitiveArray<T>,
+    row: usize,
+    out: &mut Vec<u8>,
+) -> bool
+where
+    T::Native: itoa::Integer,
+{
+    if a.is_null(row) {
+        return false;
+    }
+    out.extend_from_slice(itoa::Buffer::new().format(a.value(row)).as_bytes());
+    true
+}
+
+/// Appends the value of `a` at `row` as the 8 bytes `be_bytes` gives (big-endian); `false`
+/// when it is null.
+fn append_be_bytes<T: arrow::datatypes::ArrowPrimitiveType>(
+    a: &arrow::array::PrimitiveArray<T>,
+    row: usize,
+    out: &mut Vec<u8>,
+    be_bytes: fn(T::Native) -> [u8; 8],
+) -> bool {
+    if a.is_null(row) {
+        return false;
+    }
+    out.extend_from_slice(&be_bytes(a.value(row)));
+    true
 }
 
 /// The views of one batch the rows are encoded from.
@@ -1071,21 +1091,9 @@ impl<'a> Bound<'a> {
         let mut cells = Vec::with_capacity(p.cells.len());
         for ((array, parent), plan) in p.cells.iter().zip(&mapping.cells) {
             let values = match plan.kind {
-                Kind::Int => CellValues::Int(
-                    array
-                        .as_primitive_opt::<Int64Type>()
-                        .ok_or_else(|| Error::schema(&plan.label, "expected an Int64 array"))?,
-                ),
-                Kind::UInt => CellValues::UInt(
-                    array
-                        .as_primitive_opt::<UInt64Type>()
-                        .ok_or_else(|| Error::schema(&plan.label, "expected a UInt64 array"))?,
-                ),
-                Kind::Float => CellValues::Float(
-                    array
-                        .as_primitive_opt::<Float64Type>()
-                        .ok_or_else(|| Error::schema(&plan.label, "expected a Float64 array"))?,
-                ),
+                Kind::Int => CellValues::Int(primitive(array, &plan.label, "an Int64")?),
+                Kind::UInt => CellValues::UInt(primitive(array, &plan.label, "a UInt64")?),
+                Kind::Float => CellValues::Float(primitive(array, &plan.label, "a Float64")?),
                 Kind::Bool => CellValues::Bool(
                     array
                         .as_boolean_opt()
@@ -1104,10 +1112,7 @@ impl<'a> Bound<'a> {
             });
         }
         let timestamp = match &p.timestamp {
-            Some(a) => Some(
-                a.as_primitive_opt::<Int64Type>()
-                    .ok_or_else(|| Error::schema("timestamp_column", "expected an Int64 array"))?,
-            ),
+            Some(a) => Some(primitive(a, "timestamp_column", "an Int64")?),
             None => None,
         };
         let strings = |a: &'a Option<ArrayRef>, option: &str| -> Result<Option<BytesColumn<'a>>> {

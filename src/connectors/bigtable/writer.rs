@@ -245,48 +245,39 @@ fn flow_config(options: &BigtableSinkOptions, mapping: &BigtableMapping) -> Flow
 /// families deleted) as the row.
 fn describe_bigtable(record: &BigtableEntry) -> crate::core::DeadPayload {
     use gcloud_sdk::google::bigtable::v2::mutation::Mutation as M;
+
+    use crate::connectors::dead_letter::bytes_value;
     let Ok(entry) = record.to_entry() else {
         return crate::core::DeadPayload::default();
     };
     let mut row = serde_json::Map::new();
-    row.insert(
-        "row_key".into(),
-        crate::connectors::dead_letter::bytes_value(&entry.row_key),
-    );
+    row.insert("row_key".into(), bytes_value(&entry.row_key));
     let mutations = entry
         .mutations
         .into_iter()
         .filter_map(|m| m.mutation)
         .map(|m| {
             let mut out = serde_json::Map::new();
+            // The family and qualifier fields of a mutation of one cell.
+            let cell = |family: String, qualifier: &[u8]| {
+                vec![
+                    ("family", serde_json::Value::String(family)),
+                    ("qualifier", bytes_value(qualifier)),
+                ]
+            };
             let (kind, fields): (&str, Vec<(&str, serde_json::Value)>) = match m {
-                M::SetCell(c) => (
-                    "set_cell",
-                    vec![
-                        ("family", serde_json::Value::String(c.family_name)),
-                        (
-                            "qualifier",
-                            crate::connectors::dead_letter::bytes_value(&c.column_qualifier),
-                        ),
-                        (
-                            "timestamp_micros",
-                            serde_json::Value::from(c.timestamp_micros),
-                        ),
-                        (
-                            "value",
-                            crate::connectors::dead_letter::bytes_value(&c.value),
-                        ),
-                    ],
-                ),
+                M::SetCell(c) => {
+                    let mut fields = cell(c.family_name, &c.column_qualifier);
+                    fields.push((
+                        "timestamp_micros",
+                        serde_json::Value::from(c.timestamp_micros),
+                    ));
+                    fields.push(("value", bytes_value(&c.value)));
+                    ("set_cell", fields)
+                }
                 M::DeleteFromColumn(c) => (
                     "delete_from_column",
-                    vec![
-                        ("family", serde_json::Value::String(c.family_name)),
-                        (
-                            "qualifier",
-                            crate::connectors::dead_letter::bytes_value(&c.column_qualifier),
-                        ),
-                    ],
+                    cell(c.family_name, &c.column_qualifier),
                 ),
                 M::DeleteFromFamily(f) => (
                     "delete_from_family",
@@ -318,11 +309,12 @@ fn describe_bigtable(record: &BigtableEntry) -> crate::core::DeadPayload {
 mod tests {
     use std::sync::Arc;
 
-    use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
     use crate::core::FailurePolicy;
     use crate::options::RawOptions;
+    use crate::test_util::struct_field;
 
     fn sink(schema: Schema, pairs: &[(&str, &str)]) -> Result<BigtableSink> {
         let raw =
@@ -421,11 +413,7 @@ mod tests {
         let schema = Schema::new(vec![
             Field::new("id", DataType::Utf8, false),
             Field::new("v", DataType::Int64, true),
-            Field::new(
-                "stats",
-                DataType::Struct(Fields::from(vec![Field::new("n", DataType::Int32, true)])),
-                true,
-            ),
+            struct_field("stats", vec![Field::new("n", DataType::Int32, true)]),
         ]);
         let s = sink(schema, &[TABLE, ("row_key", "id"), ("column_family", "d")]).unwrap();
         assert_eq!(

@@ -399,11 +399,13 @@ fn tasks_batch(tasks: &[Task]) -> Result<RecordBatch> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sql::inspect::test_support::{closed_address, plan_error, run_error};
+    use crate::sql::inspect::test_support::{
+        assert_needs_an_emulator, assert_nothing_answers, assert_plan_errors,
+    };
 
     #[tokio::test]
     async fn arguments_are_checked_when_the_statement_is_planned() {
-        for (sql, expected) in [
+        assert_plan_errors(&[
             (
                 "SELECT * FROM cloud_tasks_create_queue('projects/p/locations/l/queues/bad_id')",
                 "a queue id has 1 to 100 letters, digits or hyphens",
@@ -424,43 +426,31 @@ mod tests {
                 "SELECT * FROM cloud_tasks_list(42)",
                 "expected a string literal",
             ),
-        ] {
-            let error = plan_error(sql).await;
-            assert!(error.contains(expected), "{sql}: {error}");
-        }
+        ])
+        .await;
     }
 
     /// Runs only where the emulator variable is unset (the unit tests never set it).
     #[tokio::test]
     async fn without_an_emulator_variable_nothing_is_contacted() {
-        let var = "CLOUD_TASKS_EMULATOR_HOST";
-        if std::env::var_os(var).is_some() {
-            return;
-        }
-        for sql in [
-            "SELECT * FROM cloud_tasks_list('projects/p/locations/l/queues/q')",
-            "SELECT * FROM cloud_tasks_create_queue('projects/p/locations/l/queues/q')",
-        ] {
-            let error = run_error(inspection_functions(), sql).await;
-            assert!(error.contains("talks to an emulator only"), "{error}");
-            assert!(error.contains(var), "{error}");
-        }
+        assert_needs_an_emulator(
+            inspection_functions,
+            "CLOUD_TASKS_EMULATOR_HOST",
+            &[
+                "SELECT * FROM cloud_tasks_list('projects/p/locations/l/queues/q')",
+                "SELECT * FROM cloud_tasks_create_queue('projects/p/locations/l/queues/q')",
+            ],
+        )
+        .await;
     }
 
     #[tokio::test]
     async fn a_call_to_an_address_where_nothing_listens_says_so() {
-        let address = closed_address();
-        let function = CloudTasksListFunction::with_emulator_host(&address);
-        let error = run_error(
-            vec![("cloud_tasks_list", Arc::new(function))],
+        assert_nothing_answers(
+            "cloud_tasks_list",
+            |address| Arc::new(CloudTasksListFunction::with_emulator_host(address)),
             "SELECT * FROM cloud_tasks_list('projects/p/locations/l/queues/q')",
         )
         .await;
-        assert!(
-            error.contains(&format!(
-                "connection refused at {address} (the emulator host given): nothing answers"
-            )),
-            "{error}"
-        );
     }
 }

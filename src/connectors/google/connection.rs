@@ -81,13 +81,12 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
+    use crate::test_util::{absent_file, connect_error};
 
     #[tokio::test]
     async fn an_emulator_connection_never_reads_the_credentials_file() {
         // A credentials file that does not exist: reading it would fail the open.
-        let dir = tempfile::tempdir().unwrap();
-        let absent = dir.path().join("absent.json");
+        let (_dir, absent) = absent_file("absent.json");
         let connection = Connection::open(
             Some("127.0.0.1:1"),
             "https://pubsub.googleapis.com",
@@ -116,10 +115,7 @@ mod tests {
 
     #[test]
     fn an_invalid_emulator_address_is_a_connect_error_naming_it() {
-        match Connection::plaintext("http://[::1") {
-            Err(Error::Connect { endpoint, .. }) => assert_eq!(endpoint, "http://[::1"),
-            Err(other) => panic!("expected a connect error, got {other:?}"),
-            Ok(_) => panic!("accepted an invalid address"),
-        }
+        let (endpoint, _) = connect_error(Connection::plaintext("http://[::1"));
+        assert_eq!(endpoint, "http://[::1");
     }
 }

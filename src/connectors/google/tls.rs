@@ -64,42 +64,28 @@ pub fn require_tls(endpoint: &str) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::{absent_file, connect_error};
 
     #[tokio::test]
     async fn an_unreadable_credentials_file_fails_the_connection_naming_the_endpoint() {
-        let dir = tempfile::tempdir().unwrap();
-        let absent = dir.path().join("absent.json");
-        let result = connect("https://pubsub.googleapis.com", Some(&absent)).await;
-        match result {
-            Err(Error::Connect { endpoint, message }) => {
-                assert_eq!(endpoint, "https://pubsub.googleapis.com");
-                assert!(message.contains("cannot read"), "{message}");
-            }
-            Err(other) => panic!("expected a connect error, got {other:?}"),
-            Ok(_) => panic!("connected with a credentials file that does not exist"),
-        }
+        let (_dir, absent) = absent_file("absent.json");
+        let (endpoint, message) =
+            connect_error(connect("https://pubsub.googleapis.com", Some(&absent)).await);
+        assert_eq!(endpoint, "https://pubsub.googleapis.com");
+        assert!(message.contains("cannot read"), "{message}");
     }
 
     #[tokio::test]
     async fn a_plaintext_endpoint_with_credentials_is_refused_before_they_are_loaded() {
-        let dir = tempfile::tempdir().unwrap();
-        let absent = dir.path().join("absent.json");
+        let (_dir, absent) = absent_file("absent.json");
         for (endpoint, credentials) in [
             ("http://pubsub.googleapis.com", Some(absent.as_path())),
             ("http://127.0.0.1:1", None),
             ("pubsub.googleapis.com:443", None),
         ] {
-            match connect(endpoint, credentials).await {
-                Err(Error::Connect {
-                    endpoint: e,
-                    message,
-                }) => {
-                    assert_eq!(e, endpoint);
-                    assert!(message.contains("without TLS"), "{message}");
-                }
-                Err(other) => panic!("expected a connect error, got {other:?}"),
-                Ok(_) => panic!("connected to {endpoint} without TLS"),
-            }
+            let (e, message) = connect_error(connect(endpoint, credentials).await);
+            assert_eq!(e, endpoint);
+            assert!(message.contains("without TLS"), "{message}");
         }
         assert!(require_tls("HTTPS://pubsub.googleapis.com").is_ok());
     }

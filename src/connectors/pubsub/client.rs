@@ -36,7 +36,7 @@
 //! [`Reachability`]); once the emulator has answered, a refused or broken connection is
 //! `UNAVAILABLE` and retried.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -135,6 +135,32 @@ impl std::fmt::Debug for PubSubClient {
     }
 }
 
+/// Opens the channel of a Pub/Sub client (the sink's transport and the subscription source's
+/// partitions): plaintext to `emulator` when one is set (it connects lazily, on the first call),
+/// else TLS to `endpoint` (the public endpoint when `None`) with the credentials of
+/// `credentials_file` or Application Default Credentials, connected here ([`Error::Connect`]
+/// naming the endpoint). Returns the channel, the address it reaches and what its failures
+/// are reported against.
+pub(crate) async fn open_channel(
+    emulator: Option<String>,
+    endpoint: Option<&str>,
+    credentials_file: Option<&Path>,
+) -> Result<(GrpcChannel, String, Reachability)> {
+    let endpoint = match &emulator {
+        Some(host) => host.clone(),
+        None => endpoint.unwrap_or(DEFAULT_ENDPOINT).to_string(),
+    };
+    let connection = Connection::open(emulator.as_deref(), &endpoint, credentials_file).await?;
+    let reach = match &emulator {
+        Some(host) => Reachability::emulator(
+            host,
+            emulator_setting(host, crate::connectors::pubsub::KIND.emulator_env_var()),
+        ),
+        None => Reachability::endpoint(&endpoint),
+    };
+    Ok((connection.channel(), endpoint, reach))
+}
+
 impl PubSubTransport {
     /// Prepares the connection.
     ///
@@ -142,29 +168,14 @@ impl PubSubTransport {
     /// credentials are loaded and the TLS channel is connected here; failures are
     /// [`Error::Connect`] naming the endpoint.
     pub async fn connect(settings: &ClientSettings) -> Result<Self> {
-        let emulator = settings.effective_emulator_host();
-        let endpoint = match &emulator {
-            Some(host) => host.clone(),
-            None => settings
-                .endpoint
-                .clone()
-                .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string()),
-        };
-        let connection = Connection::open(
-            emulator.as_deref(),
-            &endpoint,
+        let (channel, endpoint, reach) = open_channel(
+            settings.effective_emulator_host(),
+            settings.endpoint.as_deref(),
             settings.credentials_file.as_deref(),
         )
         .await?;
-        let reach = match &emulator {
-            Some(host) => Reachability::emulator(
-                host,
-                emulator_setting(host, crate::connectors::pubsub::KIND.emulator_env_var()),
-            ),
-            None => Reachability::endpoint(&endpoint),
-        };
         Ok(PubSubTransport {
-            channel: connection.channel(),
+            channel,
             endpoint,
             auto_create_topic: settings.auto_create_topic,
             reach,

@@ -63,7 +63,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::Schema;
+use arrow::datatypes::{DataType, Schema};
 use gcloud_sdk::google::pubsub::v1::PubsubMessage;
 use prost::Message as _;
 
@@ -385,66 +385,56 @@ impl PubSubMapping {
                 rule: "a Pub/Sub table needs a topic (the 'topic' option or LOCATION) or a 'topic_column'".into(),
             });
         }
-        let data_column = find_column(
-            schema,
-            "data_column",
-            spec.data_column.as_deref(),
-            Some(DEFAULT_DATA_COLUMN),
-        )?;
-        let attributes_column = find_column(
-            schema,
-            "attributes_column",
-            spec.attributes_column.as_deref(),
-            Some(DEFAULT_ATTRIBUTES_COLUMN),
-        )?;
-        let ordering_key_column = find_column(
-            schema,
-            "ordering_key_column",
-            spec.ordering_key_column.as_deref(),
-            Some(DEFAULT_ORDERING_KEY_COLUMN),
-        )?;
+        // The columns of a role that a column of the default name takes when no option names one.
+        let [data_column, attributes_column, ordering_key_column] = [
+            ("data_column", &spec.data_column, DEFAULT_DATA_COLUMN),
+            (
+                "attributes_column",
+                &spec.attributes_column,
+                DEFAULT_ATTRIBUTES_COLUMN,
+            ),
+            (
+                "ordering_key_column",
+                &spec.ordering_key_column,
+                DEFAULT_ORDERING_KEY_COLUMN,
+            ),
+        ]
+        .map(|(option, given, default)| {
+            find_column(schema, option, given.as_deref(), Some(default))
+        });
+        let (data_column, attributes_column, ordering_key_column) =
+            (data_column?, attributes_column?, ordering_key_column?);
 
         let type_of = |i: usize| schema.field(i).data_type();
-        if let Some((i, name)) = &topic_column
-            && !is_string_type(type_of(*i))
-        {
-            return Err(Error::schema(
-                name,
-                format!("topic_column must be a string column, not {}", type_of(*i)),
-            ));
-        }
-        if let Some((i, name)) = &data_column
-            && !is_bytes_type(type_of(*i))
-        {
-            return Err(Error::schema(
-                name,
-                format!(
-                    "the data column must be a string or binary column, not {}",
-                    type_of(*i)
-                ),
-            ));
-        }
-        if let Some((i, name)) = &attributes_column
-            && !is_map_of(type_of(*i), is_string_type)
-        {
-            return Err(Error::schema(
-                name,
-                format!(
-                    "the attributes column must be a MAP of string keys to string values, not {}",
-                    type_of(*i)
-                ),
-            ));
-        }
-        if let Some((i, name)) = &ordering_key_column
-            && !is_string_type(type_of(*i))
-        {
-            return Err(Error::schema(
-                name,
-                format!(
-                    "the ordering key column must be a string column, not {}",
-                    type_of(*i)
-                ),
-            ));
+        // Each role's column, the types it takes and the rule an other type breaks.
+        let typed_roles = [
+            (
+                &topic_column,
+                is_string_type as fn(&DataType) -> bool,
+                "topic_column must be a string column",
+            ),
+            (
+                &data_column,
+                is_bytes_type,
+                "the data column must be a string or binary column",
+            ),
+            (
+                &attributes_column,
+                |t| is_map_of(t, is_string_type),
+                "the attributes column must be a MAP of string keys to string values",
+            ),
+            (
+                &ordering_key_column,
+                is_string_type,
+                "the ordering key column must be a string column",
+            ),
+        ];
+        for (column, fits, rule) in typed_roles {
+            if let Some((i, name)) = column
+                && !fits(type_of(*i))
+            {
+                return Err(Error::schema(name, format!("{rule}, not {}", type_of(*i))));
+            }
         }
 
         // One role per column among the four single-column roles.
@@ -1105,31 +1095,57 @@ mod tests {
             resolve_topic("projects/p1/topics/clicks", None).unwrap(),
             "projects/p1/topics/clicks"
         );
-        assert!(
-            resolve_topic("clicks", None)
-                .unwrap_err()
-                .contains("no project")
-        );
-        assert!(
-            resolve_topic("projects/p1/subscriptions/x", None)
-                .unwrap_err()
-                .contains("projects/PROJECT/topics/TOPIC")
-        );
-        assert!(
-            resolve_topic("projects//topics/abc", None)
-                .unwrap_err()
-                .contains("invalid project")
-        );
-        assert!(
-            resolve_topic("projects/p/topics/x", None)
-                .unwrap_err()
-                .contains("3 to 255")
-        );
-        assert!(
-            resolve_topic("a/b", Some("p"))
-                .unwrap_err()
-                .contains("neither")
-        );
+        for (name, project, rule) in [
+            ("clicks", None, "no project"),
+            (
+                "projects/p1/subscriptions/x",
+                None,
+                "projects/PROJECT/topics/TOPIC",
+            ),
+            ("projects//topics/abc", None, "invalid project"),
+            ("projects/p/topics/x", None, "3 to 255"),
+            ("a/b", Some("p"), "neither"),
+        ] {
+            let err = resolve_topic(name, project).unwrap_err();
+            assert!(err.contains(rule), "{name}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_role_column_of_another_type_is_refused_naming_the_column_and_the_rule() {
+        for (column, is_topic_column, rule) in [
+            ("t", true, "topic_column must be a string column, not Int64"),
+            (
+                DEFAULT_DATA_COLUMN,
+                false,
+                "the data column must be a string or binary column, not Int64",
+            ),
+            (
+                DEFAULT_ATTRIBUTES_COLUMN,
+                false,
+                "the attributes column must be a MAP of string keys to string values, not Int64",
+            ),
+            (
+                DEFAULT_ORDERING_KEY_COLUMN,
+                false,
+                "the ordering key column must be a string column, not Int64",
+            ),
+        ] {
+            let schema = Schema::new(vec![
+                arrow::datatypes::Field::new(column, DataType::Int64, true),
+                arrow::datatypes::Field::new("other", DataType::Utf8, true),
+            ]);
+            let spec = MappingSpec {
+                topic_column: is_topic_column.then(|| column.to_string()),
+                ..MappingSpec::default()
+            };
+            let err = PubSubMapping::new(&spec, &schema, Some("projects/p/topics/clicks"), None)
+                .unwrap_err();
+            assert!(
+                matches!(&err, Error::Schema { column: c, rule: r } if c == column && r == rule),
+                "{column}: {err}"
+            );
+        }
     }
 
     #[test]

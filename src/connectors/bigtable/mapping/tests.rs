@@ -14,6 +14,7 @@ use gcloud_sdk::google::bigtable::v2::{Mutation, mutate_rows_request::Entry};
 use super::*;
 use crate::connectors::TableOptions;
 use crate::options::RawOptions;
+use crate::test_util::struct_field;
 
 const TABLE: &str = "projects/p/instances/i/tables/t";
 const NOW: i64 = 1_700_000_000_123_456;
@@ -545,11 +546,7 @@ fn schema_problems_are_refused_at_create_naming_the_column() {
     let opts = [("table", TABLE), ("row_key", "id")];
     let bad_family = Schema::new(vec![
         Field::new("id", DataType::Utf8, false),
-        Field::new(
-            "has space",
-            DataType::Struct(Fields::from(vec![Field::new("n", DataType::Int32, true)])),
-            true,
-        ),
+        struct_field("has space", vec![Field::new("n", DataType::Int32, true)]),
     ]);
     let err = mapping(&bad_family, &opts).unwrap_err().to_string();
     assert!(err.contains("has space") && err.contains("family"), "{err}");
@@ -580,11 +577,7 @@ fn schema_problems_are_refused_at_create_naming_the_column() {
     let collision = Schema::new(vec![
         Field::new("id", DataType::Utf8, false),
         Field::new("n", DataType::Int32, true),
-        Field::new(
-            "cf",
-            DataType::Struct(Fields::from(vec![Field::new("n", DataType::Int32, true)])),
-            true,
-        ),
+        struct_field("cf", vec![Field::new("n", DataType::Int32, true)]),
     ]);
     let err = mapping(&collision, &opts).unwrap_err().to_string();
     assert!(

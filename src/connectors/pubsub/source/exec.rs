@@ -24,10 +24,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -45,12 +44,12 @@ use super::pull::{Pulled, Puller, StopKind};
 use super::ticket::{AckQueue, BatchTicket, SourceSlot};
 use super::{SourceCounters, SourceCounts};
 use crate::connectors::dead_letter::{self, DeadLetterContext, DeadLetterTarget};
-use crate::connectors::google::{Connection, Reachability, emulator_setting};
-use crate::connectors::pubsub::client::{ClientSettings, DEFAULT_ENDPOINT, PubSubTransport};
+use crate::connectors::pubsub::client::{ClientSettings, PubSubTransport, open_channel};
 use crate::core::FailurePolicy;
 use crate::core::dead_letter::{DeadClass, DeadLetterSink, DeadPayload, DeadRow};
 use crate::core::origin::{OriginCounts, OriginSlot, RowOrigin};
 use crate::error::Error;
+use crate::sql::plan_node::{name_and_properties, no_expressions};
 
 /// What every partition of one scan shares: the options and the decoder.
 #[derive(Debug)]
@@ -253,24 +252,13 @@ impl DisplayAs for PubSubSourceExec {
 }
 
 impl ExecutionPlan for PubSubSourceExec {
-    fn name(&self) -> &'static str {
-        "PubSubSourceExec"
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
+    name_and_properties!("PubSubSourceExec");
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
         vec![]
     }
 
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
-    ) -> DFResult<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
+    no_expressions!();
 
     fn with_new_children(
         self: Arc<Self>,
@@ -384,30 +372,13 @@ impl Start {
 
     async fn open(self) -> crate::Result<PartitionReader> {
         let opts = &self.config.options;
-        let emulator = opts.connection.emulator.as_ref().map(|e| e.host.clone());
-        let endpoint = match &emulator {
-            Some(host) => host.clone(),
-            None => opts
-                .connection
-                .endpoint
-                .clone()
-                .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string()),
-        };
-        let connection = Connection::open(
-            emulator.as_deref(),
-            &endpoint,
+        let (channel, _, reach) = open_channel(
+            opts.connection.emulator.as_ref().map(|e| e.host.clone()),
+            opts.connection.endpoint.as_deref(),
             opts.connection.credentials_file.as_deref(),
         )
         .await?;
-        let reach = match &emulator {
-            Some(host) => Reachability::emulator(
-                host,
-                emulator_setting(host, super::super::SERVICE.emulator_env_var),
-            ),
-            None => Reachability::endpoint(&endpoint),
-        };
         let decoder = self.decoder().await?;
-        let channel = connection.channel();
         let inner = &self.handle.inner;
         let outstanding = Arc::new(Outstanding::new(
             opts.max_outstanding_messages,

@@ -44,18 +44,11 @@ pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 /// codes the official subscribers reconnect on (the Node.js client's pull retry list,
 /// `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`, `ABORTED`, `INTERNAL`, `UNAVAILABLE`, and the
 /// Python client's `UNKNOWN`), plus `CANCELLED`, which a stream the server closes on its side
-/// reports.
+/// reports. The first six are the acknowledgement side's list too
+/// ([`retryable_ack_status`](super::acks::retryable_ack_status)), so the pull side is that list
+/// and `CANCELLED`.
 pub fn retryable_pull_status(code: Code) -> bool {
-    matches!(
-        code,
-        Code::DeadlineExceeded
-            | Code::ResourceExhausted
-            | Code::Aborted
-            | Code::Internal
-            | Code::Unavailable
-            | Code::Unknown
-            | Code::Cancelled
-    )
+    super::acks::retryable_ack_status(code) || code == Code::Cancelled
 }
 
 /// What the puller hands to the partition stream.

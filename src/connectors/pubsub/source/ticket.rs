@@ -310,6 +310,17 @@ mod tests {
         (Arc::new(BatchTicket::new(ids, rows, queue)), rx, aborted)
     }
 
+    /// A ticket for `ids` of which the consumer retained `retained` rows, sealed.
+    fn sealed(
+        ids: &[&str],
+        retained: u64,
+    ) -> (Arc<BatchTicket>, mpsc::UnboundedReceiver<AckCommand>) {
+        let (t, rx, _) = ticket(ids);
+        t.retain(retained).unwrap();
+        t.seal();
+        (t, rx)
+    }
+
     fn ids(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
     }
@@ -327,17 +338,13 @@ mod tests {
     #[test]
     fn a_filtered_out_batch_is_acknowledged_at_the_seal() {
         // The consumer saw no row (the filter removed them all) and so retained none.
-        let (t, mut rx, _) = ticket(&["a"]);
-        t.retain(0).unwrap();
-        t.seal();
+        let (_t, mut rx) = sealed(&["a"], 0);
         assert_eq!(rx.try_recv().unwrap(), AckCommand::Ack(ids(&["a"])));
     }
 
     #[test]
     fn retained_rows_are_acknowledged_once_all_are_settled() {
-        let (t, mut rx, _) = ticket(&["a", "b", "c"]);
-        t.retain(3).unwrap();
-        t.seal();
+        let (t, mut rx) = sealed(&["a", "b", "c"], 3);
         t.settle(1, Outcome::Delivered);
         t.settle(1, Outcome::DeadLettered);
         assert!(rx.try_recv().is_err(), "one row still unsettled");
@@ -363,9 +370,7 @@ mod tests {
 
     #[test]
     fn an_unsettled_row_means_no_ack_and_a_nack_when_dropped() {
-        let (t, mut rx, _) = ticket(&["a", "b"]);
-        t.retain(2).unwrap();
-        t.seal();
+        let (t, mut rx) = sealed(&["a", "b"], 2);
         t.settle(1, Outcome::Delivered);
         let clone = t.clone();
         drop(t);
@@ -417,9 +422,7 @@ mod tests {
 
     #[test]
     fn a_retain_after_the_seal_is_refused_and_fails_the_batch() {
-        let (t, mut rx, _) = ticket(&["a"]);
-        t.retain(1).unwrap();
-        t.seal();
+        let (t, mut rx) = sealed(&["a"], 1);
         let err = t.retain(1).unwrap_err().to_string();
         assert!(err.contains("after the source sealed it"), "{err}");
         t.settle(1, Outcome::Delivered);
@@ -428,9 +431,7 @@ mod tests {
 
     #[test]
     fn settling_more_than_retained_fails_the_batch() {
-        let (t, mut rx, _) = ticket(&["a"]);
-        t.retain(1).unwrap();
-        t.seal();
+        let (t, mut rx) = sealed(&["a"], 1);
         t.settle(2, Outcome::Delivered);
         assert!(rx.try_recv().is_err());
         assert!(t.is_failed());
