@@ -16,15 +16,21 @@ use crate::options::{ConnectionOptions, EnvLookup, ParsedOptions, RawOptions};
 /// the connector's specs and the shared part read once ([`SharedOptions::parse`]), then the
 /// connector reads its own part ([`from_parsed`](Self::from_parsed)).
 ///
+/// Code generic over the connector reads the shared part the same way for each (each
+/// connector's options page has a concrete example):
+///
 /// ```
 /// use gcp_sql::connectors::shared::TableOptions;
-/// use gcp_sql::connectors::pubsub::options::PubSubSinkOptions;
 /// use gcp_sql::options::RawOptions;
 ///
-/// let raw = RawOptions::from_pairs([("project".to_string(), "demo".to_string())])?;
-/// let opts = PubSubSinkOptions::from_raw_with_env(Some("clicks"), &raw, &|_| None)?;
-/// assert_eq!(opts.shared().connection.project.as_deref(), Some("demo"));
-/// # Ok::<(), gcp_sql::Error>(())
+/// /// The project a table's options name, whatever its connector.
+/// fn project_of<O: TableOptions>(
+///     location: Option<&str>,
+///     raw: &RawOptions,
+/// ) -> gcp_sql::Result<Option<String>> {
+///     let opts = O::from_raw_with_env(location, raw, &|_| None)?;
+///     Ok(opts.shared().connection.project.clone())
+/// }
 /// ```
 pub trait TableOptions: Sized {
     /// The connector whose options these are.

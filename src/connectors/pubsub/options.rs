@@ -719,6 +719,9 @@ impl Default for PubSubMappingOptions {
 /// let opts = PubSubSinkOptions::from_raw(Some("clicks"), &raw)?;
 /// assert_eq!(opts.topic.as_deref(), Some("projects/demo/topics/clicks"));
 /// assert_eq!(opts.publisher.max_in_flight_messages(), 200);
+/// // The part every connector shares, here with no emulator variable set:
+/// let opts = PubSubSinkOptions::from_raw_with_env(Some("clicks"), &raw, &|_| None)?;
+/// assert_eq!(opts.shared().connection.project.as_deref(), Some("demo"));
 /// # Ok::<(), gcp_sql::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
