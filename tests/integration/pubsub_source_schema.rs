@@ -166,6 +166,14 @@ async fn an_avro_topic_fed_by_fastavro_is_read_with_the_topics_schema() {
     );
 }
 
+/// A subscription of `topic` for the source to read (the sink's own test subscription is left
+/// alone).
+async fn source_subscription(admin: &PubSubAdmin, topic: &str) -> String {
+    let subscription = format!("{}-source", topic.replace("/topics/", "/subscriptions/"));
+    admin.create_subscription(&subscription, topic, false).await;
+    subscription
+}
+
 /// The sink inserts the rows of `pubsub_schema` into a topic with an Avro schema (no `format`
 /// option, so the topic's schema and `encoding`), and the source, with no `format` option
 /// either, reads back exactly the rows that were published (the fourth, a NULL in a required
@@ -175,10 +183,7 @@ async fn avro_round_trip(encoding: Encoding) {
     let project = "source-avro-trip";
     let (topic, _, dead, _) =
         schema_topic(&admin, project, schema::Type::Avro, AVRO_SCHEMA, encoding).await;
-    let subscription = format!("{}-source", topic.replace("/topics/", "/subscriptions/"));
-    admin
-        .create_subscription(&subscription, &topic, false)
-        .await;
+    let subscription = source_subscription(&admin, &topic).await;
     let schema = table_schema(false);
     let inserted = rows(&schema, false);
     sink_insert(&admin.host, &topic, &dead, &schema, &inserted, &[]).await;
@@ -233,10 +238,7 @@ async fn protobuf_round_trip(encoding: &str) {
     let (dead, _) = admin
         .topic_with_subscription("source-proto", "dead", false)
         .await;
-    let subscription = format!("{}-source", topic.replace("/topics/", "/subscriptions/"));
-    admin
-        .create_subscription(&subscription, &topic, false)
-        .await;
+    let subscription = source_subscription(&admin, &topic).await;
     let schema = table_schema(true);
     let inserted = rows(&schema, true);
     let format = [
