@@ -883,3 +883,7 @@ async fn a_topic_that_cannot_be_read_keeps_json() {
         assert_eq!(data, vec![br#"{"id":1}"#.to_vec(), br#"{"id":2}"#.to_vec()]);
     }
 }
+
+// A topic with a Protocol Buffer schema, shown on a fake server (the emulator refuses such
+// schemas).
+mod protobuf_topic;
