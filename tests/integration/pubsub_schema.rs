@@ -887,3 +887,132 @@ async fn a_topic_that_cannot_be_read_keeps_json() {
 // A topic with a Protocol Buffer schema, shown on a fake server (the emulator refuses such
 // schemas).
 mod protobuf_topic;
+
+/// What the emulator stamps on a message published to a topic with a schema: the attributes
+/// `googclient_schemaname`, `googclient_schemaencoding` and `googclient_schemarevisionid`, as
+/// Google's documentation says the service does, on the sink's messages and on an independent
+/// publisher's (the generated client) alike; a `googclient_schemaencoding` the publisher set
+/// itself is replaced, other attributes are kept. On a topic without a schema it stamps
+/// nothing, and passes a publisher's own `googclient_*` attribute through (the sink itself
+/// refuses attribute keys starting with `goog` before sending). The source relies on the
+/// encoding attribute (`pubsub_source_schema::a_stamped_encoding_wins_over_schema_encoding`);
+/// if a later emulator stops stamping, this fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_emulator_stamps_the_schema_attributes_on_messages_to_a_schema_topic() {
+    use gcloud_sdk::google::pubsub::v1::{GetSchemaRequest, PublishRequest};
+    let admin = PubSubAdmin::connect().await;
+    let definition = r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"}]}"#;
+    let (topic, subscription, ..) = schema_topic(
+        &admin,
+        "schema-stamps",
+        schema::Type::Avro,
+        definition,
+        Encoding::Json,
+    )
+    .await;
+    let channel = gcp_sql::emulators::plaintext_channel(&admin.host)
+        .await
+        .expect("channel");
+    let schema_name = topic.replace("/topics/", "/schemas/");
+    let revision = SchemaServiceClient::new(channel.clone())
+        .get_schema(GetSchemaRequest {
+            name: schema_name.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("GetSchema")
+        .into_inner()
+        .revision_id;
+    assert!(!revision.is_empty(), "the emulator gives a revision id");
+    // The sink: no format option, so Avro JSON in the topic's encoding.
+    let ctx = gcp_sql::sql::new_context();
+    register_pubsub_table(
+        &ctx,
+        "stamped",
+        simple(&[("id", DataType::Int64)]),
+        &[
+            ("emulator_host", admin.host.as_str()),
+            ("topic", topic.as_str()),
+        ],
+    );
+    assert_eq!(
+        insert(&ctx, "INSERT INTO stamped VALUES (1), (2)")
+            .await
+            .count(),
+        2
+    );
+    // An independent publisher, claiming another encoding in the reserved attribute.
+    let publish = |topic: String, attributes: &[(&str, &str)]| {
+        let mut client = PublisherClient::new(channel.clone());
+        let attributes = attributes
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        async move {
+            client
+                .publish(PublishRequest {
+                    topic,
+                    messages: vec![PubsubMessage {
+                        data: br#"{"id": 3}"#.to_vec(),
+                        attributes,
+                        ..Default::default()
+                    }],
+                })
+                .await
+                .expect("Publish");
+        }
+    };
+    publish(
+        topic.clone(),
+        &[("googclient_schemaencoding", "BINARY"), ("mine", "kept")],
+    )
+    .await;
+    let landed = admin.pull_all(&subscription, 3).await;
+    assert_eq!(landed.len(), 3);
+    for m in &landed {
+        let stamped: Vec<(&str, &str)> = m
+            .attributes
+            .iter()
+            .filter(|(k, _)| k.starts_with("googclient_"))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+            .into_iter()
+            .collect();
+        assert_eq!(
+            stamped,
+            vec![
+                ("googclient_schemaencoding", "JSON"),
+                ("googclient_schemaname", schema_name.as_str()),
+                ("googclient_schemarevisionid", revision.as_str()),
+            ],
+            "message {}",
+            m.message_id
+        );
+    }
+    let own = landed
+        .iter()
+        .find(|m| m.data == br#"{"id": 3}"#)
+        .expect("the independent publisher's message");
+    assert_eq!(own.attributes.get("mine").map(String::as_str), Some("kept"));
+
+    // A topic without a schema: nothing stamped, a publisher's own attribute passed through.
+    let (plain, plain_sub) = admin
+        .topic_with_subscription("schema-stamps", "plain", false)
+        .await;
+    publish(plain.clone(), &[]).await;
+    publish(plain, &[("googclient_schemaencoding", "JSON")]).await;
+    let mut seen: Vec<Vec<(String, String)>> = admin
+        .pull_all(&plain_sub, 2)
+        .await
+        .into_iter()
+        .map(|m| m.attributes.into_iter().collect())
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            vec![],
+            vec![("googclient_schemaencoding".to_string(), "JSON".to_string())]
+        ]
+    );
+}

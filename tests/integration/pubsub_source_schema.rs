@@ -343,3 +343,44 @@ fn a_source_column_the_schema_cannot_fill_is_refused_naming_column_field_and_typ
         PubSubSourceOptions::from_raw(Some("projects/demo/subscriptions/orders"), &raw).unwrap();
     PubSubSourceTable::try_new("t", table, opts).expect("a subset of the fields");
 }
+
+/// A source whose `schema_encoding` disagrees with the topic's encoding reads each message in
+/// the encoding the emulator stamped on it (`googclient_schemaencoding`, pinned by
+/// `pubsub_schema::the_emulator_stamps_the_schema_attributes_on_messages_to_a_schema_topic`):
+/// the sink writes Avro JSON to a JSON topic and bare datums to a BINARY one, and a source
+/// declared with the schema inline and the other encoding reads back the inserted rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stamped_encoding_wins_over_schema_encoding() {
+    let admin = PubSubAdmin::connect().await;
+    for (topic_encoding, declared) in [(Encoding::Json, "binary"), (Encoding::Binary, "json")] {
+        let (topic, _, dead, _) = schema_topic(
+            &admin,
+            "source-stamped",
+            schema::Type::Avro,
+            AVRO_SCHEMA,
+            topic_encoding,
+        )
+        .await;
+        let subscription = source_subscription(&admin, &topic).await;
+        let schema = table_schema(false);
+        let inserted = rows(&schema, false);
+        sink_insert(&admin.host, &topic, &dead, &schema, &inserted, &[]).await;
+        let batches = read(
+            schema,
+            &admin.host,
+            &subscription,
+            &[
+                ("format", "avro"),
+                ("schema", AVRO_SCHEMA),
+                ("schema_encoding", declared),
+            ],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{topic_encoding:?} topic read as '{declared}': {e}"));
+        assert_eq!(
+            render(&batches),
+            render(&[inserted.slice(0, 3)]),
+            "{topic_encoding:?} topic read as '{declared}'"
+        );
+    }
+}

@@ -58,9 +58,11 @@ message Shipment {
 "#;
 
 /// The same message built with `descriptor_pb2` (the `optional` field with its synthetic
-/// oneof, as protoc describes it); each payload parsed by `json_format.Parse` (JSON: it refuses
-/// unknown fields, wrong types and values out of range) or `ParseFromString` (binary), then
-/// printed by `MessageToDict` with the declared field names.
+/// oneof, as protoc describes it); each payload parsed by `json_format.Parse` (`json`: it
+/// refuses unknown fields, wrong types and values out of range) or `ParseFromString`
+/// (`binary`), then printed by `MessageToDict` with the declared field names; with `printer`,
+/// parsed as JSON and printed again by `MessageToJson` with its default options (what Google's
+/// Pub/Sub samples publish to a JSON topic).
 const SHIPMENT_DECODER: &str = r#"
 import base64, json, sys
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
@@ -95,11 +97,14 @@ Shipment = message_factory.GetMessageClass(pool.FindMessageTypeByName("Shipment"
 for line in sys.stdin:
     msg = Shipment()
     data = base64.b64decode(line)
-    if sys.argv[1] == "json":
-        json_format.Parse(data, msg)
-    else:
+    if sys.argv[1] == "binary":
         msg.ParseFromString(data)
-    print(json.dumps(json_format.MessageToDict(msg, preserving_proto_field_name=True), sort_keys=True))
+    else:
+        json_format.Parse(data, msg)
+    if sys.argv[1] == "printer":
+        print(json_format.MessageToJson(msg, indent=None))
+    else:
+        print(json.dumps(json_format.MessageToDict(msg, preserving_proto_field_name=True), sort_keys=True))
 "#;
 
 /// The table's columns: what a user would declare for that schema.
@@ -336,6 +341,15 @@ async fn a_topic_with_a_protobuf_schema_and_json_encoding_gets_proto3_json_googl
     assert!(
         first.get("shippedAt").is_some() && first.get("shipped_at").is_none(),
         "{first}"
+    );
+    // Exactly what google.protobuf's own printer writes for the same messages.
+    let raw: Vec<Value> = landed
+        .iter()
+        .map(|m| serde_json::from_slice(&m.data).expect("JSON text"))
+        .collect();
+    assert_eq!(
+        decode_with_python(SHIPMENT_DECODER, &["printer"], &landed),
+        raw
     );
     // A row of nulls: only its id and its set `optional` note are written.
     let nulls: Vec<Value> = landed
