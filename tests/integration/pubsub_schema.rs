@@ -900,19 +900,14 @@ mod protobuf_topic;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_emulator_stamps_the_schema_attributes_on_messages_to_a_schema_topic() {
     use gcloud_sdk::google::pubsub::v1::{GetSchemaRequest, PublishRequest};
-    let admin = PubSubAdmin::connect().await;
     let definition = r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"}]}"#;
-    let (topic, subscription, ..) = schema_topic(
-        &admin,
-        "schema-stamps",
-        schema::Type::Avro,
-        definition,
-        Encoding::Json,
-    )
-    .await;
+    let admin = PubSubAdmin::connect().await;
     let channel = gcp_sql::emulators::plaintext_channel(&admin.host)
         .await
         .expect("channel");
+    let avro = schema::Type::Avro;
+    let created = schema_topic(&admin, "schema-stamps", avro, definition, Encoding::Json).await;
+    let (topic, subscription) = (created.0, created.1);
     let schema_name = topic.replace("/topics/", "/schemas/");
     let revision = SchemaServiceClient::new(channel.clone())
         .get_schema(GetSchemaRequest {
@@ -941,32 +936,34 @@ async fn the_emulator_stamps_the_schema_attributes_on_messages_to_a_schema_topic
             .count(),
         2
     );
-    // An independent publisher, claiming another encoding in the reserved attribute.
-    let publish = |topic: String, attributes: &[(&str, &str)]| {
-        let mut client = PublisherClient::new(channel.clone());
-        let attributes = attributes
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        async move {
-            client
-                .publish(PublishRequest {
-                    topic,
-                    messages: vec![PubsubMessage {
-                        data: br#"{"id": 3}"#.to_vec(),
-                        attributes,
-                        ..Default::default()
-                    }],
-                })
-                .await
-                .expect("Publish");
-        }
-    };
-    publish(
-        topic.clone(),
-        &[("googclient_schemaencoding", "BINARY"), ("mine", "kept")],
-    )
-    .await;
+    // An independent publisher: to the schema topic, claiming another encoding in the reserved
+    // attribute; to a topic without a schema, with and without such an attribute.
+    let (plain, plain_sub) = admin
+        .topic_with_subscription("schema-stamps", "plain", false)
+        .await;
+    let mut publisher = PublisherClient::new(channel);
+    for (to, attributes) in [
+        (
+            &topic,
+            vec![("googclient_schemaencoding", "BINARY"), ("mine", "kept")],
+        ),
+        (&plain, vec![]),
+        (&plain, vec![("googclient_schemaencoding", "JSON")]),
+    ] {
+        let message = PubsubMessage {
+            data: br#"{"id": 3}"#.to_vec(),
+            attributes: attributes
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        };
+        let request = PublishRequest {
+            topic: to.clone(),
+            messages: vec![message],
+        };
+        publisher.publish(request).await.expect("Publish");
+    }
     let landed = admin.pull_all(&subscription, 3).await;
     assert_eq!(landed.len(), 3);
     for m in &landed {
@@ -995,12 +992,7 @@ async fn the_emulator_stamps_the_schema_attributes_on_messages_to_a_schema_topic
         .expect("the independent publisher's message");
     assert_eq!(own.attributes.get("mine").map(String::as_str), Some("kept"));
 
-    // A topic without a schema: nothing stamped, a publisher's own attribute passed through.
-    let (plain, plain_sub) = admin
-        .topic_with_subscription("schema-stamps", "plain", false)
-        .await;
-    publish(plain.clone(), &[]).await;
-    publish(plain, &[("googclient_schemaencoding", "JSON")]).await;
+    // The topic without a schema: nothing stamped, a publisher's own attribute passed through.
     let mut seen: Vec<Vec<(String, String)>> = admin
         .pull_all(&plain_sub, 2)
         .await
