@@ -1,7 +1,9 @@
 //! A topic with a **Protocol Buffer** schema, on a fake Pub/Sub server: the emulator refuses
 //! Protocol Buffer schemas (`the_emulator_refuses_protocol_buffer_schemas`), so the only way to
 //! show the sink reading such a topic's schema is a server that answers `GetTopic` and
-//! `SchemaService.GetSchema` as the service does, and records every `Publish`.
+//! `SchemaService.GetSchema` as googleapis `pubsub.proto` and `schema.proto` describe them, and
+//! records every `Publish`. The sink calls nothing else here (any other method would answer
+//! UNIMPLEMENTED).
 //!
 //! The table has no `format` option: the sink asks the topic for its schema when the statement
 //! starts, compiles the `.proto` text it gets and encodes each row in the topic's encoding
