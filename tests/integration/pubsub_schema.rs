@@ -431,7 +431,7 @@ async fn format_avro_with_a_schema_in_an_object_store_reads_it_when_the_statemen
     check_avro(landed, "binary");
 }
 
-fn check_avro((landed, dead): (Vec<PubsubMessage>, Vec<PubsubMessage>), encoding: &str) {
+pub(crate) fn check_avro((landed, dead): (Vec<PubsubMessage>, Vec<PubsubMessage>), encoding: &str) {
     let decoded = sorted_by_id(decode_with_python(
         AVRO_DECODER,
         &[AVRO_SCHEMA, encoding],
@@ -485,7 +485,10 @@ async fn format_protobuf_with_binary_encoding_gives_wire_format_google_protobuf_
     check_proto(landed, "binary");
 }
 
-fn check_proto((landed, dead): (Vec<PubsubMessage>, Vec<PubsubMessage>), encoding: &str) {
+pub(crate) fn check_proto(
+    (landed, dead): (Vec<PubsubMessage>, Vec<PubsubMessage>),
+    encoding: &str,
+) {
     let decoded = sorted_by_id(decode_with_python(PROTO_DECODER, &[encoding], &landed));
     // MessageToDict leaves out proto3 fields at their default and writes int64 as strings.
     assert_eq!(

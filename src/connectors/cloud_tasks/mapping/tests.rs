@@ -670,3 +670,169 @@ fn dispatch_deadline_keeps_subsecond_precision() {
         })
     );
 }
+
+// --- schema'd bodies: format = 'avro' | 'protobuf' ------------------------------------------
+
+const AVRO: &str = r#"{"type":"record","name":"Job","fields":[{"name":"id","type":"long"},{"name":"n","type":"int"}]}"#;
+const PROTO: &str = "syntax = \"proto3\";\nmessage Job {\n  int64 id = 1;\n  int32 n = 2;\n}\n";
+
+fn options_err(pairs: &[(&str, &str)]) -> String {
+    let mut all = vec![("url", "https://w.example.com/run")];
+    all.extend_from_slice(pairs);
+    let raw = RawOptions::from_pairs(all.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        .expect("pairs");
+    CloudTasksSinkOptions::from_raw_with_env(Some(QUEUE), &raw, &|_| None)
+        .unwrap_err()
+        .to_string()
+}
+
+fn id_and_n(n: Vec<i64>) -> Vec<(&'static str, ArrayRef)> {
+    let ids: Vec<i64> = (1..=n.len() as i64).collect();
+    vec![
+        ("id", Arc::new(Int64Array::from(ids))),
+        ("n", Arc::new(Int64Array::from(n))),
+    ]
+}
+
+#[test]
+fn an_avro_body_is_a_bare_binary_datum_with_an_octet_stream_content_type() {
+    let out = encode(
+        &fixed(&[("format", "avro"), ("schema", AVRO)]),
+        id_and_n(vec![2, -1]),
+    );
+    // Avro longs and ints are zig-zag varints: 1 -> 0x02, 2 -> 0x04, -1 -> 0x01.
+    let first = request(&out[0]);
+    assert_eq!(first.body, [0x02, 0x04]);
+    assert_eq!(request(&out[1]).body, [0x04, 0x01]);
+    assert_eq!(first.headers[CONTENT_TYPE], AVRO_BINARY_MEDIA_TYPE);
+    assert_eq!(first.headers.len(), 1, "{:?}", first.headers);
+}
+
+#[test]
+fn a_row_the_schema_refuses_is_rejected_naming_the_field_not_the_value() {
+    for (format, schema) in [("avro", AVRO), ("protobuf", PROTO)] {
+        let out = encode(
+            &fixed(&[("format", format), ("schema", schema)]),
+            id_and_n(vec![7, 1 << 40, 8]),
+        );
+        assert!(
+            out[0].is_ok() && out[2].is_ok(),
+            "{format}: the others are sent"
+        );
+        let err = error_text(&out[1]);
+        assert!(
+            err.contains("row 11") && err.contains("'n'"),
+            "{format}: {err}"
+        );
+        assert!(!err.contains(&(1_i64 << 40).to_string()), "{format}: {err}");
+    }
+}
+
+#[test]
+fn a_protobuf_body_gets_the_content_type_of_its_encoding() {
+    let binary = encode(
+        &fixed(&[("format", "protobuf"), ("schema", PROTO)]),
+        id_and_n(vec![3]),
+    );
+    let request_binary = request(&binary[0]);
+    // Field 1 varint 1, field 2 varint 3.
+    assert_eq!(request_binary.body, [0x08, 0x01, 0x10, 0x03]);
+    assert_eq!(request_binary.headers[CONTENT_TYPE], PROTOBUF_MEDIA_TYPE);
+    let json = encode(
+        &fixed(&[
+            ("format", "protobuf"),
+            ("schema", PROTO),
+            ("schema_encoding", "json"),
+        ]),
+        id_and_n(vec![3]),
+    );
+    let request_json = request(&json[0]);
+    let body: serde_json::Value = serde_json::from_slice(&request_json.body).expect("JSON");
+    assert_eq!(body, serde_json::json!({"id": "1", "n": 3}));
+    assert_eq!(request_json.headers[CONTENT_TYPE], JSON_MEDIA_TYPE);
+    // An explicit Content-Type wins, as for JSON bodies.
+    let explicit = encode(
+        &fixed(&[
+            ("format", "avro"),
+            ("schema", AVRO),
+            ("headers", "Content-Type: avro/binary"),
+        ]),
+        id_and_n(vec![3]),
+    );
+    assert_eq!(request(&explicit[0]).headers["Content-Type"], "avro/binary");
+}
+
+#[test]
+fn role_columns_are_not_part_of_a_schema_body() {
+    let out = encode(
+        &fixed(&[
+            ("format", "avro"),
+            ("schema", AVRO),
+            ("task_name_column", "task"),
+        ]),
+        vec![
+            ("task", strings(&[Some("t1")])),
+            ("id", Arc::new(Int64Array::from(vec![1]))),
+            ("n", Arc::new(Int64Array::from(vec![2]))),
+        ],
+    );
+    assert_eq!(request(&out[0]).body, [0x02, 0x04]);
+    assert_eq!(task(&out[0]).name, format!("{QUEUE}/tasks/t1"));
+}
+
+#[test]
+fn schema_options_that_cannot_apply_are_refused_naming_the_options() {
+    let err = options_err(&[("format", "avro"), ("schema", AVRO), ("body_column", "b")]);
+    assert!(
+        err.contains("body_column") && err.contains("format 'avro'"),
+        "{err}"
+    );
+    let err = options_err(&[
+        ("format", "protobuf"),
+        ("schema", PROTO),
+        ("http_method", "GET"),
+    ]);
+    assert!(
+        err.contains("http_method") && err.contains("format 'protobuf'"),
+        "{err}"
+    );
+    let err = options_err(&[("format", "raw"), ("schema", AVRO)]);
+    assert!(
+        err.contains("'schema'") && err.contains("format is 'raw'"),
+        "{err}"
+    );
+    let err = options_err(&[("schema_encoding", "json")]);
+    assert!(
+        err.contains("'schema_encoding'") && err.contains("format is 'json'"),
+        "{err}"
+    );
+    let err = options_err(&[("format", "avro")]);
+    assert!(err.contains("'schema_location'"), "{err}");
+}
+
+#[test]
+fn a_column_the_schema_lacks_is_a_declaration_error_naming_column_and_types() {
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("n", DataType::Int64, false),
+        Field::new("extra", DataType::Utf8, true),
+    ]);
+    let err = CloudTasksMapping::new(&fixed(&[("format", "avro"), ("schema", AVRO)]), &schema)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("'extra'"), "{err}");
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("n", DataType::Int64, false),
+    ]);
+    let err = CloudTasksMapping::new(
+        &fixed(&[("format", "protobuf"), ("schema", PROTO)]),
+        &schema,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("'id'") && err.contains("Utf8") && err.contains("int64"),
+        "{err}"
+    );
+}
