@@ -171,7 +171,7 @@ pub static HTTP_METHOD: OptionSpec = OptionSpec {
     kind: OptionKind::Enum(&["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]),
     default: DefaultValue::Text("POST"),
     bound: Bound::None,
-    cross_rule: "only `POST`, `PUT` and `PATCH` carry a body, so `body_column` needs one of them",
+    cross_rule: "only `POST`, `PUT` and `PATCH` carry a body, so `body_column` and `format` `avro` or `protobuf` need one of them",
     example: "PUT",
     description: "HTTP method of the task's request. With a method that carries no body, no body is sent.",
     redact: Redact::None,
@@ -210,9 +210,9 @@ pub static BODY_COLUMN: OptionSpec = OptionSpec {
     kind: OptionKind::Column,
     default: DefaultValue::None,
     bound: Bound::None,
-    cross_rule: "needs `http_method` `POST`, `PUT` or `PATCH`; cannot be combined with `format` `avro` or `protobuf`",
+    cross_rule: "needs `http_method` `POST`, `PUT` or `PATCH`",
     example: "body",
-    description: "A binary or string column carrying the request body as is. Without it, a body-carrying request gets the row encoded by `format`.",
+    description: "A binary or string column carrying the request body as is, so it cannot be combined with `format` `avro` or `protobuf`. Without it, a body-carrying request gets the row encoded by `format`.",
     redact: Redact::None,
 };
 
