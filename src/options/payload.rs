@@ -2,11 +2,10 @@
 //! `schema_location` and `schema_encoding`, and [`payload_options`], which reads them together
 //! with a connector's `format`.
 //!
-//! `format` stays with each connector, since what it says about where the payload goes (a
-//! message, a request body) and where a schema may also come from differs; so may
-//! `schema_encoding`'s text. [`SCHEMA_ENCODING`] here is the wording for a connector with nothing
-//! to add. The schema itself, and reading an object-store `schema_location` when a statement
-//! starts, are in [`crate::encode::schema`].
+//! `format` stays with each connector, built by [`format_spec`], since what it says about where
+//! the payload goes (a message, a request body) and where a schema may also come from differs.
+//! The schema itself, and reading an object-store `schema_location` when a statement starts,
+//! are in [`crate::encode::schema`].
 
 use crate::encode::schema::{PayloadSchema, SchemaEncoding, SchemaLocation, SchemaType};
 use crate::error::{Error, Result};
@@ -16,6 +15,22 @@ use crate::options::{
 
 /// The `format` words a schema-capable connector accepts.
 pub const FORMATS: &[&str] = &["json", "raw", "avro", "protobuf"];
+
+/// The `format` spec of a schema-capable connector: one of [`FORMATS`], `json` by default,
+/// with the connector's own rule and description.
+pub const fn format_spec(cross_rule: &'static str, description: &'static str) -> OptionSpec {
+    OptionSpec {
+        name: "format",
+        group: OptionGroup::Mapping,
+        kind: OptionKind::Enum(FORMATS),
+        default: DefaultValue::Text("json"),
+        bound: Bound::None,
+        cross_rule,
+        example: "avro",
+        description,
+        redact: Redact::None,
+    }
+}
 
 /// `schema`.
 pub static SCHEMA: OptionSpec = OptionSpec {
@@ -43,7 +58,7 @@ pub static SCHEMA_LOCATION: OptionSpec = OptionSpec {
     redact: Redact::None,
 };
 
-/// `schema_encoding`, for a connector whose text adds nothing to the shared meaning.
+/// `schema_encoding`.
 pub static SCHEMA_ENCODING: OptionSpec = OptionSpec {
     name: "schema_encoding",
     group: OptionGroup::Mapping,
@@ -52,18 +67,9 @@ pub static SCHEMA_ENCODING: OptionSpec = OptionSpec {
     bound: Bound::None,
     cross_rule: "needs `format` `avro` or `protobuf`",
     example: "json",
-    description: "How `format = 'avro'` or `'protobuf'` writes a row: `binary` (a bare Avro datum, or the protobuf wire format) or `json` (Avro's JSON encoding, or the proto3 JSON mapping).",
+    description: "How `format = 'avro'` or `'protobuf'` writes a row (or, in a table that reads, decodes a message): `binary` (a bare Avro datum, or the protobuf wire format) or `json` (Avro's JSON encoding, or the proto3 JSON mapping).",
     redact: Redact::None,
 };
-
-/// The connector's own specs of the two payload options whose text differs between connectors.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PayloadSpecs {
-    /// Its `format` (an enum of [`FORMATS`]).
-    pub(crate) format: &'static OptionSpec,
-    /// Its `schema_encoding` ([`SCHEMA_ENCODING`] or its own wording).
-    pub(crate) encoding: &'static OptionSpec,
-}
 
 /// The `format`, `schema`, `schema_location` and `schema_encoding` options, read.
 #[derive(Debug)]
@@ -81,15 +87,14 @@ pub(crate) struct PayloadOptions {
 /// Reads the `format`, `schema`, `schema_location` and `schema_encoding` options: the payload
 /// format, the schema of `avro` and `protobuf` (or where to read it), and whether `format` was
 /// given at all.
-pub(crate) fn payload_options(p: &ParsedOptions, specs: PayloadSpecs) -> Result<PayloadOptions> {
-    let PayloadSpecs {
-        format: format_spec,
-        encoding: encoding_spec,
-    } = specs;
+pub(crate) fn payload_options(
+    p: &ParsedOptions,
+    format_spec: &'static OptionSpec,
+) -> Result<PayloadOptions> {
     let format = p.text(format_spec)?;
     let inline = p.text(&SCHEMA)?;
     let location = p.text(&SCHEMA_LOCATION)?;
-    let encoding = p.text(encoding_spec)?;
+    let encoding = p.text(&SCHEMA_ENCODING)?;
     let kind = match format {
         None | Some("json") | Some("raw") => None,
         Some("avro") => Some(SchemaType::Avro),
@@ -102,7 +107,7 @@ pub(crate) fn payload_options(p: &ParsedOptions, specs: PayloadSpecs) -> Result<
         for (spec, given) in [
             (&SCHEMA, inline.is_some()),
             (&SCHEMA_LOCATION, location.is_some()),
-            (encoding_spec, encoding.is_some()),
+            (&SCHEMA_ENCODING, encoding.is_some()),
         ] {
             if given {
                 return Err(Error::invalid(
@@ -131,7 +136,7 @@ pub(crate) fn payload_options(p: &ParsedOptions, specs: PayloadSpecs) -> Result<
     let encoding = match encoding {
         None | Some("binary") => SchemaEncoding::Binary,
         Some("json") => SchemaEncoding::Json,
-        Some(other) => return Err(encoding_spec.invalid(other, "expected 'binary' or 'json'")),
+        Some(other) => return Err(SCHEMA_ENCODING.invalid(other, "expected 'binary' or 'json'")),
     };
     let (definition, origin) = match (inline, location) {
         (Some(_), Some(_)) => {
@@ -206,29 +211,13 @@ mod tests {
     use crate::options::RawOptions;
 
     static SPECS: [&OptionSpec; 4] = [&FORMAT, &SCHEMA, &SCHEMA_LOCATION, &SCHEMA_ENCODING];
-    static FORMAT: OptionSpec = OptionSpec {
-        name: "format",
-        group: OptionGroup::Mapping,
-        kind: OptionKind::Enum(FORMATS),
-        default: DefaultValue::Text("json"),
-        bound: Bound::None,
-        cross_rule: "",
-        example: "avro",
-        description: "A test format.",
-        redact: Redact::None,
-    };
+    static FORMAT: OptionSpec = format_spec("", "A test format.");
 
     fn read(pairs: &[(&str, &str)]) -> Result<PayloadOptions> {
         let raw =
             RawOptions::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))?;
         let p = ParsedOptions::parse("test", &SPECS, &raw)?;
-        payload_options(
-            &p,
-            PayloadSpecs {
-                format: &FORMAT,
-                encoding: &SCHEMA_ENCODING,
-            },
-        )
+        payload_options(&p, &FORMAT)
     }
 
     #[test]

@@ -21,7 +21,8 @@ use gcp_sql::core::metrics::names;
 use crate::cloud_tasks_sink::{HttpTarget, Received, TasksAdmin, create_table, http_request};
 use crate::dead_letter::dead_letter_lines;
 use crate::pubsub_schema::{
-    AVRO_SCHEMA, PROTO_SCHEMA, check_avro, check_proto, rows, table_schema,
+    AVRO_SCHEMA, PROTO_SCHEMA, check_avro, check_proto, context_with_the_schema_in_a_store, rows,
+    table_schema,
 };
 use crate::support::{exec, insert};
 
@@ -81,26 +82,21 @@ impl Landed {
 
 /// Declares `orders` on a paused queue with `format_options` and `failure_policy =
 /// 'dead_letter'` (a local folder), inserts the four rows of `pubsub_schema::rows` (the fourth
-/// breaks the schema), checks the counts and the tasks listed back, then resumes the queue and
-/// returns what the listener received and what was dead-lettered.
-async fn insert_orders(prefix: &str, format_options: &[(&str, &str)], with_count: bool) -> Landed {
+/// breaks the schema), checks the counts and the tasks listed back, resumes the queue, checks
+/// that every request the listener received carried `content_type`, and returns the bodies and
+/// the dead letters in the shape of the Pub/Sub schema checks.
+async fn insert_orders(
+    prefix: &str,
+    format_options: &[(&str, &str)],
+    with_count: bool,
+    content_type: &str,
+) -> (Vec<PubsubMessage>, Vec<PubsubMessage>) {
     let admin = TasksAdmin::connect().await;
     let queue = admin.paused_queue("ct-schema", prefix).await;
     let target = HttpTarget::start().await;
     let dir = tempfile::tempdir().unwrap();
     let dead_path = format!("file://{}", dir.path().display());
-    let ctx = gcp_sql::sql::new_context();
-    // An object store holding the Avro schema, for `schema_location = 'memory://schemas/...'`.
-    let store = Arc::new(datafusion::object_store::memory::InMemory::new());
-    datafusion::object_store::ObjectStoreExt::put(
-        store.as_ref(),
-        &datafusion::object_store::path::Path::from("order.avsc"),
-        AVRO_SCHEMA.as_bytes().to_vec().into(),
-    )
-    .await
-    .expect("put the schema");
-    ctx.runtime_env()
-        .register_object_store(&url::Url::parse("memory://schemas").unwrap(), store);
+    let ctx = context_with_the_schema_in_a_store().await;
     let url = target.url("/orders");
     let mut options = vec![
         ("queue", queue.as_str()),
@@ -152,213 +148,186 @@ async fn insert_orders(prefix: &str, format_options: &[(&str, &str)], with_count
         !why.contains("1099511627776"),
         "the reason shows no value: {why}"
     );
-    Landed {
+    let landed = Landed {
         received,
         dead_reasons: vec![why],
-    }
+    };
+    landed.assert_content_type(content_type);
+    landed.as_messages()
 }
+
+/// The table options of each run: the format and where its schema is.
+const AVRO_INLINE: &[(&str, &str)] = &[("format", "avro"), ("schema", AVRO_SCHEMA)];
+const AVRO_JSON_IN_A_STORE: &[(&str, &str)] = &[
+    ("format", "avro"),
+    ("schema_location", "memory://schemas/order.avsc"),
+    ("schema_encoding", "json"),
+];
+const PROTO_JSON: &[(&str, &str)] = &[
+    ("format", "protobuf"),
+    ("schema", PROTO_SCHEMA),
+    ("schema_encoding", "json"),
+];
+const PROTO_BINARY: &[(&str, &str)] = &[("format", "protobuf"), ("schema", PROTO_SCHEMA)];
+
+// In the Avro runs the fourth row's null note breaks the schema's plain `string`; in the
+// Protobuf runs its count is past `int32`. The checks find that field named in the dead letter.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn format_avro_bodies_are_bare_datums_that_fastavro_reads_back() {
-    let landed = insert_orders(
-        "avro",
-        &[("format", "avro"), ("schema", AVRO_SCHEMA)],
-        false,
-    )
-    .await;
-    landed.assert_content_type("application/octet-stream");
-    // The fourth row's null note breaks the schema's plain `string`: dead-lettered naming it.
-    check_avro(landed.as_messages(), "binary");
+    let landed = insert_orders("avro", AVRO_INLINE, false, "application/octet-stream");
+    check_avro(landed.await, "binary");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn format_avro_json_with_a_schema_in_an_object_store_reads_it_when_the_statement_starts() {
     let landed = insert_orders(
         "avro-store",
-        &[
-            ("format", "avro"),
-            ("schema_location", "memory://schemas/order.avsc"),
-            ("schema_encoding", "json"),
-        ],
+        AVRO_JSON_IN_A_STORE,
         false,
-    )
-    .await;
-    landed.assert_content_type("application/json");
-    check_avro(landed.as_messages(), "json");
+        "application/json",
+    );
+    check_avro(landed.await, "json");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn format_protobuf_with_json_encoding_gives_proto3_json_that_google_protobuf_parses() {
-    let landed = insert_orders(
-        "proto-json",
-        &[
-            ("format", "protobuf"),
-            ("schema", PROTO_SCHEMA),
-            ("schema_encoding", "json"),
-        ],
-        true,
-    )
-    .await;
-    landed.assert_content_type("application/json");
-    // The fourth row's count is past int32: dead-lettered naming the field and the type.
-    check_proto(landed.as_messages(), "json");
+    check_proto(
+        insert_orders("proto-json", PROTO_JSON, true, "application/json").await,
+        "json",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn format_protobuf_binary_gives_the_wire_format_that_google_protobuf_parses() {
-    let landed = insert_orders(
-        "proto-bin",
-        &[("format", "protobuf"), ("schema", PROTO_SCHEMA)],
-        true,
-    )
-    .await;
-    landed.assert_content_type("application/protobuf");
-    check_proto(landed.as_messages(), "binary");
+    let landed = insert_orders("proto-bin", PROTO_BINARY, true, "application/protobuf");
+    check_proto(landed.await, "binary");
 }
+
+/// A protobuf job table that skips the rows its schema refuses, with a Content-Type of its own.
+const DROP_OPTIONS: &[(&str, &str)] = &[
+    ("url", "http://127.0.0.1:9/jobs"),
+    ("format", "protobuf"),
+    (
+        "schema",
+        "syntax = \"proto3\"; message Job { int64 id = 1; int32 n = 2; }",
+    ),
+    ("failure_policy", "drop"),
+    ("headers", "Content-Type: application/x-protobuf"),
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_the_schema_refuses_is_dropped_and_counted_under_the_drop_policy() {
     let admin = TasksAdmin::connect().await;
     let queue = admin.paused_queue("ct-schema", "drop").await;
     let ctx = gcp_sql::sql::new_context();
-    exec(
-        &ctx,
-        &create_table(
-            "jobs",
-            "id BIGINT NOT NULL, n BIGINT",
-            &admin.host,
-            &[
-                ("queue", &queue),
-                ("url", "http://127.0.0.1:9/jobs"),
-                ("format", "protobuf"),
-                (
-                    "schema",
-                    "syntax = \"proto3\"; message Job { int64 id = 1; int32 n = 2; }",
-                ),
-                ("failure_policy", "drop"),
-                ("headers", "Content-Type: application/x-protobuf"),
-            ],
-        ),
-    )
-    .await;
-    let done = insert(
-        &ctx,
-        "INSERT INTO jobs VALUES (1, 10), (2, 3000000000), (3, NULL), (4, -2147483648)",
-    )
-    .await;
-    assert_eq!(done.count(), 3);
-    assert_eq!(done.metric(names::RECORDS_SKIPPED), 1);
+    let options = [&[("queue", queue.as_str())][..], DROP_OPTIONS].concat();
+    let ddl = create_table(
+        "jobs",
+        "id BIGINT NOT NULL, n BIGINT",
+        &admin.host,
+        &options,
+    );
+    exec(&ctx, &ddl).await;
+    let values = "(1, 10), (2, 3000000000), (3, NULL), (4, -2147483648)";
+    let done = insert(&ctx, &format!("INSERT INTO jobs VALUES {values}")).await;
+    assert_eq!((done.count(), done.metric(names::RECORDS_SKIPPED)), (3, 1));
     let tasks = admin.list_tasks(&queue).await;
     let mut bodies: Vec<Vec<u8>> = tasks.iter().map(|t| http_request(t).body.clone()).collect();
     bodies.sort();
     // Field 1 (id) and field 2 (n) as varints; a NULL n is absent, int32 -2^31 is ten bytes.
+    let min_int32 = [0x80, 0x80, 0x80, 0x80, 0xf8, 0xff, 0xff, 0xff, 0xff, 0x01];
     let mut expected = vec![
         vec![0x08, 0x01, 0x10, 0x0a],
         vec![0x08, 0x03],
-        [
-            &[0x08, 0x04, 0x10][..],
-            &[0x80, 0x80, 0x80, 0x80, 0xf8, 0xff, 0xff, 0xff, 0xff, 0x01],
-        ]
-        .concat(),
+        [&[0x08, 0x04, 0x10][..], &min_int32].concat(),
     ];
     expected.sort();
     assert_eq!(bodies, expected);
     for t in &tasks {
         // The explicit Content-Type wins over the encoding's.
-        assert_eq!(
-            http_request(t)
-                .headers
-                .get("Content-Type")
-                .map(String::as_str),
-            Some("application/x-protobuf")
-        );
+        let content_type = http_request(t).headers.get("Content-Type").cloned();
+        assert_eq!(content_type.as_deref(), Some("application/x-protobuf"));
     }
 }
 
 /// Declares `bad` with `options` and returns the error; the table must be refused.
 async fn refused(columns: &str, options: &[(&str, &str)]) -> String {
-    let admin_host = "127.0.0.1:9";
     let ctx = gcp_sql::sql::new_context();
     let mut all = vec![
         ("queue", "projects/p/locations/l/queues/q"),
         ("url", "http://127.0.0.1:9/x"),
     ];
     all.extend_from_slice(options);
-    let sql = create_table("bad", columns, admin_host, &all);
+    let sql = create_table("bad", columns, "127.0.0.1:9", &all);
     match gcp_sql::sql::run(&ctx, &sql).await {
         Ok(_) => panic!("declared, but {options:?} should be refused"),
         Err(e) => e.to_string(),
     }
 }
 
+const AVRO_ID_N: &str = r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"},{"name":"n","type":"int"}]}"#;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_declarations_name_the_options_or_the_column_the_field_and_both_types() {
-    let avro = r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"},{"name":"n","type":"int"}]}"#;
-    // A column the schema lacks.
-    let e = refused(
-        "id BIGINT, n BIGINT, extra VARCHAR",
-        &[("format", "avro"), ("schema", avro)],
-    )
-    .await;
-    assert!(e.contains("'extra'"), "{e}");
-    // A required field with no column.
-    let e = refused("id BIGINT", &[("format", "avro"), ("schema", avro)]).await;
-    assert!(e.contains("'n'"), "{e}");
-    // A type that does not convert: the column, the field and both types.
-    let e = refused(
-        "id VARCHAR, n BIGINT",
-        &[("format", "avro"), ("schema", avro)],
-    )
-    .await;
-    assert!(
-        e.contains("'id'") && e.contains("Utf8") && e.contains("long"),
-        "{e}"
-    );
-    // The body comes from a column, or there is no body: the schema would encode nothing.
-    let e = refused(
-        "id BIGINT, n BIGINT, b VARCHAR",
-        &[("format", "avro"), ("schema", avro), ("body_column", "b")],
-    )
-    .await;
-    assert!(
-        e.contains("body_column") && e.contains("format 'avro'"),
-        "{e}"
-    );
-    let e = refused(
-        "id BIGINT, n BIGINT",
-        &[("format", "avro"), ("schema", avro), ("http_method", "GET")],
-    )
-    .await;
-    assert!(
-        e.contains("http_method") && e.contains("format 'avro'"),
-        "{e}"
-    );
-    // A schema option with a format that takes none.
-    let e = refused("b VARCHAR", &[("format", "raw"), ("schema", avro)]).await;
-    assert!(e.contains("schema") && e.contains("format is 'raw'"), "{e}");
-    // A schema format without its schema.
-    let e = refused("id BIGINT", &[("format", "protobuf")]).await;
-    assert!(
-        e.contains("'schema'") && e.contains("'schema_location'"),
-        "{e}"
-    );
+    let avro = [("format", "avro"), ("schema", AVRO_ID_N)];
+    let with = |extra: (&'static str, &'static str)| [&avro[..], &[extra]].concat();
+    // (columns, options, what the error names)
+    let cases: Vec<(&str, Vec<(&str, &str)>, &[&str])> = vec![
+        // A column the schema lacks.
+        (
+            "id BIGINT, n BIGINT, extra VARCHAR",
+            avro.to_vec(),
+            &["'extra'"],
+        ),
+        // A required field with no column.
+        ("id BIGINT", avro.to_vec(), &["'n'"]),
+        // A type that does not convert: the column, the field and both types.
+        (
+            "id VARCHAR, n BIGINT",
+            avro.to_vec(),
+            &["'id'", "Utf8", "long"],
+        ),
+        // The body comes from a column, or there is no body: the schema would encode nothing.
+        (
+            "id BIGINT, n BIGINT, b VARCHAR",
+            with(("body_column", "b")),
+            &["body_column", "format 'avro'"],
+        ),
+        (
+            "id BIGINT, n BIGINT",
+            with(("http_method", "GET")),
+            &["http_method", "format 'avro'"],
+        ),
+        // A schema option with a format that takes none, and a schema format without a schema.
+        (
+            "b VARCHAR",
+            vec![("format", "raw"), ("schema", AVRO_ID_N)],
+            &["schema", "format is 'raw'"],
+        ),
+        (
+            "id BIGINT",
+            vec![("format", "protobuf")],
+            &["'schema'", "'schema_location'"],
+        ),
+    ];
+    for (columns, options, parts) in cases {
+        let e = refused(columns, &options).await;
+        assert!(parts.iter().all(|p| e.contains(p)), "{options:?}: {e}");
+    }
     // An object-store schema that is not there fails the first statement, naming the option.
-    let ctx = gcp_sql::sql::new_context();
     let admin = TasksAdmin::connect().await;
     let queue = admin.paused_queue("ct-schema", "missing").await;
+    let missing = [
+        ("queue", queue.as_str()),
+        ("url", "http://127.0.0.1:9/x"),
+        ("format", "avro"),
+        ("schema_location", "memory://nowhere/none.avsc"),
+    ];
+    let ctx = gcp_sql::sql::new_context();
     exec(
         &ctx,
-        &create_table(
-            "later",
-            "id BIGINT",
-            &admin.host,
-            &[
-                ("queue", &queue),
-                ("url", "http://127.0.0.1:9/x"),
-                ("format", "avro"),
-                ("schema_location", "memory://nowhere/none.avsc"),
-            ],
-        ),
+        &create_table("later", "id BIGINT", &admin.host, &missing),
     )
     .await;
     let done = insert(&ctx, "INSERT INTO later VALUES (1)").await;

@@ -79,7 +79,7 @@ use crate::core::{Destination, Envelope};
 use crate::encode::json::JsonRowEncoder;
 use crate::encode::raw::{BytesColumn, RawEncoder};
 use crate::encode::schema::{
-    PayloadSchema, RowPayload, SchemaEncoding, SchemaLocation, SchemaRowEncoder, SchemaType,
+    RowPayload, SchemaEncoding, SchemaLocation, SchemaRowEncoder, SchemaType,
 };
 use crate::error::{Error, Result};
 use crate::options::PayloadFormat;
@@ -284,7 +284,7 @@ enum BodyPlan {
     Raw(RawEncoder, String),
     /// The payload columns encoded to match an Avro or Protobuf schema.
     Schema(Arc<SchemaRowEncoder>),
-    /// A schema read when a statement starts ([`CloudTasksMapping::with_schema`] replaces this).
+    /// A schema read when a statement starts ([`CloudTasksMapping::read_schema`] replaces this).
     Pending(SchemaLocation),
 }
 
@@ -498,25 +498,23 @@ impl CloudTasksMapping {
         })
     }
 
-    /// The object-store schema to read when a statement starts, if any.
-    pub fn pending_schema(&self) -> Option<&SchemaLocation> {
-        match &self.body {
-            BodyPlan::Pending(at) => Some(at),
-            _ => None,
-        }
-    }
-
-    /// This mapping with the body encoded to match `schema` (one read from an object store when
-    /// a statement starts): the same errors as a `schema` option at declaration, naming the
-    /// column, the field and both types.
-    pub fn with_schema(&self, schema: &PayloadSchema, table: &Schema) -> Result<Self> {
-        let mut mapping = self.clone();
-        mapping.body = BodyPlan::Schema(Arc::new(SchemaRowEncoder::new(
-            schema,
-            table,
-            &self.body_columns,
-        )?));
-        Ok(mapping)
+    /// With an object-store `schema_location`, this mapping with the body bound to the schema
+    /// read now through `runtime`'s object stores (the same checks as a `schema` option at
+    /// declaration, naming the column, the field and both types); `None` when there is nothing
+    /// to read.
+    pub async fn read_schema(
+        &self,
+        table: &Schema,
+        runtime: Option<&Arc<datafusion::execution::runtime_env::RuntimeEnv>>,
+    ) -> Result<Option<Self>> {
+        let BodyPlan::Pending(at) = &self.body else {
+            return Ok(None);
+        };
+        let encoder = SchemaRowEncoder::new(&at.read(runtime).await?, table, &self.body_columns)?;
+        Ok(Some(CloudTasksMapping {
+            body: BodyPlan::Schema(Arc::new(encoder)),
+            ..self.clone()
+        }))
     }
 
     /// The table's fixed queue, when it has one.
@@ -597,13 +595,7 @@ impl CloudTasksMapping {
             BodyPlan::Json(json) => BoundBody::Json(json.bind(batch)?),
             BodyPlan::Raw(raw, name) => BoundBody::Bytes(raw.bind(batch)?, name, " (format 'raw')"),
             BodyPlan::Schema(encoder) => BoundBody::Schema(encoder.encode_batch(batch)?),
-            BodyPlan::Pending(at) => {
-                return Err(Error::invalid(
-                    "schema_location",
-                    at.url.clone(),
-                    "internal: the schema was not read before the first batch",
-                ));
-            }
+            BodyPlan::Pending(at) => return Err(at.unread()),
         };
         let headers = match (&self.headers_column, &arrays.headers) {
             (Some(c), Some(a)) => Some(MapColumn::new(&c.name, a.as_ref())?),

@@ -36,7 +36,7 @@ use crate::options::Redact;
 use crate::options::common::PER_DESTINATION_METRICS;
 use crate::options::docs::FixedBudget;
 use crate::options::payload::{
-    FORMATS, PayloadSpecs, SCHEMA, SCHEMA_ENCODING, SCHEMA_LOCATION, payload_options,
+    SCHEMA, SCHEMA_ENCODING, SCHEMA_LOCATION, format_spec, payload_options,
 };
 use crate::options::spec::format_duration;
 use crate::options::{
@@ -80,24 +80,14 @@ pub const DESTINATION_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// `max_active_publishers` default.
 pub const MAX_ACTIVE_QUEUES: usize = 100;
 
-/// `format` of the Cloud Tasks sink: how a body-carrying request's body is encoded.
-pub static FORMAT: OptionSpec = OptionSpec {
-    name: "format",
-    group: OptionGroup::Mapping,
-    kind: OptionKind::Enum(FORMATS),
-    default: DefaultValue::Text("json"),
-    bound: Bound::None,
-    cross_rule: "`raw` needs exactly one payload column, of a string or binary type; `avro` and `protobuf` need `schema` or `schema_location`, an `http_method` that carries a body, and no `body_column`",
-    example: "avro",
-    description: "How a row becomes the task body when no `body_column` carries it: `json` writes the row's remaining columns (those without a role) as one JSON object; `raw` sends the bytes of the single remaining column as they are; `avro` and `protobuf` encode the remaining columns to match the schema given by `schema` or `schema_location` (columns map to fields by name; see docs/cloud_tasks.md).",
-    redact: Redact::None,
-};
+/// The rule of `format = 'raw'`, which its error repeats.
+const RAW_RULE: &str = "`raw` needs exactly one payload column, of a string or binary type";
 
-/// The Cloud Tasks wording of `format`, with the shared `schema_encoding`.
-const PAYLOAD_SPECS: PayloadSpecs = PayloadSpecs {
-    format: &FORMAT,
-    encoding: &SCHEMA_ENCODING,
-};
+/// `format` of the Cloud Tasks sink: how a body-carrying request's body is encoded.
+pub static FORMAT: OptionSpec = format_spec(
+    "`raw` needs exactly one payload column, of a string or binary type; `avro` and `protobuf` need `schema` or `schema_location`, an `http_method` that carries a body, and no `body_column`",
+    "How a row becomes the task body when no `body_column` carries it: `json` writes the row's remaining columns (those without a role) as one JSON object; `raw` sends the bytes of the single remaining column as they are; `avro` and `protobuf` encode the remaining columns to match the schema given by `schema` or `schema_location` (columns map to fields by name; see docs/cloud_tasks.md).",
+);
 
 /// `queue`.
 pub static QUEUE: OptionSpec = OptionSpec {
@@ -724,7 +714,7 @@ impl TableOptions for CloudTasksSinkOptions {
         }
 
         let auth = Self::auth_from(p)?;
-        let payload = payload_options(p, PAYLOAD_SPECS)?;
+        let payload = payload_options(p, &FORMAT)?;
 
         let mapping = CloudTasksMappingOptions {
             location: region.map(str::to_string),
@@ -963,7 +953,7 @@ impl CloudTasksSinkOptions {
                              url_column, queue_column, headers_column, schedule_time_column or \
                              task_name_column, or leave the table), or use format = 'json' to send \
                              them together as one JSON object",
-                            FORMAT.cross_rule,
+                            RAW_RULE,
                             match other {
                                 [] => "no column is left for the body".to_string(),
                                 several => format!(

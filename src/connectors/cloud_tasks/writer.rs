@@ -145,13 +145,7 @@ impl Connector for CloudTasks {
         _transport: &CloudTasksTransport,
         ctx: &WriterContext,
     ) -> Result<Option<CloudTasksMapping>> {
-        match mapping.pending_schema() {
-            Some(at) => {
-                let read = at.read(ctx.runtime.as_ref()).await?;
-                Ok(Some(mapping.with_schema(&read, schema)?))
-            }
-            None => Ok(None),
-        }
+        mapping.read_schema(schema, ctx.runtime.as_ref()).await
     }
 
     fn encode_batch(

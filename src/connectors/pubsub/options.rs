@@ -40,8 +40,8 @@ use crate::encode::schema::{PayloadSchema, SchemaLocation};
 use crate::error::{Error, Result};
 use crate::options::Redact;
 use crate::options::common::{self, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
-use crate::options::payload::{FORMATS, PayloadSpecs, payload_options};
-pub use crate::options::payload::{SCHEMA, SCHEMA_LOCATION};
+pub use crate::options::payload::{SCHEMA, SCHEMA_ENCODING, SCHEMA_LOCATION};
+use crate::options::payload::{format_spec, payload_options};
 use crate::options::spec::format_duration;
 use crate::options::{
     Bound, ColumnRef, DefaultValue, OptionGroup, OptionKind, OptionSpec, ParsedOptions,
@@ -108,37 +108,12 @@ pub const DEFAULT_ATTRIBUTES_COLUMN: &str = "attributes";
 /// Default `ordering_key_column` name.
 pub const DEFAULT_ORDERING_KEY_COLUMN: &str = "ordering_key";
 
-/// `format` of the Pub/Sub sink: the shared words (`json`, `raw`) and the schema'd ones.
-pub static FORMAT: OptionSpec = OptionSpec {
-    name: "format",
-    group: OptionGroup::Mapping,
-    kind: OptionKind::Enum(FORMATS),
-    default: DefaultValue::Text("json"),
-    bound: Bound::None,
-    cross_rule: "`raw` needs exactly one payload column, of a string or binary type; `avro` and `protobuf` need `schema` or `schema_location`",
-    example: "avro",
-    description: "How a row becomes the message data when no column carries it: `json` writes the row's remaining columns as one JSON object; `raw` sends the bytes of the single remaining column as they are; `avro` and `protobuf` encode the remaining columns to match the schema given by `schema` or `schema_location` (columns map to fields by name; see docs/pubsub.md). When the option is not given and the topic has a Pub/Sub schema, the sink reads that schema when a statement starts and encodes to match it. A source (a table with a subscription) reads the other way: `json` decodes each column from the member of its name, `raw` fills `data_column`, `avro` and `protobuf` decode each column from the field of its name; without the option, the source reads the schema of the subscription's topic, if it has one, when a scan starts.",
-    redact: Redact::None,
-};
-
-/// `schema_encoding`.
-pub static SCHEMA_ENCODING: OptionSpec = OptionSpec {
-    name: "schema_encoding",
-    group: OptionGroup::Mapping,
-    kind: OptionKind::Enum(&["binary", "json"]),
-    default: DefaultValue::Text("binary"),
-    bound: Bound::None,
-    cross_rule: "needs `format` `avro` or `protobuf`",
-    example: "json",
-    description: "How `format = 'avro'` or `'protobuf'` writes a row (or, in a source, reads a message): `binary` (a bare Avro datum, or the protobuf wire format) or `json` (Avro's JSON encoding, or the proto3 JSON mapping), as a Pub/Sub topic schema's encoding says. A source decodes a message that Pub/Sub stamped with its encoding (the `googclient_schemaencoding` attribute) in that encoding.",
-    redact: Redact::None,
-};
-
-/// The Pub/Sub wording of `format` and `schema_encoding`, for the sink and the source.
-pub(crate) const PAYLOAD_SPECS: PayloadSpecs = PayloadSpecs {
-    format: &FORMAT,
-    encoding: &SCHEMA_ENCODING,
-};
+/// `format` of the Pub/Sub sink and source: the shared words (`json`, `raw`) and the schema'd
+/// ones.
+pub static FORMAT: OptionSpec = format_spec(
+    "`raw` needs exactly one payload column, of a string or binary type; `avro` and `protobuf` need `schema` or `schema_location`",
+    "How a row becomes the message data when no column carries it: `json` writes the row's remaining columns as one JSON object; `raw` sends the bytes of the single remaining column as they are; `avro` and `protobuf` encode the remaining columns to match the schema given by `schema` or `schema_location` (columns map to fields by name; see docs/pubsub.md). When the option is not given and the topic has a Pub/Sub schema, the sink reads that schema when a statement starts and encodes to match it, in the topic's encoding. A source (a table with a subscription) reads the other way: `json` decodes each column from the member of its name, `raw` fills `data_column`, `avro` and `protobuf` decode each column from the field of its name; without the option, the source reads the schema of the subscription's topic, if it has one, when a scan starts. A source decodes a message that Pub/Sub stamped with its encoding (the `googclient_schemaencoding` attribute) in that encoding.",
+);
 
 /// `topic`.
 pub static TOPIC: OptionSpec = OptionSpec {
@@ -609,7 +584,7 @@ impl TableOptions for PubSubSinkOptions {
 
         let topic = destination(&TOPIC, location, p, |t| names::pubsub_topic(t, project))?;
 
-        let payload = payload_options(p, PAYLOAD_SPECS)?;
+        let payload = payload_options(p, &FORMAT)?;
         let mapping = PubSubMappingOptions {
             topic_column: p.text(&TOPIC_COLUMN)?.map(str::to_string),
             data_column: p.column_ref(&DATA_COLUMN, DEFAULT_DATA_COLUMN)?,

@@ -728,38 +728,34 @@ fn a_row_the_schema_refuses_is_rejected_naming_the_field_not_the_value() {
     }
 }
 
+/// The body and `Content-Type` of the row (1, 3) under `pairs`.
+fn body_and_type(pairs: &[(&str, &str)]) -> (Vec<u8>, String) {
+    let request = request(&encode(&fixed(pairs), id_and_n(vec![3]))[0]);
+    (request.body, request.headers[CONTENT_TYPE].clone())
+}
+
 #[test]
 fn a_protobuf_body_gets_the_content_type_of_its_encoding() {
-    let binary = encode(
-        &fixed(&[("format", "protobuf"), ("schema", PROTO)]),
-        id_and_n(vec![3]),
-    );
-    let request_binary = request(&binary[0]);
+    let (body, content_type) = body_and_type(&[("format", "protobuf"), ("schema", PROTO)]);
     // Field 1 varint 1, field 2 varint 3.
-    assert_eq!(request_binary.body, [0x08, 0x01, 0x10, 0x03]);
-    assert_eq!(request_binary.headers[CONTENT_TYPE], PROTOBUF_MEDIA_TYPE);
-    let json = encode(
-        &fixed(&[
-            ("format", "protobuf"),
-            ("schema", PROTO),
-            ("schema_encoding", "json"),
-        ]),
-        id_and_n(vec![3]),
-    );
-    let request_json = request(&json[0]);
-    let body: serde_json::Value = serde_json::from_slice(&request_json.body).expect("JSON");
+    assert_eq!(body, [0x08, 0x01, 0x10, 0x03]);
+    assert_eq!(content_type, PROTOBUF_MEDIA_TYPE);
+    let json = [
+        ("format", "protobuf"),
+        ("schema", PROTO),
+        ("schema_encoding", "json"),
+    ];
+    let (body, content_type) = body_and_type(&json);
+    let body: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
     assert_eq!(body, serde_json::json!({"id": "1", "n": 3}));
-    assert_eq!(request_json.headers[CONTENT_TYPE], JSON_MEDIA_TYPE);
-    // An explicit Content-Type wins, as for JSON bodies.
-    let explicit = encode(
-        &fixed(&[
-            ("format", "avro"),
-            ("schema", AVRO),
-            ("headers", "Content-Type: avro/binary"),
-        ]),
-        id_and_n(vec![3]),
-    );
-    assert_eq!(request(&explicit[0]).headers["Content-Type"], "avro/binary");
+    assert_eq!(content_type, JSON_MEDIA_TYPE);
+    // An explicit Content-Type wins, as for JSON bodies (the option keeps the name's case).
+    let explicit = [
+        ("format", "avro"),
+        ("schema", AVRO),
+        ("headers", "Content-Type: avro/binary"),
+    ];
+    assert_eq!(body_and_type(&explicit).1, "avro/binary");
 }
 
 #[test]
@@ -810,27 +806,29 @@ fn schema_options_that_cannot_apply_are_refused_naming_the_options() {
     assert!(err.contains("'schema_location'"), "{err}");
 }
 
+/// The error of declaring columns `fields` under `pairs`.
+fn mapping_error(pairs: &[(&str, &str)], fields: &[(&str, DataType)]) -> String {
+    let fields: Vec<Field> = fields
+        .iter()
+        .map(|(name, data_type)| Field::new(*name, data_type.clone(), false))
+        .collect();
+    CloudTasksMapping::new(&fixed(pairs), &Schema::new(fields))
+        .unwrap_err()
+        .to_string()
+}
+
 #[test]
 fn a_column_the_schema_lacks_is_a_declaration_error_naming_column_and_types() {
-    let schema = Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("n", DataType::Int64, false),
-        Field::new("extra", DataType::Utf8, true),
-    ]);
-    let err = CloudTasksMapping::new(&fixed(&[("format", "avro"), ("schema", AVRO)]), &schema)
-        .unwrap_err()
-        .to_string();
+    let avro = [("format", "avro"), ("schema", AVRO)];
+    let extra = [
+        ("id", DataType::Int64),
+        ("n", DataType::Int64),
+        ("extra", DataType::Utf8),
+    ];
+    let err = mapping_error(&avro, &extra);
     assert!(err.contains("'extra'"), "{err}");
-    let schema = Schema::new(vec![
-        Field::new("id", DataType::Utf8, false),
-        Field::new("n", DataType::Int64, false),
-    ]);
-    let err = CloudTasksMapping::new(
-        &fixed(&[("format", "protobuf"), ("schema", PROTO)]),
-        &schema,
-    )
-    .unwrap_err()
-    .to_string();
+    let proto = [("format", "protobuf"), ("schema", PROTO)];
+    let err = mapping_error(&proto, &[("id", DataType::Utf8), ("n", DataType::Int64)]);
     assert!(
         err.contains("'id'") && err.contains("Utf8") && err.contains("int64"),
         "{err}"
