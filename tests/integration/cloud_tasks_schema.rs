@@ -266,6 +266,9 @@ async fn refused(columns: &str, options: &[(&str, &str)]) -> String {
     }
 }
 
+/// A table's option pairs.
+type Options = Vec<(&'static str, &'static str)>;
+
 const AVRO_ID_N: &str = r#"{"type":"record","name":"R","fields":[{"name":"id","type":"long"},{"name":"n","type":"int"}]}"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,7 +276,7 @@ async fn bad_declarations_name_the_options_or_the_column_the_field_and_both_type
     let avro = [("format", "avro"), ("schema", AVRO_ID_N)];
     let with = |extra: (&'static str, &'static str)| [&avro[..], &[extra]].concat();
     // (columns, options, what the error names)
-    let cases: Vec<(&str, Vec<(&str, &str)>, &[&str])> = vec![
+    let cases: Vec<(&str, Options, &[&str])> = vec![
         // A column the schema lacks.
         (
             "id BIGINT, n BIGINT, extra VARCHAR",
