@@ -167,9 +167,10 @@ struct Args {
     #[arg(long)]
     untuned: bool,
     /// The payload format of the Pub/Sub workloads without ordering keys: json (the default),
-    /// avro or protobuf (binary, with a schema of the workload's five columns)
-    #[arg(long, default_value = "json")]
-    format: String,
+    /// avro or protobuf (binary, with a schema of the workload's five columns). With W3, the
+    /// tasks' bodies become W1's five columns in that format instead of one body column
+    #[arg(long)]
+    format: Option<String>,
     /// batch_element_count_threshold (Pub/Sub default here: 1000 unless --untuned)
     #[arg(long)]
     batch_count: Option<u64>,
@@ -221,6 +222,8 @@ struct Plan {
     row_bytes: u64,
     keys: u64,
     latency: Duration,
+    /// W3 with `--format`: the tasks' bodies are W1's five columns in that format.
+    w1_columns: bool,
 }
 
 impl Args {
@@ -267,6 +270,7 @@ impl Args {
             row_bytes: self.row_bytes.unwrap_or(row_bytes),
             keys: self.keys.unwrap_or(keys),
             latency: self.latency.unwrap_or(latency),
+            w1_columns: sink == CloudTasks && self.format.is_some(),
         }
     }
 
@@ -402,6 +406,13 @@ fn select_sql(plan: &Plan, rows: u64) -> String {
                 cells.join(", ")
             )
         }
+        SinkKind::CloudTasks if plan.w1_columns => select_sql(
+            &Plan {
+                sink: SinkKind::PubSub,
+                ..plan.clone()
+            },
+            rows,
+        ),
         SinkKind::CloudTasks => format!(
             "SELECT {} AS body FROM generate_series(1, {rows})",
             fixed_width("value", plan.row_bytes.max(1), 'x')
@@ -441,6 +452,9 @@ fn table_options(args: &Args, plan: &Plan, host: &str) -> gcp_sql::Result<Vec<(S
             pair("row_key", "id"),
             pair("column_family", "cf"),
         ],
+        SinkKind::CloudTasks if plan.w1_columns => {
+            vec![pair("queue", &destination(plan)), pair("url", W3_URL)]
+        }
         SinkKind::CloudTasks => vec![
             pair("queue", &destination(plan)),
             pair("url", W3_URL),
@@ -452,8 +466,8 @@ fn table_options(args: &Args, plan: &Plan, host: &str) -> gcp_sql::Result<Vec<(S
     if plan.sink == SinkKind::PubSub && plan.keys > 0 {
         options.push(pair("enable_message_ordering", "true"));
     }
-    if plan.sink == SinkKind::PubSub {
-        match args.format.as_str() {
+    if plan.sink == SinkKind::PubSub || plan.w1_columns {
+        match args.format.as_deref().unwrap_or("json") {
             "json" => {}
             "avro" => {
                 options.push(pair("format", "avro"));
@@ -480,6 +494,9 @@ fn table_sql(args: &Args, plan: &Plan, host: &str) -> gcp_sql::Result<String> {
                 .to_string()
         }
         SinkKind::PubSub => "id BIGINT, user_id VARCHAR, event VARCHAR, url VARCHAR, pad VARCHAR".to_string(),
+        SinkKind::CloudTasks if plan.w1_columns => {
+            "id BIGINT, user_id VARCHAR, event VARCHAR, url VARCHAR, pad VARCHAR".to_string()
+        }
         SinkKind::Bigtable => std::iter::once("id VARCHAR".to_string())
             .chain((1..=W2_CELLS).map(|i| format!("c{i} VARCHAR")))
             .collect::<Vec<_>>()

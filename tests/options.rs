@@ -2172,9 +2172,11 @@ fn every_registered_option_is_accepted_by_its_connector_with_its_example() {
             if kind == gcp_sql::connectors::bigtable::KIND && spec.name != "row_key" {
                 pairs.push(("row_key", "id"));
             }
-            // The schema options of the Pub/Sub sink belong to `format = 'avro'` / 'protobuf',
-            // which needs a schema.
-            if kind == gcp_sql::connectors::pubsub::KIND && spec.name.starts_with("schema") {
+            // The schema options of the Pub/Sub and Cloud Tasks sinks belong to `format =
+            // 'avro'` / 'protobuf', which needs a schema.
+            let schema_capable = kind == gcp_sql::connectors::pubsub::KIND
+                || kind == gcp_sql::connectors::cloud_tasks::KIND;
+            if schema_capable && spec.name.starts_with("schema") {
                 pairs.push(("format", "avro"));
                 if spec.name == "schema_encoding" {
                     pairs.push((
@@ -2183,7 +2185,7 @@ fn every_registered_option_is_accepted_by_its_connector_with_its_example() {
                     ));
                 }
             }
-            if kind == gcp_sql::connectors::pubsub::KIND && spec.name == "format" {
+            if schema_capable && spec.name == "format" {
                 pairs.push((
                     "schema",
                     gcp_sql::connectors::pubsub::options::SCHEMA.example,

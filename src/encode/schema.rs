@@ -83,6 +83,16 @@ pub struct SchemaLocation {
 }
 
 impl SchemaLocation {
+    /// The error of a batch that reaches a mapping whose schema was never read: the writer
+    /// reads it when a statement starts, before the first batch, so this is an internal fault.
+    pub fn unread(&self) -> crate::error::Error {
+        crate::error::Error::invalid(
+            "schema_location",
+            self.url.clone(),
+            "internal: the schema was not read before the first batch",
+        )
+    }
+
     /// Reads the schema from the store registered for the URL in `runtime` (a default runtime,
     /// which knows local files only, when there is none). Errors name `schema_location`.
     pub async fn read(

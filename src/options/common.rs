@@ -1,7 +1,7 @@
 //! Options that more than one connector accepts with one meaning: the connection, the failure policy,
-//! how a statement runs (writers, flush points), per-destination counters, the payload format
-//! and the rejection breaker. A connector accepts one of them by listing it among its own
-//! options.
+//! how a statement runs (writers, flush points), per-destination counters and the rejection
+//! breaker. A connector accepts one of them by listing it among its own options. The payload
+//! options (`schema`, `schema_location`, `schema_encoding`) are in [`payload`](super::payload).
 
 use std::time::Duration;
 
@@ -203,19 +203,6 @@ pub static PER_DESTINATION_METRICS: OptionSpec = OptionSpec {
     cross_rule: "",
     example: "true",
     description: "Also count records sent and send errors per topic, queue or table, beside the sink totals. Off by default because a per-row destination column can name an unbounded set of destinations; turn it on when they are few and known.",
-    redact: Redact::None,
-};
-
-/// `format`.
-pub static FORMAT: OptionSpec = OptionSpec {
-    name: "format",
-    group: OptionGroup::Mapping,
-    kind: OptionKind::Enum(&["json", "raw"]),
-    default: DefaultValue::Text("json"),
-    bound: Bound::None,
-    cross_rule: "`raw` needs exactly one payload column, of a string or binary type",
-    example: "raw",
-    description: "How a row becomes the message data or task body when no column carries it: `json` writes the row's remaining columns as one JSON object; `raw` sends the bytes of the single remaining column as they are.",
     redact: Redact::None,
 };
 

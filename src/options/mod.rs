@@ -40,6 +40,7 @@ pub mod common;
 mod connection;
 pub mod docs;
 pub mod names;
+pub mod payload;
 pub mod schema_types;
 pub mod spec;
 mod typed;
@@ -341,15 +342,6 @@ impl ParsedOptions {
                 Err(common::FAILURE_POLICY
                     .invalid(other, "expected 'fail', 'drop' or 'dead_letter'"))
             }
-        }
-    }
-
-    /// The `format` option, `json` when absent.
-    pub fn payload_format(&self) -> Result<PayloadFormat> {
-        match self.text(&common::FORMAT)? {
-            None | Some("json") => Ok(PayloadFormat::Json),
-            Some("raw") => Ok(PayloadFormat::Raw),
-            Some(other) => Err(common::FORMAT.invalid(other, "expected 'json' or 'raw'")),
         }
     }
 

@@ -99,7 +99,7 @@ impl TasksAdmin {
             .unwrap_or_else(|s| panic!("CreateQueue {name}: {s}"));
     }
 
-    async fn resume(&self, name: &str) {
+    pub(crate) async fn resume(&self, name: &str) {
         self.client
             .clone()
             .resume_queue(ResumeQueueRequest {
@@ -169,16 +169,16 @@ pub(crate) fn create_table(
 
 /// One request the emulator dispatched.
 #[derive(Debug, Clone)]
-struct Received {
-    method: String,
-    path: String,
+pub(crate) struct Received {
+    pub(crate) method: String,
+    pub(crate) path: String,
     /// Header names lower-cased.
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
+    pub(crate) headers: HashMap<String, String>,
+    pub(crate) body: Vec<u8>,
 }
 
 /// A tiny HTTP/1.1 server that answers `200 OK` to everything and records what it got.
-struct HttpTarget {
+pub(crate) struct HttpTarget {
     addr: SocketAddr,
     received: Arc<Mutex<Vec<Received>>>,
     task: tokio::task::JoinHandle<()>,
@@ -191,7 +191,7 @@ impl Drop for HttpTarget {
 }
 
 impl HttpTarget {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the HTTP target");
@@ -215,7 +215,7 @@ impl HttpTarget {
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
@@ -224,7 +224,7 @@ impl HttpTarget {
     }
 
     /// Waits until `n` requests have arrived, then a little longer to catch any extra.
-    async fn wait_for(&self, n: usize) -> Vec<Received> {
+    pub(crate) async fn wait_for(&self, n: usize) -> Vec<Received> {
         let deadline = tokio::time::Instant::now() + DISPATCH_BOUND;
         while self.received().len() < n {
             if tokio::time::Instant::now() > deadline {

@@ -31,7 +31,7 @@ use crate::support::bigtable::Bigtable;
 use crate::support::{PubSubAdmin, exec, ids, insert};
 
 /// Every NDJSON line of every file in `dir`, parsed, with the files' names.
-fn dead_letter_lines(dir: &Path) -> (Vec<String>, Vec<serde_json::Map<String, Value>>) {
+pub(crate) fn dead_letter_lines(dir: &Path) -> (Vec<String>, Vec<serde_json::Map<String, Value>>) {
     let mut names = Vec::new();
     let mut lines = Vec::new();
     for entry in std::fs::read_dir(dir).expect("read the dead-letter folder") {

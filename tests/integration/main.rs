@@ -14,6 +14,7 @@
 //! | [`pubsub_source`] | the Pub/Sub subscription source against the Pub/Sub emulator: rows, metadata, acknowledgements read back |
 //! | [`pubsub_source_schema`] | the Pub/Sub source decoding Avro and Protobuf: fastavro's datums, the sink's messages read back, topic schemas |
 //! | [`cloud_tasks_sink`] | the Cloud Tasks sink against its emulator and a scripted fake |
+//! | [`cloud_tasks_schema`] | Cloud Tasks bodies in Avro and Protobuf, dispatched by the emulator and decoded by fastavro and google.protobuf |
 //! | [`docs_examples`] | every SQL example of README.md and docs/*.md, run against the emulators |
 //! | [`dead_letter`] | `failure_policy = 'dead_letter'` on each sink: the dead-letter topic and folder, read back |
 //! | [`bigtable_sink`] | the Bigtable sink against `cbtemulator` and a scripted fake |
@@ -50,6 +51,7 @@ mod cli;
 // Runs the `gcp-sql` binary too: its shell commands, result formats and log colours.
 #[cfg(feature = "cli")]
 mod cli_shell;
+mod cloud_tasks_schema;
 mod cloud_tasks_sink;
 mod dead_letter;
 mod docs_examples;

@@ -29,7 +29,7 @@ use gcp_sql::core::metrics::names;
 use gcp_sql::options::RawOptions;
 use serde_json::{Value, json};
 
-use crate::support::{PubSubAdmin, insert, register_pubsub_table, unique};
+use crate::support::{PubSubAdmin, insert, register_memory_object, register_pubsub_table, unique};
 
 pub(crate) const AVRO_SCHEMA: &str = r#"{"type": "record", "name": "Order", "namespace": "shop", "fields": [
   {"name": "id", "type": "long"},
@@ -247,6 +247,20 @@ pub(crate) fn rows(schema: &SchemaRef, with_count: bool) -> RecordBatch {
     RecordBatch::try_new(schema.clone(), columns).unwrap()
 }
 
+/// A session whose object store `memory://schemas` holds the Avro schema as `order.avsc`, for
+/// `schema_location = 'memory://schemas/order.avsc'`.
+pub(crate) async fn context_with_the_schema_in_a_store() -> datafusion::prelude::SessionContext {
+    let ctx = gcp_sql::sql::new_context();
+    register_memory_object(
+        &ctx,
+        "memory://schemas",
+        "order.avsc",
+        AVRO_SCHEMA.as_bytes(),
+    )
+    .await;
+    ctx
+}
+
 /// A topic with a Pub/Sub schema, a subscription, and a dead-letter topic with its own.
 pub(crate) async fn schema_topic(
     admin: &PubSubAdmin,
@@ -314,18 +328,7 @@ async fn publish_rows(
             (topic, subscription, dead, dead_sub)
         }
     };
-    let ctx = gcp_sql::sql::new_context();
-    // An object store holding the Avro schema, for `schema_location = 'memory://schemas/...'`.
-    let store = Arc::new(datafusion::object_store::memory::InMemory::new());
-    datafusion::object_store::ObjectStoreExt::put(
-        store.as_ref(),
-        &datafusion::object_store::path::Path::from("order.avsc"),
-        AVRO_SCHEMA.as_bytes().to_vec().into(),
-    )
-    .await
-    .expect("put the schema");
-    ctx.runtime_env()
-        .register_object_store(&url::Url::parse("memory://schemas").unwrap(), store);
+    let ctx = context_with_the_schema_in_a_store().await;
     let schema = table_schema(with_count);
     let mut options = vec![
         ("emulator_host", admin.host.as_str()),
@@ -431,7 +434,7 @@ async fn format_avro_with_a_schema_in_an_object_store_reads_it_when_the_statemen
     check_avro(landed, "binary");
 }
 
-fn check_avro((landed, dead): (Vec<PubsubMessage>, Vec<PubsubMessage>), encoding: &str) {
+pub(crate) fn check_avro((landed, dead): (Vec<PubsubMessage>, Vec<PubsubMessage>), encoding: &str) {
     let decoded = sorted_by_id(decode_with_python(
         AVRO_DECODER,
         &[AVRO_SCHEMA, encoding],
@@ -485,7 +488,10 @@ async fn format_protobuf_with_binary_encoding_gives_wire_format_google_protobuf_
     check_proto(landed, "binary");
 }
 
-fn check_proto((landed, dead): (Vec<PubsubMessage>, Vec<PubsubMessage>), encoding: &str) {
+pub(crate) fn check_proto(
+    (landed, dead): (Vec<PubsubMessage>, Vec<PubsubMessage>),
+    encoding: &str,
+) {
     let decoded = sorted_by_id(decode_with_python(PROTO_DECODER, &[encoding], &landed));
     // MessageToDict leaves out proto3 fields at their default and writes int64 as strings.
     assert_eq!(

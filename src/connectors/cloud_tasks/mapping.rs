@@ -7,8 +7,8 @@
 //! | queue (the `CreateTask` parent) | the `queue_column` value (a full `projects/P/locations/L/queues/Q` name, or a queue id resolved in `project` and `location`), else the table's fixed queue (`queue` or `LOCATION`). A null or empty value in the queue column is a rejected row: there is no fixed queue to fall back to, since the two cannot be combined |
 //! | `http_request.url` | the `url` option, or the `url_column` value (null or empty: a rejected row). Either must be `http://` or `https://` with a host and at most [`MAX_URL_LEN`] characters once percent-encoded |
 //! | `http_request.http_method` | the `http_method` option (`POST` by default) |
-//! | `http_request.headers` | the `headers` option, then the `headers_column` map entries (null map: none; null values skipped). A row entry replaces an option header of the same name, compared without regard to case. With a JSON-encoded body and no `Content-Type` among the option headers, `Content-Type: application/json` is added first, so a row can still replace it |
-//! | `http_request.body` | only for `POST`, `PUT` and `PATCH`: the `body_column` value as it is (null: empty), else the row's other columns encoded by `format` — `json` (see [`crate::encode::json`]) or `raw` (the one remaining string or binary column). With another method no body is sent, and the columns without a role are not sent anywhere |
+//! | `http_request.headers` | the `headers` option, then the `headers_column` map entries (null map: none; null values skipped). A row entry replaces an option header of the same name, compared without regard to case. With an encoded body (`json`, `avro`, `protobuf`) and no `Content-Type` among the option headers, the body's media type ([`body_media_type`]) is added first, so a row can still replace it |
+//! | `http_request.body` | only for `POST`, `PUT` and `PATCH`: the `body_column` value as it is (null: empty), else the row's other columns encoded by `format` — `json` (see [`crate::encode::json`]), `raw` (the one remaining string or binary column), or `avro` / `protobuf` to match the schema ([`crate::encode::schema`]; a row the schema refuses is a rejected row naming the field). With another method no body is sent, and the columns without a role are not sent anywhere |
 //! | `http_request.oidc_token` / `oauth_token` | the `oidc_*` / `oauth_*` options; an empty audience or scope leaves the service default (the task's URL, `cloud-platform`) |
 //! | `schedule_time` | the `schedule_time_column` value, truncated to whole microseconds (the service's precision, so that a replay sends the same value); null: unset, which the service reads as "now" |
 //! | `name` | the `task_name_column` value: a task id (`[A-Za-z0-9_-]`, 1 to 500 characters) becomes `<queue>/tasks/<id>`; a full task name must belong to the row's queue. Null or empty: unnamed (the service picks a name) |
@@ -63,6 +63,7 @@
 //! ```
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{
@@ -77,6 +78,9 @@ use super::options::{CloudTasksSinkOptions, HttpMethod, TaskAuth};
 use crate::core::{Destination, Envelope};
 use crate::encode::json::JsonRowEncoder;
 use crate::encode::raw::{BytesColumn, RawEncoder};
+use crate::encode::schema::{
+    RowPayload, SchemaEncoding, SchemaLocation, SchemaRowEncoder, SchemaType,
+};
 use crate::error::{Error, Result};
 use crate::options::PayloadFormat;
 use crate::options::names::unknown_column;
@@ -94,8 +98,25 @@ pub const MAX_URL_LEN: usize = super::options::MAX_URL_LEN;
 pub const MAX_HEADERS_BYTES: usize = super::options::MAX_HEADERS_BYTES;
 /// The header added to a JSON-encoded body unless the `headers` option sets one.
 pub const CONTENT_TYPE: &str = "Content-Type";
-/// The media type of a JSON-encoded body.
+/// The media type of a JSON-encoded body (`format = 'json'`, or `schema_encoding = 'json'`).
 pub const JSON_MEDIA_TYPE: &str = "application/json";
+/// The media type of a binary protobuf body: the IANA registration `application/protobuf`
+/// (ADR 0061).
+pub const PROTOBUF_MEDIA_TYPE: &str = "application/protobuf";
+/// The media type of a binary Avro body, a bare datum: `application/octet-stream`, since no
+/// media type is registered for one (ADR 0061).
+pub const AVRO_BINARY_MEDIA_TYPE: &str = "application/octet-stream";
+
+/// The `Content-Type` an encoded body gets unless a header sets one: JSON for `format =
+/// 'json'` (`schema` `None`) and for either schema language in its JSON encoding, else the
+/// binary encoding's type (ADR 0061).
+pub fn body_media_type(schema: Option<(SchemaType, SchemaEncoding)>) -> &'static str {
+    match schema {
+        None | Some((_, SchemaEncoding::Json)) => JSON_MEDIA_TYPE,
+        Some((SchemaType::Protobuf, SchemaEncoding::Binary)) => PROTOBUF_MEDIA_TYPE,
+        Some((SchemaType::Avro, SchemaEncoding::Binary)) => AVRO_BINARY_MEDIA_TYPE,
+    }
+}
 
 /// One encoded task: the serialized `google.cloud.tasks.v2.Task`.
 #[derive(Clone, PartialEq, Eq)]
@@ -261,6 +282,10 @@ enum BodyPlan {
     Json(JsonRowEncoder),
     /// The one payload column, as it is.
     Raw(RawEncoder, String),
+    /// The payload columns encoded to match an Avro or Protobuf schema.
+    Schema(Arc<SchemaRowEncoder>),
+    /// A schema read when a statement starts ([`CloudTasksMapping::read_schema`] replaces this).
+    Pending(SchemaLocation),
 }
 
 /// A validated mapping from a table schema to Cloud Tasks HTTP tasks.
@@ -276,6 +301,8 @@ pub struct CloudTasksMapping {
     headers: Vec<(String, String)>,
     headers_column: Option<Col>,
     body: BodyPlan,
+    /// The columns without a role, which an encoded body is made of.
+    body_columns: Vec<usize>,
     schedule_time_column: Option<Col>,
     task_name_column: Option<Col>,
     auth: Option<proto::http_request::AuthorizationHeader>,
@@ -366,15 +393,23 @@ impl CloudTasksMapping {
                 ));
             }
             (None, false) => BodyPlan::None,
-            (None, true) => match m.format {
-                PayloadFormat::Json if rest.is_empty() => BodyPlan::None,
-                PayloadFormat::Json => BodyPlan::Json(JsonRowEncoder::new(schema, &rest)?),
-                PayloadFormat::Raw => {
-                    let raw = RawEncoder::new(schema, &rest)?;
-                    let name = schema.field(raw.column()).name().clone();
-                    BodyPlan::Raw(raw, name)
+            (None, true) => {
+                match (&m.schema, &m.schema_at, m.format) {
+                    (Some(payload_schema), _, _) => BodyPlan::Schema(Arc::new(
+                        SchemaRowEncoder::new(payload_schema, schema, &rest)?,
+                    )),
+                    (None, Some(at), _) => BodyPlan::Pending(at.clone()),
+                    (None, None, PayloadFormat::Json) if rest.is_empty() => BodyPlan::None,
+                    (None, None, PayloadFormat::Json) => {
+                        BodyPlan::Json(JsonRowEncoder::new(schema, &rest)?)
+                    }
+                    (None, None, PayloadFormat::Raw) => {
+                        let raw = RawEncoder::new(schema, &rest)?;
+                        let name = schema.field(raw.column()).name().clone();
+                        BodyPlan::Raw(raw, name)
+                    }
                 }
-            },
+            }
         };
 
         let url = match &m.url {
@@ -386,13 +421,22 @@ impl CloudTasksMapping {
         };
 
         let mut headers: Vec<(String, String)> = Vec::with_capacity(m.headers.len() + 1);
-        if matches!(body, BodyPlan::Json(_))
+        let media_type = match &body {
+            BodyPlan::Json(_) => Some(body_media_type(None)),
+            BodyPlan::Schema(_) => m
+                .schema
+                .as_ref()
+                .map(|s| body_media_type(Some((s.kind, s.encoding)))),
+            BodyPlan::Pending(at) => Some(body_media_type(Some((at.kind, at.encoding)))),
+            BodyPlan::None | BodyPlan::Column(_) | BodyPlan::Raw(..) => None,
+        };
+        if let Some(media_type) = media_type
             && !m
                 .headers
                 .iter()
                 .any(|(n, _)| n.eq_ignore_ascii_case(CONTENT_TYPE))
         {
-            headers.push((CONTENT_TYPE.to_string(), JSON_MEDIA_TYPE.to_string()));
+            headers.push((CONTENT_TYPE.to_string(), media_type.to_string()));
         }
         for (name, value) in &m.headers {
             // An option header's name is the statement's own text; its value is not shown.
@@ -446,6 +490,7 @@ impl CloudTasksMapping {
             headers,
             headers_column,
             body,
+            body_columns: rest,
             schedule_time_column,
             task_name_column,
             auth,
@@ -453,13 +498,32 @@ impl CloudTasksMapping {
         })
     }
 
+    /// With an object-store `schema_location`, this mapping with the body bound to the schema
+    /// read now through `runtime`'s object stores (the same checks as a `schema` option at
+    /// declaration, naming the column, the field and both types); `None` when there is nothing
+    /// to read.
+    pub async fn read_schema(
+        &self,
+        table: &Schema,
+        runtime: Option<&Arc<datafusion::execution::runtime_env::RuntimeEnv>>,
+    ) -> Result<Option<Self>> {
+        let BodyPlan::Pending(at) = &self.body else {
+            return Ok(None);
+        };
+        let encoder = SchemaRowEncoder::new(&at.read(runtime).await?, table, &self.body_columns)?;
+        Ok(Some(CloudTasksMapping {
+            body: BodyPlan::Schema(Arc::new(encoder)),
+            ..self.clone()
+        }))
+    }
+
     /// The table's fixed queue, when it has one.
     pub fn default_queue(&self) -> Option<&Destination> {
         self.queue.as_ref()
     }
 
-    /// The headers every task starts from (the `headers` option, plus the JSON content type
-    /// when the body is JSON-encoded and the option sets none).
+    /// The headers every task starts from (the `headers` option, plus the body's media type
+    /// when the body is encoded and the option sets no `Content-Type`).
     pub fn base_headers(&self) -> &[(String, String)] {
         &self.headers
     }
@@ -530,6 +594,8 @@ impl CloudTasksMapping {
             },
             BodyPlan::Json(json) => BoundBody::Json(json.bind(batch)?),
             BodyPlan::Raw(raw, name) => BoundBody::Bytes(raw.bind(batch)?, name, " (format 'raw')"),
+            BodyPlan::Schema(encoder) => BoundBody::Schema(encoder.encode_batch(batch)?),
+            BodyPlan::Pending(at) => return Err(at.unread()),
         };
         let headers = match (&self.headers_column, &arrays.headers) {
             (Some(c), Some(a)) => Some(MapColumn::new(&c.name, a.as_ref())?),
@@ -592,6 +658,13 @@ impl CloudTasksMapping {
                 rows.write_row(row, &mut body);
                 (body, "the row encoded as JSON".to_string())
             }
+            BoundBody::Schema(payloads) => match &mut payloads[row] {
+                Ok(bytes) => (
+                    std::mem::take(bytes),
+                    "the row encoded by the schema".to_string(),
+                ),
+                Err(reason) => return Err(reason.clone()),
+            },
         };
 
         let name = match (&bound.task_name, &self.task_name_column) {
@@ -770,6 +843,8 @@ enum BoundBody<'a> {
     /// A column's bytes, its name and a note for messages.
     Bytes(BytesColumn<'a>, &'a str, &'static str),
     Json(crate::encode::json::JsonRows<'a>),
+    /// Each row's schema'd payload, or why the schema refuses the row.
+    Schema(Vec<RowPayload>),
 }
 
 /// A `MAP<string, string>` column.

@@ -30,10 +30,14 @@ use super::names;
 use crate::connectors::dead_letter::DeadLetterTopics;
 use crate::connectors::descriptor::ConnectorKind;
 use crate::connectors::shared::{SharedOptions, TableOptions};
+use crate::encode::schema::{PayloadSchema, SchemaLocation, SchemaType};
 use crate::error::{Error, Result};
 use crate::options::Redact;
-use crate::options::common::{FORMAT, PER_DESTINATION_METRICS};
+use crate::options::common::PER_DESTINATION_METRICS;
 use crate::options::docs::FixedBudget;
+use crate::options::payload::{
+    SCHEMA, SCHEMA_ENCODING, SCHEMA_LOCATION, format_spec, payload_options,
+};
 use crate::options::spec::format_duration;
 use crate::options::{
     Bound, DefaultValue, OptionGroup, OptionKind, OptionSpec, ParsedOptions, PayloadFormat,
@@ -75,6 +79,15 @@ pub const DESTINATION_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// Queues a writer keeps per-destination state for at once. Not an option; Pub/Sub's
 /// `max_active_publishers` default.
 pub const MAX_ACTIVE_QUEUES: usize = 100;
+
+/// The rule of `format = 'raw'`, which its error repeats.
+const RAW_RULE: &str = "`raw` needs exactly one payload column, of a string or binary type";
+
+/// `format` of the Cloud Tasks sink: how a body-carrying request's body is encoded.
+pub static FORMAT: OptionSpec = format_spec(
+    "`raw` needs exactly one payload column, of a string or binary type; `avro` and `protobuf` need `schema` or `schema_location`, an `http_method` that carries a body, and no `body_column`",
+    "How a row becomes the task body when no `body_column` carries it: `json` writes the row's remaining columns (those without a role) as one JSON object; `raw` sends the bytes of the single remaining column as they are; `avro` and `protobuf` encode the remaining columns to match the schema given by `schema` or `schema_location` (columns map to fields by name; see docs/cloud_tasks.md).",
+);
 
 /// `queue`.
 pub static QUEUE: OptionSpec = OptionSpec {
@@ -148,7 +161,7 @@ pub static HTTP_METHOD: OptionSpec = OptionSpec {
     kind: OptionKind::Enum(&["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]),
     default: DefaultValue::Text("POST"),
     bound: Bound::None,
-    cross_rule: "only `POST`, `PUT` and `PATCH` carry a body, so `body_column` needs one of them",
+    cross_rule: "only `POST`, `PUT` and `PATCH` carry a body, so `body_column` and `format` `avro` or `protobuf` need one of them",
     example: "PUT",
     description: "HTTP method of the task's request. With a method that carries no body, no body is sent.",
     redact: Redact::None,
@@ -163,7 +176,7 @@ pub static HEADERS: OptionSpec = OptionSpec {
     bound: Bound::None,
     cross_rule: "together less than 80 KB",
     example: "Content-Type: application/json; X-Source: gcp-sql",
-    description: "Headers added to every task's request, written `Name: value; Other-Name: value`. A `;` that is not followed by `Name:` belongs to the value (`Content-Type: text/plain; charset=utf-8` is one header). With `format = 'json'` and no explicit `Content-Type`, `Content-Type: application/json` is sent.",
+    description: "Headers added to every task's request, written `Name: value; Other-Name: value`. A `;` that is not followed by `Name:` belongs to the value (`Content-Type: text/plain; charset=utf-8` is one header). Without an explicit `Content-Type`, an encoded body gets one: `application/json` for `format = 'json'` and for `schema_encoding = 'json'`, `application/protobuf` for binary `protobuf`, `application/octet-stream` for binary `avro` (ADR 0061).",
     redact: Redact::HeaderNames,
 };
 
@@ -189,7 +202,7 @@ pub static BODY_COLUMN: OptionSpec = OptionSpec {
     bound: Bound::None,
     cross_rule: "needs `http_method` `POST`, `PUT` or `PATCH`",
     example: "body",
-    description: "A binary or string column carrying the request body as is. Without it, a body-carrying request gets the row encoded by `format`.",
+    description: "A binary or string column carrying the request body as is, so it cannot be combined with `format` `avro` or `protobuf`. Without it, a body-carrying request gets the row encoded by `format`.",
     redact: Redact::None,
 };
 
@@ -293,6 +306,9 @@ pub fn options() -> &'static [&'static OptionSpec] {
     static OPTIONS: LazyLock<Vec<&'static OptionSpec>> = LazyLock::new(|| {
         let own: &[&'static OptionSpec] = &[
             &FORMAT,
+            &SCHEMA,
+            &SCHEMA_LOCATION,
+            &SCHEMA_ENCODING,
             &QUEUE,
             &LOCATION,
             &QUEUE_COLUMN,
@@ -557,8 +573,14 @@ pub struct CloudTasksMappingOptions {
     pub headers_column: Option<String>,
     /// Column carrying the body as is.
     pub body_column: Option<String>,
-    /// How the row is encoded as the body when there is no body column.
+    /// How the row is encoded as the body when there is no body column (`json` or `raw`; see
+    /// `schema`).
     pub format: PayloadFormat,
+    /// The schema of `format = 'avro'` or `'protobuf'`; it takes the place of `format`.
+    pub schema: Option<PayloadSchema>,
+    /// Where that schema is read when a statement starts (an object-store `schema_location`),
+    /// instead of `schema`.
+    pub schema_at: Option<SchemaLocation>,
     /// Timestamp column with the time each task should run.
     pub schedule_time_column: Option<String>,
     /// Column with each task's id (or full name), for de-duplication.
@@ -570,6 +592,15 @@ pub struct CloudTasksMappingOptions {
 }
 
 impl CloudTasksMappingOptions {
+    /// The schema language of `format = 'avro'` or `'protobuf'`, given inline, in a file or at
+    /// an object-store URL; `None` for `json` and `raw`.
+    pub fn schema_kind(&self) -> Option<SchemaType> {
+        self.schema
+            .as_ref()
+            .map(|s| s.kind)
+            .or(self.schema_at.as_ref().map(|s| s.kind))
+    }
+
     /// The columns that configure the task rather than form its body.
     pub fn metadata_columns(&self) -> Vec<&str> {
         [
@@ -683,6 +714,7 @@ impl TableOptions for CloudTasksSinkOptions {
         }
 
         let auth = Self::auth_from(p)?;
+        let payload = payload_options(p, &FORMAT)?;
 
         let mapping = CloudTasksMappingOptions {
             location: region.map(str::to_string),
@@ -693,7 +725,9 @@ impl TableOptions for CloudTasksSinkOptions {
             headers,
             headers_column: p.text(&HEADERS_COLUMN)?.map(str::to_string),
             body_column: p.text(&BODY_COLUMN)?.map(str::to_string),
-            format: p.payload_format()?,
+            format: payload.format,
+            schema: payload.schema,
+            schema_at: payload.schema_at,
             schedule_time_column: p.text(&SCHEDULE_TIME_COLUMN)?.map(str::to_string),
             task_name_column: p.text(&TASK_NAME_COLUMN)?.map(str::to_string),
             auth,
@@ -806,6 +840,28 @@ impl CloudTasksSinkOptions {
                 ),
             ));
         }
+        if let Some(kind) = m.schema_kind() {
+            if let Some(b) = &m.body_column {
+                return Err(BODY_COLUMN.invalid(
+                    b,
+                    format!(
+                        "cannot be combined with format '{}': the body comes from the column as it is, so \
+                         the schema would encode nothing; drop 'body_column', or 'format' and its schema",
+                        kind.name()
+                    ),
+                ));
+            }
+            if !m.http_method.has_body() {
+                return Err(HTTP_METHOD.invalid(
+                    m.http_method.name(),
+                    format!(
+                        "carries no body, so format '{}' would encode nothing; use POST, PUT or PATCH, \
+                         or drop 'format' and its schema",
+                        kind.name()
+                    ),
+                ));
+            }
+        }
         if let (Some(pool), Some(emulator)) = (
             self.writer.channel_pool_size(),
             &self.shared.connection.emulator,
@@ -897,7 +953,7 @@ impl CloudTasksSinkOptions {
                              url_column, queue_column, headers_column, schedule_time_column or \
                              task_name_column, or leave the table), or use format = 'json' to send \
                              them together as one JSON object",
-                            FORMAT.cross_rule,
+                            RAW_RULE,
                             match other {
                                 [] => "no column is left for the body".to_string(),
                                 several => format!(

@@ -33,6 +33,7 @@ use super::options::{
     PROGRESS_TIMEOUT, SHUTDOWN_TIMEOUT,
 };
 use crate::connectors::sink::{Connector, Sink};
+use crate::core::run::WriterContext;
 use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
 use crate::error::Result;
 
@@ -133,6 +134,18 @@ impl Connector for CloudTasks {
 
     async fn connect(settings: &ClientSettings) -> Result<CloudTasksTransport> {
         CloudTasksTransport::connect(settings).await
+    }
+
+    /// An object-store `schema_location` is read here, through the session's object stores,
+    /// and the body columns are checked against it.
+    async fn prepare(
+        _options: &CloudTasksSinkOptions,
+        mapping: &CloudTasksMapping,
+        schema: &SchemaRef,
+        _transport: &CloudTasksTransport,
+        ctx: &WriterContext,
+    ) -> Result<Option<CloudTasksMapping>> {
+        mapping.read_schema(schema, ctx.runtime.as_ref()).await
     }
 
     fn encode_batch(

@@ -653,13 +653,7 @@ impl PubSubMapping {
             PayloadPlan::Json(json) => BoundPayload::Json(json.bind(batch)?),
             PayloadPlan::Raw(raw) => BoundPayload::Bytes(raw.bind(batch)?),
             PayloadPlan::Schema(encoder) => BoundPayload::Schema(encoder.encode_batch(batch)?),
-            PayloadPlan::Pending(at) => {
-                return Err(Error::invalid(
-                    "schema_location",
-                    at.url.clone(),
-                    "internal: the schema was not read before the first batch",
-                ));
-            }
+            PayloadPlan::Pending(at) => return Err(at.unread()),
         };
         let attribute_map = match &self.attributes_column {
             Some(c) => {

@@ -36,10 +36,12 @@ use super::names;
 use crate::connectors::dead_letter::DeadLetterTopics;
 use crate::connectors::descriptor::ConnectorKind;
 use crate::connectors::shared::{SharedOptions, TableOptions};
-use crate::encode::schema::{PayloadSchema, SchemaEncoding, SchemaLocation, SchemaType};
+use crate::encode::schema::{PayloadSchema, SchemaLocation};
 use crate::error::{Error, Result};
 use crate::options::Redact;
 use crate::options::common::{self, MAX_CONSECUTIVE_REJECTIONS, PER_DESTINATION_METRICS};
+pub use crate::options::payload::{SCHEMA, SCHEMA_ENCODING, SCHEMA_LOCATION};
+use crate::options::payload::{format_spec, payload_options};
 use crate::options::spec::format_duration;
 use crate::options::{
     Bound, ColumnRef, DefaultValue, OptionGroup, OptionKind, OptionSpec, ParsedOptions,
@@ -106,187 +108,12 @@ pub const DEFAULT_ATTRIBUTES_COLUMN: &str = "attributes";
 /// Default `ordering_key_column` name.
 pub const DEFAULT_ORDERING_KEY_COLUMN: &str = "ordering_key";
 
-/// `format` of the Pub/Sub sink: the shared words (`json`, `raw`) and the schema'd ones.
-pub static FORMAT: OptionSpec = OptionSpec {
-    name: "format",
-    group: OptionGroup::Mapping,
-    kind: OptionKind::Enum(&["json", "raw", "avro", "protobuf"]),
-    default: DefaultValue::Text("json"),
-    bound: Bound::None,
-    cross_rule: "`raw` needs exactly one payload column, of a string or binary type; `avro` and `protobuf` need `schema` or `schema_location`",
-    example: "avro",
-    description: "How a row becomes the message data when no column carries it: `json` writes the row's remaining columns as one JSON object; `raw` sends the bytes of the single remaining column as they are; `avro` and `protobuf` encode the remaining columns to match the schema given by `schema` or `schema_location` (columns map to fields by name; see docs/pubsub.md). When the option is not given and the topic has a Pub/Sub schema, the sink reads that schema when a statement starts and encodes to match it. A source (a table with a subscription) reads the other way: `json` decodes each column from the member of its name, `raw` fills `data_column`, `avro` and `protobuf` decode each column from the field of its name; without the option, the source reads the schema of the subscription's topic, if it has one, when a scan starts.",
-    redact: Redact::None,
-};
-
-/// `schema`.
-pub static SCHEMA: OptionSpec = OptionSpec {
-    name: "schema",
-    group: OptionGroup::Mapping,
-    kind: OptionKind::Text,
-    default: DefaultValue::None,
-    bound: Bound::None,
-    cross_rule: "needs `format` `avro` or `protobuf`; not with `schema_location`",
-    example: "{\"type\":\"record\",\"name\":\"Click\",\"fields\":[{\"name\":\"user_id\",\"type\":\"long\"}]}",
-    description: "The schema of `format = 'avro'` (Avro JSON, a record) or `format = 'protobuf'` (a `.proto` file with one top-level message), inline.",
-    redact: Redact::None,
-};
-
-/// `schema_location`.
-pub static SCHEMA_LOCATION: OptionSpec = OptionSpec {
-    name: "schema_location",
-    group: OptionGroup::Mapping,
-    kind: OptionKind::Text,
-    default: DefaultValue::None,
-    bound: Bound::None,
-    cross_rule: "needs `format` `avro` or `protobuf`; not with `schema`",
-    example: "gs://my-bucket/schemas/click.avsc",
-    description: "Where the schema of `format = 'avro'` or `'protobuf'` is kept: a local file (a path, or a `file://` URL), read when the table is declared, or an object-store URL (`gs://`, `s3://`, `http(s)://`, or any store the session registers), read when a statement starts; the column checks then run at that point.",
-    redact: Redact::None,
-};
-
-/// `schema_encoding`.
-pub static SCHEMA_ENCODING: OptionSpec = OptionSpec {
-    name: "schema_encoding",
-    group: OptionGroup::Mapping,
-    kind: OptionKind::Enum(&["binary", "json"]),
-    default: DefaultValue::Text("binary"),
-    bound: Bound::None,
-    cross_rule: "needs `format` `avro` or `protobuf`",
-    example: "json",
-    description: "How `format = 'avro'` or `'protobuf'` writes a row (or, in a source, reads a message): `binary` (a bare Avro datum, or the protobuf wire format) or `json` (Avro's JSON encoding, or the proto3 JSON mapping), as a Pub/Sub topic schema's encoding says. A source decodes a message that Pub/Sub stamped with its encoding (the `googclient_schemaencoding` attribute) in that encoding.",
-    redact: Redact::None,
-};
-
-/// The `format`, `schema`, `schema_location` and `schema_encoding` options, read.
-pub(crate) struct PayloadOptions {
-    /// `json` or `raw`; `json` also for `avro` and `protobuf`, whose schema is then given.
-    pub(crate) format: PayloadFormat,
-    /// The schema of `avro` / `protobuf`, when known at declaration.
-    pub(crate) schema: Option<PayloadSchema>,
-    /// Where the schema is read when a statement starts (an object-store URL).
-    pub(crate) schema_at: Option<SchemaLocation>,
-    /// Whether `format` was given.
-    pub(crate) format_given: bool,
-}
-
-/// Reads the `format`, `schema`, `schema_location` and `schema_encoding` options: the payload
-/// format, the schema of `avro` and `protobuf` (or where to read it), and whether `format` was
-/// given at all.
-pub(crate) fn payload_options(p: &crate::options::ParsedOptions) -> Result<PayloadOptions> {
-    let format = p.text(&FORMAT)?;
-    let inline = p.text(&SCHEMA)?;
-    let location = p.text(&SCHEMA_LOCATION)?;
-    let encoding = p.text(&SCHEMA_ENCODING)?;
-    let kind = match format {
-        None | Some("json") | Some("raw") => None,
-        Some("avro") => Some(SchemaType::Avro),
-        Some("protobuf") => Some(SchemaType::Protobuf),
-        Some(other) => {
-            return Err(FORMAT.invalid(other, "expected 'json', 'raw', 'avro' or 'protobuf'"));
-        }
-    };
-    let Some(kind) = kind else {
-        for (spec, given) in [
-            (&SCHEMA, inline.is_some()),
-            (&SCHEMA_LOCATION, location.is_some()),
-            (&SCHEMA_ENCODING, encoding.is_some()),
-        ] {
-            if given {
-                return Err(Error::invalid(
-                    spec.name,
-                    "(given)",
-                    format!(
-                        "{} (format is '{}')",
-                        spec.cross_rule,
-                        format.unwrap_or("json")
-                    ),
-                ));
-            }
-        }
-        let f = if format == Some("raw") {
-            PayloadFormat::Raw
-        } else {
-            PayloadFormat::Json
-        };
-        return Ok(PayloadOptions {
-            format: f,
-            schema: None,
-            schema_at: None,
-            format_given: format.is_some(),
-        });
-    };
-    let encoding = match encoding {
-        None | Some("binary") => SchemaEncoding::Binary,
-        Some("json") => SchemaEncoding::Json,
-        Some(other) => return Err(SCHEMA_ENCODING.invalid(other, "expected 'binary' or 'json'")),
-    };
-    let (definition, origin) = match (inline, location) {
-        (Some(_), Some(_)) => {
-            return Err(SCHEMA_LOCATION.invalid(
-                "(given)",
-                "cannot be combined with 'schema': give the schema one way",
-            ));
-        }
-        (Some(text), None) => (text.to_string(), "option 'schema'".to_string()),
-        (None, Some(location)) => match local_path(location)? {
-            Some(path) => (
-                std::fs::read_to_string(&path).map_err(|e| {
-                    SCHEMA_LOCATION.invalid(location, format!("cannot be read: {e}"))
-                })?,
-                format!("schema_location '{location}'"),
-            ),
-            None => {
-                return Ok(PayloadOptions {
-                    format: PayloadFormat::Json,
-                    schema: None,
-                    schema_at: Some(SchemaLocation {
-                        kind,
-                        encoding,
-                        url: location.to_string(),
-                    }),
-                    format_given: true,
-                });
-            }
-        },
-        (None, None) => {
-            return Err(Error::MissingOption {
-                option: SCHEMA.name.into(),
-                rule: format!(
-                    "format '{}' needs its schema: 'schema' (inline) or 'schema_location' (a file or object-store URL)",
-                    kind.name()
-                ),
-            });
-        }
-    };
-    Ok(PayloadOptions {
-        format: PayloadFormat::Json,
-        schema: Some(PayloadSchema {
-            kind,
-            definition,
-            encoding,
-            origin,
-        }),
-        schema_at: None,
-        format_given: true,
-    })
-}
-
-/// The local file a `schema_location` names (a path or a `file://` URL); `None` for an
-/// object-store URL, which is read when a statement starts.
-fn local_path(location: &str) -> Result<Option<std::path::PathBuf>> {
-    match location.split_once("://") {
-        None => Ok(Some(std::path::PathBuf::from(location))),
-        Some(("file", _)) => url::Url::parse(location)
-            .ok()
-            .and_then(|u| u.to_file_path().ok())
-            .map(Some)
-            .ok_or_else(|| SCHEMA_LOCATION.invalid(location, "not a valid file:// URL")),
-        Some(_) => url::Url::parse(location)
-            .map(|_| None)
-            .map_err(|e| SCHEMA_LOCATION.invalid(location, format!("not a URL: {e}"))),
-    }
-}
+/// `format` of the Pub/Sub sink and source: the shared words (`json`, `raw`) and the schema'd
+/// ones.
+pub static FORMAT: OptionSpec = format_spec(
+    "`raw` needs exactly one payload column, of a string or binary type; `avro` and `protobuf` need `schema` or `schema_location`",
+    "How a row becomes the message data when no column carries it: `json` writes the row's remaining columns as one JSON object; `raw` sends the bytes of the single remaining column as they are; `avro` and `protobuf` encode the remaining columns to match the schema given by `schema` or `schema_location` (columns map to fields by name; see docs/pubsub.md). When the option is not given and the topic has a Pub/Sub schema, the sink reads that schema when a statement starts and encodes to match it, in the topic's encoding. A source (a table with a subscription) reads the other way: `json` decodes each column from the member of its name, `raw` fills `data_column`, `avro` and `protobuf` decode each column from the field of its name; without the option, the source reads the schema of the subscription's topic, if it has one, when a scan starts. A source decodes a message that Pub/Sub stamped with its encoding (the `googclient_schemaencoding` attribute) in that encoding.",
+);
 
 /// `topic`.
 pub static TOPIC: OptionSpec = OptionSpec {
@@ -757,7 +584,7 @@ impl TableOptions for PubSubSinkOptions {
 
         let topic = destination(&TOPIC, location, p, |t| names::pubsub_topic(t, project))?;
 
-        let payload = payload_options(p)?;
+        let payload = payload_options(p, &FORMAT)?;
         let mapping = PubSubMappingOptions {
             topic_column: p.text(&TOPIC_COLUMN)?.map(str::to_string),
             data_column: p.column_ref(&DATA_COLUMN, DEFAULT_DATA_COLUMN)?,

@@ -170,6 +170,21 @@ fn sink_metrics(plan: &Arc<dyn ExecutionPlan>) -> Option<MetricsSet> {
     plan.children().into_iter().find_map(sink_metrics)
 }
 
+/// Registers an in-memory object store at `url` (`memory://NAME`) holding one object, for the
+/// options that read an object-store URL when a statement starts (`schema_location`).
+pub async fn register_memory_object(ctx: &SessionContext, url: &str, path: &str, bytes: &[u8]) {
+    let store = Arc::new(datafusion::object_store::memory::InMemory::new());
+    datafusion::object_store::ObjectStoreExt::put(
+        store.as_ref(),
+        &datafusion::object_store::path::Path::from(path),
+        bytes.to_vec().into(),
+    )
+    .await
+    .expect("put the object");
+    ctx.runtime_env()
+        .register_object_store(&url::Url::parse(url).expect("a store URL"), store);
+}
+
 /// Registers a Pub/Sub sink table built through the Rust API, for a schema SQL cannot declare
 /// (a `MAP` column, `Float16`, durations, ...). Options are the same `(name, value)` pairs the
 /// SQL forms take.

@@ -670,3 +670,167 @@ fn dispatch_deadline_keeps_subsecond_precision() {
         })
     );
 }
+
+// --- schema'd bodies: format = 'avro' | 'protobuf' ------------------------------------------
+
+const AVRO: &str = r#"{"type":"record","name":"Job","fields":[{"name":"id","type":"long"},{"name":"n","type":"int"}]}"#;
+const PROTO: &str = "syntax = \"proto3\";\nmessage Job {\n  int64 id = 1;\n  int32 n = 2;\n}\n";
+
+fn options_err(pairs: &[(&str, &str)]) -> String {
+    let mut all = vec![("url", "https://w.example.com/run")];
+    all.extend_from_slice(pairs);
+    let raw = RawOptions::from_pairs(all.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        .expect("pairs");
+    CloudTasksSinkOptions::from_raw_with_env(Some(QUEUE), &raw, &|_| None)
+        .unwrap_err()
+        .to_string()
+}
+
+fn id_and_n(n: Vec<i64>) -> Vec<(&'static str, ArrayRef)> {
+    let ids: Vec<i64> = (1..=n.len() as i64).collect();
+    vec![
+        ("id", Arc::new(Int64Array::from(ids))),
+        ("n", Arc::new(Int64Array::from(n))),
+    ]
+}
+
+#[test]
+fn an_avro_body_is_a_bare_binary_datum_with_an_octet_stream_content_type() {
+    let out = encode(
+        &fixed(&[("format", "avro"), ("schema", AVRO)]),
+        id_and_n(vec![2, -1]),
+    );
+    // Avro longs and ints are zig-zag varints: 1 -> 0x02, 2 -> 0x04, -1 -> 0x01.
+    let first = request(&out[0]);
+    assert_eq!(first.body, [0x02, 0x04]);
+    assert_eq!(request(&out[1]).body, [0x04, 0x01]);
+    assert_eq!(first.headers[CONTENT_TYPE], AVRO_BINARY_MEDIA_TYPE);
+    assert_eq!(first.headers.len(), 1, "{:?}", first.headers);
+}
+
+#[test]
+fn a_row_the_schema_refuses_is_rejected_naming_the_field_not_the_value() {
+    for (format, schema) in [("avro", AVRO), ("protobuf", PROTO)] {
+        let out = encode(
+            &fixed(&[("format", format), ("schema", schema)]),
+            id_and_n(vec![7, 1 << 40, 8]),
+        );
+        assert!(
+            out[0].is_ok() && out[2].is_ok(),
+            "{format}: the others are sent"
+        );
+        let err = error_text(&out[1]);
+        assert!(
+            err.contains("row 11") && err.contains("'n'"),
+            "{format}: {err}"
+        );
+        assert!(!err.contains(&(1_i64 << 40).to_string()), "{format}: {err}");
+    }
+}
+
+/// The body and `Content-Type` of the row (1, 3) under `pairs`.
+fn body_and_type(pairs: &[(&str, &str)]) -> (Vec<u8>, String) {
+    let request = request(&encode(&fixed(pairs), id_and_n(vec![3]))[0]);
+    (request.body, request.headers[CONTENT_TYPE].clone())
+}
+
+#[test]
+fn a_protobuf_body_gets_the_content_type_of_its_encoding() {
+    let (body, content_type) = body_and_type(&[("format", "protobuf"), ("schema", PROTO)]);
+    // Field 1 varint 1, field 2 varint 3.
+    assert_eq!(body, [0x08, 0x01, 0x10, 0x03]);
+    assert_eq!(content_type, PROTOBUF_MEDIA_TYPE);
+    let json = [
+        ("format", "protobuf"),
+        ("schema", PROTO),
+        ("schema_encoding", "json"),
+    ];
+    let (body, content_type) = body_and_type(&json);
+    let body: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(body, serde_json::json!({"id": "1", "n": 3}));
+    assert_eq!(content_type, JSON_MEDIA_TYPE);
+    // An explicit Content-Type wins, as for JSON bodies (the option keeps the name's case).
+    let explicit = [
+        ("format", "avro"),
+        ("schema", AVRO),
+        ("headers", "Content-Type: avro/binary"),
+    ];
+    assert_eq!(body_and_type(&explicit).1, "avro/binary");
+}
+
+#[test]
+fn role_columns_are_not_part_of_a_schema_body() {
+    let out = encode(
+        &fixed(&[
+            ("format", "avro"),
+            ("schema", AVRO),
+            ("task_name_column", "task"),
+        ]),
+        vec![
+            ("task", strings(&[Some("t1")])),
+            ("id", Arc::new(Int64Array::from(vec![1]))),
+            ("n", Arc::new(Int64Array::from(vec![2]))),
+        ],
+    );
+    assert_eq!(request(&out[0]).body, [0x02, 0x04]);
+    assert_eq!(task(&out[0]).name, format!("{QUEUE}/tasks/t1"));
+}
+
+#[test]
+fn schema_options_that_cannot_apply_are_refused_naming_the_options() {
+    let err = options_err(&[("format", "avro"), ("schema", AVRO), ("body_column", "b")]);
+    assert!(
+        err.contains("body_column") && err.contains("format 'avro'"),
+        "{err}"
+    );
+    let err = options_err(&[
+        ("format", "protobuf"),
+        ("schema", PROTO),
+        ("http_method", "GET"),
+    ]);
+    assert!(
+        err.contains("http_method") && err.contains("format 'protobuf'"),
+        "{err}"
+    );
+    let err = options_err(&[("format", "raw"), ("schema", AVRO)]);
+    assert!(
+        err.contains("'schema'") && err.contains("format is 'raw'"),
+        "{err}"
+    );
+    let err = options_err(&[("schema_encoding", "json")]);
+    assert!(
+        err.contains("'schema_encoding'") && err.contains("format is 'json'"),
+        "{err}"
+    );
+    let err = options_err(&[("format", "avro")]);
+    assert!(err.contains("'schema_location'"), "{err}");
+}
+
+/// The error of declaring columns `fields` under `pairs`.
+fn mapping_error(pairs: &[(&str, &str)], fields: &[(&str, DataType)]) -> String {
+    let fields: Vec<Field> = fields
+        .iter()
+        .map(|(name, data_type)| Field::new(*name, data_type.clone(), false))
+        .collect();
+    CloudTasksMapping::new(&fixed(pairs), &Schema::new(fields))
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn a_column_the_schema_lacks_is_a_declaration_error_naming_column_and_types() {
+    let avro = [("format", "avro"), ("schema", AVRO)];
+    let extra = [
+        ("id", DataType::Int64),
+        ("n", DataType::Int64),
+        ("extra", DataType::Utf8),
+    ];
+    let err = mapping_error(&avro, &extra);
+    assert!(err.contains("'extra'"), "{err}");
+    let proto = [("format", "protobuf"), ("schema", PROTO)];
+    let err = mapping_error(&proto, &[("id", DataType::Utf8), ("n", DataType::Int64)]);
+    assert!(
+        err.contains("'id'") && err.contains("Utf8") && err.contains("int64"),
+        "{err}"
+    );
+}

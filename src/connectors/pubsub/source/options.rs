@@ -35,9 +35,7 @@ use std::time::Duration;
 
 use crate::connectors::dead_letter::DeadLetterTarget;
 use crate::connectors::pubsub::names;
-use crate::connectors::pubsub::options::{
-    FORMAT, SCHEMA, SCHEMA_ENCODING, SCHEMA_LOCATION, TOPIC, payload_options,
-};
+use crate::connectors::pubsub::options::{FORMAT, SCHEMA, SCHEMA_ENCODING, SCHEMA_LOCATION, TOPIC};
 use crate::core::FailurePolicy;
 use crate::encode::schema::{PayloadSchema, SchemaLocation};
 use crate::error::{Error, Result};
@@ -473,7 +471,7 @@ impl PubSubSourceOptions {
             }
         };
 
-        let payload = payload_options(&p)?;
+        let payload = crate::options::payload::payload_options(&p, &FORMAT)?;
         let format = payload.format;
         let data = match (format, p.text(&DATA_COLUMN)?) {
             (PayloadFormat::Raw, given) => Some(given.unwrap_or(DEFAULT_DATA_COLUMN).to_string()),
