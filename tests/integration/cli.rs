@@ -713,9 +713,11 @@ fn a_second_ctrl_c_aborts_a_stop_that_cannot_drain_and_names_what_is_unresolved(
     // A "service" that accepts connections and never answers: every send stalls.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = silent.local_addr().unwrap();
+    let (connected, first_connection) = std::sync::mpsc::channel::<()>();
     let held = std::thread::spawn(move || {
         let mut open = Vec::new();
         for stream in silent.incoming().take(16).flatten() {
+            let _ = connected.send(());
             open.push(stream);
         }
         open
@@ -731,8 +733,15 @@ fn a_second_ctrl_c_aborts_a_stop_that_cannot_drain_and_names_what_is_unresolved(
         .arg("-c")
         .arg("INSERT INTO stalled SELECT value FROM generate_series(1, 5000)");
     let mut running = Running::spawn(command);
-    // Let the writers start and stall.
-    std::thread::sleep(Duration::from_secs(2));
+    // Let the writers start and stall: the first Ctrl-C comes once a writer has connected (so
+    // the tool is inside the INSERT, its handler long installed; a fixed 2 s was too short for
+    // a debug binary to get there on a loaded machine, and the default action ended it
+    // silently). The first connection is the sink's topic-schema lookup, which gives up after
+    // 1 s; 3 s more let rows be admitted behind the stalled sends.
+    first_connection
+        .recv_timeout(EXIT_BOUND)
+        .expect("a writer connects to the silent service");
+    std::thread::sleep(Duration::from_secs(3));
     running.signal(libc::SIGINT);
     wait_for_line(&mut running, "Ctrl-C: stopping");
     running.signal(libc::SIGINT);
