@@ -110,7 +110,10 @@ def _run(ctx: Any, statement: str) -> Any:
         if interrupts:
             _native.rearm()
     if "error" in outcome:
-        raise outcome["error"]
+        # Without the worker's frames: one of them holds the statement's DataFrame, whose repr
+        # runs the query, so a tool that prints a traceback's locals (pytest, an error
+        # reporter) would run the failed INSERT again, with no stop to end it.
+        raise outcome["error"].with_traceback(None)
     return outcome["result"]
 
 

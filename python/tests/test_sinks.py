@@ -135,6 +135,33 @@ def test_a_failed_insert_carries_its_counts(ctx, unique):
     assert err.dead_lettered == 0
 
 
+def test_a_failed_insert_keeps_no_dataframe_in_its_traceback(ctx, unique):
+    # A DataFrame's repr runs its query: a traceback printer that shows locals (pytest, an
+    # error reporter) must not find the failed INSERT's DataFrame in any frame of the error or
+    # of the errors it chains.
+    import datafusion
+
+    gcp_sql.sql(
+        ctx,
+        f"CREATE TABLE gone2 (data VARCHAR) WITH (connector = 'pubsub', "
+        f"topic = 'projects/demo/topics/missing-{unique}')",
+    )
+    with pytest.raises(gcp_sql.GcpSqlError) as raised:
+        gcp_sql.sql(ctx, "INSERT INTO gone2 VALUES ('a')")
+    seen, holders = set(), []
+    error = raised.value
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        tb = error.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if any(isinstance(v, datafusion.DataFrame) for v in frame.f_locals.values()):
+                holders.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+            tb = tb.tb_next
+        error = error.__cause__ or error.__context__
+    assert not holders, holders
+
+
 def test_sql_runs_the_with_form(ctx, pubsub, unique):
     topic, sub = pubsub.topic_with_subscription(f"with-{unique}")
     result = gcp_sql.sql(
@@ -180,22 +207,46 @@ def _long_insert(ctx, pubsub, unique, name):
     return sub, f"INSERT INTO {name} SELECT value AS id FROM generate_series(1, 50000000)"
 
 
-def _when_writing(action):
+# How long a stopped INSERT may take to return before the test calls it a hang: a drain
+# delivers only what was admitted (a few thousand rows), so this is a liveness bound, far from
+# any speed. Without it a missed stop writes 50,000,000 rows into the emulator, which runs out
+# of heap and leaves the suite waiting.
+_STOP_BOUND_S = 120
+
+
+def _when_writing(action, returned):
+    """Runs `action` once the INSERT writes; if the statement has not returned (`returned` is
+    set) `_STOP_BOUND_S` after it, aborts it and returns what was seen, so the test fails
+    naming the hang instead of waiting for it."""
+    hung: list[str] = []
+
     def wait_then_act():
         while gcp_sql._native.running_writers() == 0:
             time.sleep(0.05)
         time.sleep(1.0)
         action()
+        if not returned.wait(_STOP_BOUND_S):
+            hung.append(
+                f"the INSERT had not returned {_STOP_BOUND_S} s after the stop "
+                f"({gcp_sql._native.running_writers()} writer(s) running); aborted"
+            )
+            gcp_sql.stop(abort=True)
 
     threading.Thread(target=wait_then_act, daemon=True).start()
+    return hung
 
 
 def test_stop_drains_a_running_insert_with_its_count(ctx, pubsub, unique):
     sub, insert = _long_insert(ctx, pubsub, unique, "stopped")
-    _when_writing(gcp_sql.stop)
+    returned = threading.Event()
+    hung = _when_writing(gcp_sql.stop, returned)
     try:
         count = count_of(ctx.sql(insert).collect())
+    except Exception as exc:
+        assert not hung, f"{hung}: {exc}"
+        raise
     finally:
+        returned.set()
         gcp_sql.rearm()
     assert 0 < count < 50_000_000
     ids = {json.loads(m.data)["id"] for m in pubsub.pull_all(sub, count)}
@@ -206,8 +257,17 @@ def test_stop_drains_a_running_insert_with_its_count(ctx, pubsub, unique):
 
 def test_ctrl_c_in_sql_drains_the_insert(ctx, pubsub, unique):
     sub, insert = _long_insert(ctx, pubsub, unique, "interrupted")
-    _when_writing(_thread.interrupt_main)
-    result = gcp_sql.sql(ctx, insert)
+    returned = threading.Event()
+    hung = _when_writing(_thread.interrupt_main, returned)
+    try:
+        result = gcp_sql.sql(ctx, insert)
+    except Exception as exc:
+        assert not hung, f"{hung}: {exc}"
+        raise
+    finally:
+        returned.set()
+        if hung:  # the guard's abort stays armed; gcp_sql.sql re-arms its own stop
+            gcp_sql.rearm()
     count = result.column("count").to_pylist()[0]
     assert 0 < count < 50_000_000
     ids = {json.loads(m.data)["id"] for m in pubsub.pull_all(sub, count)}
