@@ -557,9 +557,26 @@ async fn a_scan_bound_to_a_newer_revision_reads_the_older_revisions_backlog() {
         Encoding::Binary,
     )
     .await;
+    let declared_subscription = source_subscription(&admin, &topic).await;
     publish(&admin.host, &topic, revision_a_datums()).await;
     commit_revision_b(&admin.host, &topic).await;
     publish(&admin.host, &topic, revision_b_datums()).await;
+    // A declared schema decodes every message with itself, whatever revision is stamped: A's
+    // datums end early for B (read from a subscription of its own).
+    let declared = avro_schema_b();
+    let e = read(
+        revised_table(true),
+        &admin.host,
+        &declared_subscription,
+        &[("format", "avro"), ("schema", &declared)],
+    )
+    .await
+    .expect_err("A's datums read with a declared revision B")
+    .to_string();
+    assert!(
+        e.contains("option 'schema'") && e.contains("not a datum of the Avro schema"),
+        "{e}"
+    );
     let batches = read(revised_table(true), &admin.host, &subscription, &[])
         .await
         .expect("SELECT over the backlog of two revisions");
