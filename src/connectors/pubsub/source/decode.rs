@@ -11,6 +11,10 @@
 //! metadata columns are filled from the message (`message_id`, `publish_time`,
 //! `ordering_key`, `attributes`, `delivery_attempt`).
 //!
+//! With a topic's schema, a message Pub/Sub stamped with another revision of it is read with
+//! that revision's [`RevisionReader`] ([`MessageDecoder::decode_with`]; the readers are kept by
+//! [`super::revisions`], ADR 0062).
+//!
 //! A message that does not decode is reported as a [`BadMessage`] naming its message id and,
 //! where one can be singled out, the column; never the data. The whole response decodes in one
 //! pass; only when that pass fails is each message decoded alone to find the bad ones.

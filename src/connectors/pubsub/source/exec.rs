@@ -367,9 +367,11 @@ impl Start {
                 };
                 let decoder = Arc::new(table.with_schema(&topic.schema)?);
                 let revisions = TopicRevisions {
-                    revisions: Revisions::new(topic.name, topic.revision_id),
+                    revisions: Revisions::new(topic.name.clone(), topic.revision_id),
                     encoding: topic.schema.encoding,
                     transport,
+                    name: topic.name,
+                    user: format!("subscription '{}'", opts.subscription),
                 };
                 return Ok((decoder, Some(revisions)));
             }
@@ -473,6 +475,10 @@ struct TopicRevisions {
     transport: PubSubTransport,
     /// The topic's encoding when the scan started (a message's stamped encoding wins).
     encoding: crate::encode::schema::SchemaEncoding,
+    /// The schema's name, `projects/P/schemas/S`.
+    name: String,
+    /// What the schema is read for, in errors: `subscription '...'`.
+    user: String,
 }
 
 /// One running partition.
@@ -645,19 +651,14 @@ impl PartitionReader {
                     revisions,
                     transport,
                     encoding,
+                    name,
+                    user,
                 } = topic;
-                let name = revisions.name().to_string();
-                let user = format!("subscription '{}'", self.config.options.subscription);
+                let (transport, name, user, encoding) = (&*transport, &*name, &*user, *encoding);
                 revisions
-                    .prepare(&messages, &self.decoder, |revision| {
-                        let (transport, name, user, encoding) =
-                            (&*transport, name.clone(), user.clone(), *encoding);
-                        async move {
-                            let (schema, _) = transport
-                                .schema_revision(&name, &revision, encoding, &user)
-                                .await?;
-                            Ok(schema)
-                        }
+                    .prepare(&messages, &self.decoder, |revision| async move {
+                        let read = transport.schema_revision(name, &revision, encoding, user);
+                        Ok(read.await?.0)
                     })
                     .await;
                 self.decoder.decode_with(&messages, |m| revisions.reader(m))

@@ -54,11 +54,6 @@ impl Revisions {
         }
     }
 
-    /// The bound schema's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// The revision `m` was stamped with, when it is a revision of the bound schema other than
     /// the bound one.
     fn other_revision<'m>(&self, m: &'m ReceivedMessage) -> Option<&'m str> {
