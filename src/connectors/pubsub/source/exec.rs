@@ -655,13 +655,13 @@ impl PartitionReader {
                     user,
                 } = topic;
                 let (transport, name, user, encoding) = (&*transport, &*name, &*user, *encoding);
-                revisions
+                let prepared = revisions
                     .prepare(&messages, &self.decoder, |revision| async move {
                         let read = transport.schema_revision(name, &revision, encoding, user);
                         Ok(read.await?.0)
                     })
                     .await;
-                self.decoder.decode_with(&messages, |m| revisions.reader(m))
+                prepared.and_then(|()| self.decoder.decode_with(&messages, |m| revisions.reader(m)))
             }
             None => self.decoder.decode(&messages),
         };

@@ -67,15 +67,21 @@ impl Revisions {
 
     /// Makes sure every other revision `messages` were stamped with has its reader: the ones
     /// not kept are fetched with `fetch` (the revision id in; its definition out) and bound by
-    /// `decoder` ([`MessageDecoder::for_revision`]). A failed fetch is kept as a refused reader
-    /// naming the revision and the error (never data), so that it is not fetched again for
-    /// every message.
+    /// `decoder` ([`MessageDecoder::for_revision`]). A fetch refused for good (NOT_FOUND for a
+    /// deleted revision, PERMISSION_DENIED: any error that is not
+    /// [retryable](crate::error::Error::is_retryable)) is
+    /// kept as a refused reader naming the revision and the status (never data), so that it is
+    /// not fetched again for every message. A transient status (UNAVAILABLE,
+    /// DEADLINE_EXCEEDED, ...) is returned instead: the caller fails the batch without
+    /// acknowledging it, since treating good messages as bad for a passing fault could drop
+    /// them.
     pub async fn prepare<F, Fut>(
         &mut self,
         messages: &[ReceivedMessage],
         decoder: &MessageDecoder,
         mut fetch: F,
-    ) where
+    ) -> Result<()>
+    where
         F: FnMut(String) -> Fut,
         Fut: Future<Output = Result<PayloadSchema>>,
     {
@@ -95,6 +101,7 @@ impl Revisions {
             let label = format!("revision {revision} of schema '{}'", self.name);
             let reader = match fetch(revision.clone()).await {
                 Ok(schema) => decoder.for_revision(&schema, &label),
+                Err(e) if e.is_retryable() => return Err(e),
                 Err(e) => {
                     tracing::warn!(
                         schema = %self.name,
@@ -111,6 +118,7 @@ impl Revisions {
             self.readers
                 .push_back((revision, self.batch, Arc::new(reader)));
         }
+        Ok(())
     }
 
     /// Makes room for one more reader: drops the least recently used one that this batch does
@@ -215,7 +223,8 @@ mod tests {
                 fetched.borrow_mut().push(r);
                 async { Ok(avro(A)) }
             })
-            .await;
+            .await
+            .unwrap();
         assert_eq!(*fetched.borrow(), ["a"]);
         let out = d.decode_with(&messages, |m| revisions.reader(m)).unwrap();
         assert!(out.bad.is_empty(), "{:?}", out.bad);
@@ -245,7 +254,8 @@ mod tests {
                     let status = tonic::Status::new(Code::NotFound, "no such revision");
                     async move { Err(Error::rpc("GetSchema", &format!("{NAME}@{r}"), &status, 1)) }
                 })
-                .await;
+                .await
+                .unwrap();
         }
         assert_eq!(*calls.borrow(), 1, "a failed revision is not fetched again");
         let out = d.decode_with(&messages, |m| revisions.reader(m)).unwrap();
@@ -278,7 +288,8 @@ mod tests {
         let messages = [stamped("m1", "a", &[2])];
         revisions
             .prepare(&messages, &d, |_| async { Ok(avro(A)) })
-            .await;
+            .await
+            .unwrap();
         let out = d.decode_with(&messages, |m| revisions.reader(m)).unwrap();
         assert_eq!(out.bad[0].column.as_deref(), Some("extra"));
         let text = out.bad[0].describe();
@@ -299,7 +310,8 @@ mod tests {
                     *fetches.borrow_mut() += 1;
                     async { Ok(avro(A)) }
                 })
-                .await;
+                .await
+                .unwrap();
         };
         for r in 0..MAX_REVISIONS {
             prepare_one(&format!("r{r}")).await;
@@ -317,14 +329,43 @@ mod tests {
             .collect();
         revisions
             .prepare(&many, &d, |_| async { Ok(avro(A)) })
-            .await;
+            .await
+            .unwrap();
         assert_eq!(revisions.kept().len(), MAX_REVISIONS + 2);
         let out = d.decode_with(&many, |m| revisions.reader(m)).unwrap();
         assert_eq!(out.batch.num_rows(), MAX_REVISIONS + 2);
         // The next batch trims back to the bound as it adds.
         revisions
             .prepare(&[stamped("m", "last", &[2])], &d, |_| async { Ok(avro(A)) })
-            .await;
+            .await
+            .unwrap();
         assert!(revisions.kept().len() <= MAX_REVISIONS);
+    }
+
+    #[tokio::test]
+    async fn a_transient_status_fails_the_batch_and_is_asked_again() {
+        let d = decoder();
+        let mut revisions = Revisions::new(NAME, "b");
+        let messages = [stamped("m1", "a", &[2])];
+        let e = revisions
+            .prepare(&messages, &d, |r| async move {
+                let status = tonic::Status::new(Code::Unavailable, "try later");
+                Err(Error::rpc("GetSchema", &format!("{NAME}@{r}"), &status, 1))
+            })
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("@a") && e.contains("UNAVAILABLE"), "{e}");
+        assert!(revisions.kept().is_empty(), "a passing fault is not kept");
+        revisions
+            .prepare(&messages, &d, |_| async { Ok(avro(A)) })
+            .await
+            .unwrap();
+        let out = d.decode_with(&messages, |m| revisions.reader(m)).unwrap();
+        assert!(
+            out.bad.is_empty() && out.batch.num_rows() == 1,
+            "{:?}",
+            out.bad
+        );
     }
 }
