@@ -594,6 +594,14 @@ fn parse_record(schema: &PayloadSchema) -> Result<Arc<[FieldSlot]>> {
     }
 }
 
+/// The names of the top-level record's fields, in order.
+pub(crate) fn record_field_names(schema: &PayloadSchema) -> Result<Vec<String>> {
+    Ok(parse_record(schema)?
+        .iter()
+        .map(|f| f.name.clone())
+        .collect())
+}
+
 /// Binds the record's `fields` to the table's `columns` by name, checking each pair's types;
 /// the errors name the column, the field and both types.
 fn bind_columns(

@@ -324,6 +324,14 @@ fn compile(schema: &PayloadSchema) -> Result<MessageDescriptor> {
     Ok(message.clone())
 }
 
+/// The names of the top-level message's fields, in declaration order.
+pub(crate) fn message_field_names(schema: &PayloadSchema) -> Result<Vec<String>> {
+    Ok(compile(schema)?
+        .fields()
+        .map(|f| f.name().to_string())
+        .collect())
+}
+
 /// Binds the fields of `message` to the table's `columns` by name, checking each pair's types;
 /// the errors name the column, the field and both types.
 fn bind_columns(

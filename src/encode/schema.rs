@@ -199,6 +199,15 @@ impl SchemaRowDecoder {
         }
     }
 
+    /// The names of the schema's top-level fields (an invalid definition is an error naming
+    /// where it came from).
+    pub fn field_names(schema: &PayloadSchema) -> Result<Vec<String>> {
+        match schema.kind {
+            SchemaType::Avro => super::avro::record_field_names(schema),
+            SchemaType::Protobuf => super::protobuf::message_field_names(schema),
+        }
+    }
+
     /// Each payload, in the encoding given for it, as one JSON object (or why it does not
     /// decode, naming the field and never the data), in order.
     pub fn to_json(&self, datas: &[&[u8]], encodings: &[SchemaEncoding]) -> Vec<JsonPayload> {

@@ -217,11 +217,11 @@ impl PubSubTransport {
     }
 
     /// The Pub/Sub schema of the topic `subscription` is attached to (`GetSubscription`, then
-    /// [`topic_schema`](Self::topic_schema)), for a source given no `format`. `None` when the
-    /// topic has no schema or was deleted, and when `GetSubscription` fails or does not answer
-    /// within [`TOPIC_SCHEMA_LOOKUP_TIMEOUT`] (a warning is logged; the source then decodes
-    /// JSON, and reading the subscription reports a real fault). ADR 0053.
-    pub async fn subscription_schema(&self, subscription: &str) -> Result<Option<PayloadSchema>> {
+    /// [`topic_schema_revision`](Self::topic_schema_revision)), for a source given no `format`.
+    /// `None` when the topic has no schema or was deleted, and when `GetSubscription` fails or
+    /// does not answer within [`TOPIC_SCHEMA_LOOKUP_TIMEOUT`] (a warning is logged; the source
+    /// then decodes JSON, and reading the subscription reports a real fault). ADR 0053.
+    pub async fn subscription_schema(&self, subscription: &str) -> Result<Option<TopicSchema>> {
         let mut request = with_deadline(
             tonic::Request::new(GetSubscriptionRequest {
                 subscription: subscription.to_string(),
@@ -255,25 +255,30 @@ impl PubSubTransport {
         if topic.is_empty() || topic == "_deleted-topic_" {
             return Ok(None);
         }
-        self.topic_schema(&topic).await
+        self.topic_schema_revision(&topic).await
+    }
+
+    /// The Pub/Sub schema of `topic`, when it has one: the definition and encoding of
+    /// [`topic_schema_revision`](Self::topic_schema_revision).
+    pub async fn topic_schema(&self, topic: &str) -> Result<Option<PayloadSchema>> {
+        Ok(self.topic_schema_revision(topic).await?.map(|t| t.schema))
     }
 
     /// The Pub/Sub schema of `topic`, when it has one (`Topic.schema_settings`): the definition
     /// of its newest allowed revision (`last_revision_id` when set, else the schema's current
-    /// one, read with `SchemaService.GetSchema`) and the topic's encoding. `None` when the topic
-    /// has no schema or does not exist yet (publishing then reports the missing topic), and when
-    /// `GetTopic` fails or does not answer within [`TOPIC_SCHEMA_LOOKUP_TIMEOUT`] (the caller
-    /// may not read the topic, the server does not serve it, the connection is slow or down):
-    /// then a warning is logged and the table keeps JSON. Once the topic is known to have a
-    /// schema, failing to read it fails the statement.
-    pub async fn topic_schema(&self, topic: &str) -> Result<Option<PayloadSchema>> {
-        let google = self.channel.is_google();
+    /// one, read with `SchemaService.GetSchema`), the topic's encoding, the schema's name and the
+    /// revision read. `None` when the topic has no schema or does not exist yet (publishing then
+    /// reports the missing topic), and when `GetTopic` fails or does not answer within
+    /// [`TOPIC_SCHEMA_LOOKUP_TIMEOUT`] (the caller may not read the topic, the server does not
+    /// serve it, the connection is slow or down): then a warning is logged and the table keeps
+    /// JSON. Once the topic is known to have a schema, failing to read it fails the statement.
+    pub async fn topic_schema_revision(&self, topic: &str) -> Result<Option<TopicSchema>> {
         let mut request = with_deadline(
             tonic::Request::new(GetTopicRequest {
                 topic: topic.to_string(),
             }),
             Some(TOPIC_SCHEMA_LOOKUP_TIMEOUT),
-            google,
+            self.channel.is_google(),
         );
         request.metadata_mut().insert(
             ROUTING_HEADER,
@@ -309,22 +314,59 @@ impl PubSubTransport {
                 "topic '{topic}' names a schema that was deleted; its messages cannot be validated"
             )));
         }
-        let name = if settings.last_revision_id.is_empty() {
-            settings.schema.clone()
+        let encoding = match Encoding::try_from(settings.encoding) {
+            Ok(Encoding::Json) => SchemaEncoding::Json,
+            Ok(Encoding::Binary) => SchemaEncoding::Binary,
+            _ => {
+                return Err(Error::Unsupported(format!(
+                    "topic '{topic}' has schema '{}' with no encoding (neither JSON nor BINARY)",
+                    settings.schema
+                )));
+            }
+        };
+        let (schema, revision_id) = self
+            .schema_revision(
+                &settings.schema,
+                &settings.last_revision_id,
+                encoding,
+                &format!("topic '{topic}'"),
+            )
+            .await?;
+        Ok(Some(TopicSchema {
+            schema,
+            name: settings.schema,
+            revision_id,
+        }))
+    }
+
+    /// Revision `revision` of the schema `name` (its current revision when `revision` is
+    /// empty), read with `SchemaService.GetSchema` of `name@revision`: its definition with
+    /// `encoding`, and the revision id the service answered with. `user` names what the schema
+    /// is read for (`topic 'projects/p/topics/t'`) in errors and in the schema's origin. A
+    /// status is an [`Error::Rpc`] naming `name@revision` (NOT_FOUND for a deleted revision).
+    pub async fn schema_revision(
+        &self,
+        name: &str,
+        revision: &str,
+        encoding: SchemaEncoding,
+        user: &str,
+    ) -> Result<(PayloadSchema, String)> {
+        let at = if revision.is_empty() {
+            name.to_string()
         } else {
-            format!("{}@{}", settings.schema, settings.last_revision_id)
+            format!("{name}@{revision}")
         };
         let mut request = with_deadline(
             tonic::Request::new(GetSchemaRequest {
-                name: name.clone(),
+                name: at.clone(),
                 view: SchemaView::Full as i32,
             }),
             Some(CREATE_TOPIC_TIMEOUT),
-            google,
+            self.channel.is_google(),
         );
         request.metadata_mut().insert(
             ROUTING_HEADER,
-            routing_value(&[("name", &name)]).map_err(|e| Error::invalid("topic", topic, e))?,
+            routing_value(&[("name", &at)]).map_err(|e| Error::invalid("schema", &at, e))?,
         );
         let got = self.reach.observe(
             SchemaServiceClient::new(self.channel.clone())
@@ -333,43 +375,50 @@ impl PubSubTransport {
         );
         let definition = match got {
             Ok(s) => s.into_inner(),
-            Err(status) => return Err(Error::rpc("GetSchema", &name, &status, 1)),
+            Err(status) => return Err(Error::rpc("GetSchema", &at, &status, 1)),
         };
         let kind = match schema::Type::try_from(definition.r#type) {
             Ok(schema::Type::Avro) => SchemaType::Avro,
             Ok(schema::Type::ProtocolBuffer) => SchemaType::Protobuf,
             _ => {
                 return Err(Error::Unsupported(format!(
-                    "schema '{name}' of topic '{topic}' has type {}, neither Avro nor Protocol Buffer",
+                    "schema '{at}' of {user} has type {}, neither Avro nor Protocol Buffer",
                     definition.r#type
                 )));
             }
         };
-        let encoding = match Encoding::try_from(settings.encoding) {
-            Ok(Encoding::Json) => SchemaEncoding::Json,
-            Ok(Encoding::Binary) => SchemaEncoding::Binary,
-            _ => {
-                return Err(Error::Unsupported(format!(
-                    "topic '{topic}' has schema '{name}' with no encoding (neither JSON nor BINARY)"
-                )));
-            }
-        };
-        let revision = if definition.revision_id.is_empty() {
+        let shown = if definition.revision_id.is_empty() {
             String::new()
         } else {
             format!(" revision {}", definition.revision_id)
         };
-        Ok(Some(PayloadSchema {
-            kind,
-            definition: definition.definition,
-            encoding,
-            origin: format!(
-                "schema '{}'{revision} of topic '{topic}', {} encoding",
-                settings.schema,
-                encoding.name()
-            ),
-        }))
+        Ok((
+            PayloadSchema {
+                kind,
+                definition: definition.definition,
+                encoding,
+                origin: format!(
+                    "schema '{name}'{shown} of {user}, {} encoding",
+                    encoding.name()
+                ),
+            },
+            definition.revision_id,
+        ))
     }
+}
+
+/// A topic's Pub/Sub schema as read when a statement starts: what decodes or encodes its
+/// messages, and which schema and revision that is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSchema {
+    /// The definition, its language and the topic's encoding.
+    pub schema: PayloadSchema,
+    /// The schema's name, `projects/P/schemas/S` (what Pub/Sub stamps as
+    /// `googclient_schemaname`).
+    pub name: String,
+    /// The revision read (what Pub/Sub stamps as `googclient_schemarevisionid`); empty when the
+    /// service did not say.
+    pub revision_id: String,
 }
 
 /// The class of a Publish status; see the module docs.

@@ -11,6 +11,10 @@
 //! metadata columns are filled from the message (`message_id`, `publish_time`,
 //! `ordering_key`, `attributes`, `delivery_attempt`).
 //!
+//! With a topic's schema, a message Pub/Sub stamped with another revision of it is read with
+//! that revision's [`RevisionReader`] ([`MessageDecoder::decode_with`]; the readers are kept by
+//! [`super::revisions`], ADR 0062).
+//!
 //! A message that does not decode is reported as a [`BadMessage`] naming its message id and,
 //! where one can be singled out, the column; never the data. The whole response decodes in one
 //! pass; only when that pass fails is each message decoded alone to find the bad ones.
@@ -35,6 +39,32 @@ use crate::options::PayloadFormat;
 /// The attribute Pub/Sub stamps on a message published to a topic with a schema: the encoding
 /// it was validated in (`JSON` or `BINARY`).
 pub const SCHEMA_ENCODING_ATTRIBUTE: &str = "googclient_schemaencoding";
+/// The attribute Pub/Sub stamps on a message published to a topic with a schema: the schema's
+/// name, `projects/P/schemas/S`.
+pub const SCHEMA_NAME_ATTRIBUTE: &str = "googclient_schemaname";
+/// The attribute Pub/Sub stamps on a message published to a topic with a schema: the id of the
+/// schema revision the message was validated against.
+pub const SCHEMA_REVISION_ATTRIBUTE: &str = "googclient_schemarevisionid";
+
+/// How the payloads published with another revision of the schema a scan bound are read
+/// ([`MessageDecoder::for_revision`], ADR 0062).
+#[derive(Debug)]
+pub enum RevisionReader {
+    /// The revision's decoder, bound to the columns whose fields the revision has.
+    Decoder {
+        /// The decoder.
+        decoder: SchemaRowDecoder,
+        /// `revision R of schema 'S'`, for the reasons.
+        label: String,
+    },
+    /// The revision cannot be read into the table: each of its messages is a bad message.
+    Refused {
+        /// The column to blame, when one is.
+        column: Option<String>,
+        /// Why, naming the revision (never data).
+        reason: String,
+    },
+}
 
 /// Where one column's values come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,6 +332,48 @@ impl MessageDecoder {
         })
     }
 
+    /// The reader of the payloads published with another revision of the schema, `schema`
+    /// (described as `label` in reasons): the same column-to-field rules as
+    /// [`with_schema`](Self::with_schema), except that a column whose field the revision lacks
+    /// reads NULL when it is nullable. A NOT NULL column the revision lacks, a field whose type
+    /// does not convert, or a definition that does not compile refuses every message of the
+    /// revision, naming the column and field where one is to blame.
+    pub fn for_revision(&self, schema: &PayloadSchema, label: &str) -> RevisionReader {
+        let refused = |column: Option<String>, reason: String| RevisionReader::Refused {
+            column,
+            reason: format!("{label}: {reason}"),
+        };
+        let names = match SchemaRowDecoder::field_names(schema) {
+            Ok(names) => names,
+            Err(e) => return refused(None, e.to_string()),
+        };
+        let mut columns = Vec::new();
+        for (i, filler) in self.fillers.iter().enumerate() {
+            if !matches!(filler, Filler::Json(_)) {
+                continue;
+            }
+            let field = self.schema.field(i);
+            if names.iter().any(|n| n == field.name()) {
+                columns.push(i);
+            } else if !field.is_nullable() {
+                return refused(
+                    Some(field.name().clone()),
+                    format!(
+                        "the revision has no field '{}' and the column is NOT NULL",
+                        field.name()
+                    ),
+                );
+            }
+        }
+        match SchemaRowDecoder::new(schema, &self.schema, &columns) {
+            Ok(decoder) => RevisionReader::Decoder {
+                decoder,
+                label: label.to_string(),
+            },
+            Err(e) => refused(None, e.to_string()),
+        }
+    }
+
     /// The table schema rows are decoded into.
     pub fn schema(&self) -> &SchemaRef {
         &self.schema
@@ -359,6 +431,18 @@ impl MessageDecoder {
 
     /// Decodes `messages`: one row per message that decodes, and the ones that do not.
     pub fn decode(&self, messages: &[ReceivedMessage]) -> Result<Decoded> {
+        self.decode_with(messages, |_| None)
+    }
+
+    /// [`decode`](Self::decode), reading the payload of each message for which `revision`
+    /// gives a [`RevisionReader`] with that reader instead of this decoder's schema (a
+    /// [`RevisionReader::Refused`] makes the message a bad message). Rows keep the messages'
+    /// order.
+    pub fn decode_with<'r>(
+        &self,
+        messages: &[ReceivedMessage],
+        revision: impl Fn(&ReceivedMessage) -> Option<&'r RevisionReader>,
+    ) -> Result<Decoded> {
         let mut bad = Vec::new();
         let mut good: Vec<usize> = (0..messages.len()).collect();
         // The data column of a string type must be UTF-8.
@@ -386,30 +470,61 @@ impl MessageDecoder {
             .as_ref()
             .filter(|_| !self.json_schema.fields().is_empty())
         {
-            let datas: Vec<&[u8]> = good.iter().map(|&i| Self::data(&messages[i])).collect();
-            let encodings: Vec<SchemaEncoding> =
-                good.iter().map(|&i| p.encoding_of(&messages[i])).collect();
             objects = vec![Vec::new(); messages.len()];
-            let converted = p.decoder.to_json(&datas, &encodings);
-            let mut kept = Vec::with_capacity(good.len());
-            for (i, object) in good.into_iter().zip(converted) {
-                match object {
-                    Ok(object) => {
-                        objects[i] = object;
-                        kept.push(i);
+            // The messages of each decoder (this one's first), in order.
+            let mut groups: Vec<(&SchemaRowDecoder, Option<&str>, Vec<usize>)> =
+                vec![(&p.decoder, None, Vec::new())];
+            for &i in &good {
+                let (decoder, label) = match revision(&messages[i]) {
+                    None => (&p.decoder, None),
+                    Some(RevisionReader::Decoder { decoder, label }) => {
+                        (decoder, Some(label.as_str()))
                     }
-                    Err(reason) => bad.push(BadMessage {
-                        index: i,
-                        message_id: Self::message_id(&messages[i]).to_string(),
-                        column: None,
-                        reason: format!(
-                            "format '{}' ({}): {reason}",
-                            p.format,
-                            p.encoding_of(&messages[i]).name()
-                        ),
-                    }),
+                    Some(RevisionReader::Refused { column, reason }) => {
+                        bad.push(BadMessage {
+                            index: i,
+                            message_id: Self::message_id(&messages[i]).to_string(),
+                            column: column.clone(),
+                            reason: reason.clone(),
+                        });
+                        continue;
+                    }
+                };
+                match groups.iter_mut().find(|g| std::ptr::eq(g.0, decoder)) {
+                    Some(group) => group.2.push(i),
+                    None => groups.push((decoder, label, vec![i])),
                 }
             }
+            let mut kept = Vec::with_capacity(good.len());
+            for (decoder, label, members) in groups {
+                let datas: Vec<&[u8]> = members.iter().map(|&i| Self::data(&messages[i])).collect();
+                let encodings: Vec<SchemaEncoding> = members
+                    .iter()
+                    .map(|&i| p.encoding_of(&messages[i]))
+                    .collect();
+                let converted = decoder.to_json(&datas, &encodings);
+                for ((i, object), encoding) in members.into_iter().zip(converted).zip(encodings) {
+                    match object {
+                        Ok(object) => {
+                            objects[i] = object;
+                            kept.push(i);
+                        }
+                        Err(reason) => bad.push(BadMessage {
+                            index: i,
+                            message_id: Self::message_id(&messages[i]).to_string(),
+                            column: None,
+                            reason: format!(
+                                "format '{}' ({}{}{}): {reason}",
+                                p.format,
+                                encoding.name(),
+                                if label.is_some() { ", " } else { "" },
+                                label.unwrap_or_default()
+                            ),
+                        }),
+                    }
+                }
+            }
+            kept.sort_unstable();
             good = kept;
         }
         let payload = |i: usize| -> &[u8] {

@@ -41,6 +41,7 @@ use super::decode::{BadMessage, MessageDecoder};
 use super::lease::Outstanding;
 use super::options::{PayloadSource, PubSubSourceOptions};
 use super::pull::{Pulled, Puller, StopKind};
+use super::revisions::Revisions;
 use super::ticket::{AckQueue, BatchTicket, SourceSlot};
 use super::{SourceCounters, SourceCounts};
 use crate::connectors::dead_letter::{self, DeadLetterContext, DeadLetterTarget};
@@ -346,8 +347,9 @@ struct Start {
 impl Start {
     /// The decoder of this scan: the table's, or, when the schema is only known now, the
     /// table's bound to it: an object-store `schema_location`, read here, or (no `format`
-    /// option) the Pub/Sub schema of the subscription's topic, looked up here (ADR 0053).
-    async fn decoder(&self) -> crate::Result<Arc<MessageDecoder>> {
+    /// option) the Pub/Sub schema of the subscription's topic, looked up here (ADR 0053); with
+    /// it, for a topic's schema, the readers of its other revisions (ADR 0062).
+    async fn decoder(&self) -> crate::Result<(Arc<MessageDecoder>, Option<TopicRevisions>)> {
         let opts = &self.config.options;
         let table = &self.config.decoder;
         let schema = match &opts.schema {
@@ -360,14 +362,25 @@ impl Start {
                     auto_create_topic: false,
                 })
                 .await?;
-                transport.subscription_schema(&opts.subscription).await?
+                let Some(topic) = transport.subscription_schema(&opts.subscription).await? else {
+                    return Ok((Arc::new(table.clone()), None));
+                };
+                let decoder = Arc::new(table.with_schema(&topic.schema)?);
+                let revisions = TopicRevisions {
+                    revisions: Revisions::new(topic.name.clone(), topic.revision_id),
+                    encoding: topic.schema.encoding,
+                    transport,
+                    name: topic.name,
+                    user: format!("subscription '{}'", opts.subscription),
+                };
+                return Ok((decoder, Some(revisions)));
             }
             PayloadSource::Format | PayloadSource::Schema(_) => None,
         };
         if let Some(schema) = schema {
-            return Ok(Arc::new(table.with_schema(&schema)?));
+            return Ok((Arc::new(table.with_schema(&schema)?), None));
         }
-        Ok(Arc::new(table.clone()))
+        Ok((Arc::new(table.clone()), None))
     }
 
     async fn open(self) -> crate::Result<PartitionReader> {
@@ -378,7 +391,7 @@ impl Start {
             opts.connection.credentials_file.as_deref(),
         )
         .await?;
-        let decoder = self.decoder().await?;
+        let (decoder, revisions) = self.decoder().await?;
         let inner = &self.handle.inner;
         let outstanding = Arc::new(Outstanding::new(
             opts.max_outstanding_messages,
@@ -433,6 +446,7 @@ impl Start {
         Ok(PartitionReader {
             stop: inner.stop.subscribe(),
             decoder,
+            revisions,
             config: self.config,
             projection: self.projection,
             counters: inner.counters.clone(),
@@ -455,11 +469,26 @@ impl Start {
     }
 }
 
+/// The revisions of a topic's schema one partition has met, and how to fetch more.
+struct TopicRevisions {
+    revisions: Revisions,
+    transport: PubSubTransport,
+    /// The topic's encoding when the scan started (a message's stamped encoding wins).
+    encoding: crate::encode::schema::SchemaEncoding,
+    /// The schema's name, `projects/P/schemas/S`.
+    name: String,
+    /// What the schema is read for, in errors: `subscription '...'`.
+    user: String,
+}
+
 /// One running partition.
 struct PartitionReader {
     config: Arc<SourceConfig>,
     /// The decoder of this scan (the table's, or bound to a schema read when it started).
     decoder: Arc<MessageDecoder>,
+    /// For a topic's schema: the readers of the other revisions its messages were published
+    /// with.
+    revisions: Option<TopicRevisions>,
     projection: Option<Vec<usize>>,
     counters: Arc<SourceCounters>,
     slot: Arc<SourceSlot>,
@@ -616,7 +645,27 @@ impl PartitionReader {
         &mut self,
         messages: Vec<ReceivedMessage>,
     ) -> crate::Result<Option<RecordBatch>> {
-        let decoded = match self.decoder.decode(&messages) {
+        let decoded = match &mut self.revisions {
+            Some(topic) => {
+                let TopicRevisions {
+                    revisions,
+                    transport,
+                    encoding,
+                    name,
+                    user,
+                } = topic;
+                let (transport, name, user, encoding) = (&*transport, &*name, &*user, *encoding);
+                let prepared = revisions
+                    .prepare(&messages, &self.decoder, |revision| async move {
+                        let read = transport.schema_revision(name, &revision, encoding, user);
+                        Ok(read.await?.0)
+                    })
+                    .await;
+                prepared.and_then(|()| self.decoder.decode_with(&messages, |m| revisions.reader(m)))
+            }
+            None => self.decoder.decode(&messages),
+        };
+        let decoded = match decoded {
             Ok(d) => d,
             Err(e) => {
                 self.queue

@@ -8,6 +8,7 @@
 //! - [`ticket`]: the acknowledgement contract between the source and its consumers
 //!   ([`ticket::BatchTicket`], [`ticket::SourceSlot`]).
 //! - [`decode`]: messages to rows (`json` / `raw` / `avro` / `protobuf`, metadata columns).
+//! - [`revisions`]: the other revisions of a topic's schema a scan meets (ADR 0062).
 //! - [`exec`]: the execution plan node ([`exec::PubSubSourceExec`]) and its
 //!   [`exec::SourceHandle`] (stop, counts, slots).
 //! - [`table`]: the [`table::PubSubSourceTable`] a session registers.
@@ -31,6 +32,7 @@ pub mod exec;
 pub mod lease;
 pub mod options;
 pub mod pull;
+pub mod revisions;
 pub mod table;
 pub mod ticket;
 
