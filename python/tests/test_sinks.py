@@ -119,16 +119,21 @@ def test_typed_constructor_writes_a_pyarrow_table(ctx, pubsub, bigtable, unique)
     assert sorted(cells) == ["a", "b", "c", "d"]
 
 
-def test_a_failed_insert_carries_its_counts(ctx, unique):
-    # A topic that does not exist and may not be created: the statement fails, nothing lands.
+def _failed_insert(ctx, unique, table):
+    """Two rows into a topic that does not exist and may not be created: the statement
+    fails, nothing lands. Returns the error `gcp_sql.sql` raised."""
     gcp_sql.sql(
         ctx,
-        f"CREATE TABLE gone (data VARCHAR) WITH (connector = 'pubsub', "
+        f"CREATE TABLE {table} (data VARCHAR) WITH (connector = 'pubsub', "
         f"topic = 'projects/demo/topics/missing-{unique}')",
     )
     with pytest.raises(gcp_sql.GcpSqlError) as raised:
-        gcp_sql.sql(ctx, "INSERT INTO gone VALUES ('a'), ('b')")
-    err = raised.value
+        gcp_sql.sql(ctx, f"INSERT INTO {table} VALUES ('a'), ('b')")
+    return raised.value
+
+
+def test_a_failed_insert_carries_its_counts(ctx, unique):
+    err = _failed_insert(ctx, unique, "gone")
     assert f"missing-{unique}" in str(err)
     assert err.acknowledged == 0
     assert err.not_delivered == 2
@@ -141,15 +146,8 @@ def test_a_failed_insert_keeps_no_dataframe_in_its_traceback(ctx, unique):
     # of the errors it chains.
     import datafusion
 
-    gcp_sql.sql(
-        ctx,
-        f"CREATE TABLE gone2 (data VARCHAR) WITH (connector = 'pubsub', "
-        f"topic = 'projects/demo/topics/missing-{unique}')",
-    )
-    with pytest.raises(gcp_sql.GcpSqlError) as raised:
-        gcp_sql.sql(ctx, "INSERT INTO gone2 VALUES ('a')")
     seen, holders = set(), []
-    error = raised.value
+    error = _failed_insert(ctx, unique, "gone2")
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         tb = error.__traceback__
