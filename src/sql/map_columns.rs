@@ -13,10 +13,14 @@
 //!    `CreateExternalTable`, before the table factory sees its schema.
 //!
 //! The map type is the one DataFusion's `map` and `make_map` functions return: entries named
-//! `entries`, a non-null `key` and a nullable `value`, not sorted; key and value are the string
-//! type a `VARCHAR` column gets in the session (`Utf8`, or `Utf8View` under
-//! `datafusion.sql_parser.map_string_types_to_utf8view`). So `map(['k'], [v])` inserts into it
-//! as it is, and an INSERT casts any other string map to it.
+//! `entries`, a non-null `key` and a nullable `value`, not sorted. The key is always `Utf8`, and
+//! the value is the string type a `VARCHAR` column gets in the session (`Utf8`, or `Utf8View`
+//! under `datafusion.sql_parser.map_string_types_to_utf8view`, DataFusion 55's default). The key
+//! is `Utf8` because a map is looked up by name (`attrs['source']` on a source's
+//! `attributes_column`), and DataFusion 55 compares the map's keys with the subscript, a `Utf8`
+//! literal, without casting either: `Utf8View` keys fail that lookup with "Invalid comparison
+//! operation: Utf8 == Utf8View". `map(['k'], [v])` inserts into it as it is, and an INSERT
+//! casts any other string map to it.
 
 use std::sync::Arc;
 
@@ -90,10 +94,12 @@ pub(crate) fn take_map_columns(create: &mut CreateExternalTable) -> Result<Vec<M
     Ok(taken)
 }
 
-/// The map type of a declared `MAP(VARCHAR, VARCHAR)` column whose strings are `string`.
+/// The map type of a declared `MAP(VARCHAR, VARCHAR)` column whose values are `string`: the
+/// keys are `Utf8`, whatever the session's string type, so that a lookup by name works (see
+/// the module's docs).
 pub fn string_map_type(string: DataType) -> DataType {
     let entries = Fields::from(vec![
-        Field::new("key", string.clone(), false),
+        Field::new("key", DataType::Utf8, false),
         Field::new("value", string, true),
     ]);
     DataType::Map(

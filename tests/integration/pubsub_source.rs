@@ -657,6 +657,68 @@ async fn a_subscription_into_bigtable_lands_every_row_and_acknowledges_every_mes
     );
 }
 
+/// A message's attribute looked up by name in a pipeline (`attrs['source']` on the source's
+/// `attributes_column`, as a new user writes it) lands in the sink. It used to fail once the
+/// pipeline started (the map's keys were `Utf8View`, the looked-up name `Utf8`, and DataFusion's
+/// map lookup compares them without a cast), delivering nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attribute_looked_up_by_name_in_a_pipeline_lands_in_the_sink() {
+    let f = Fixture::new("src-attr").await;
+    let bt = crate::support::bigtable::Bigtable::connect().await;
+    let table = crate::support::bigtable::Bigtable::table_name("src-attr");
+    bt.create_table(&table, &["c"]).await;
+    let origin = |i: i64| if i % 3 == 0 { "app" } else { "web" };
+    f.publish(
+        (0..30)
+            .map(|i| PubsubMessage {
+                data: serde_json::json!({ "id": i }).to_string().into(),
+                attributes: HashMap::from([
+                    ("source".to_string(), origin(i).to_string()),
+                    ("other".to_string(), "x".to_string()),
+                ]),
+                ..Default::default()
+            })
+            .collect(),
+    )
+    .await;
+    let ctx = sql_context(10);
+    let statements = format!(
+        "{};
+         {};
+         INSERT INTO attrs_bt SELECT CAST(id AS VARCHAR), attrs['source'] FROM attrs_in",
+        f.source_sql(
+            "attrs_in",
+            "id BIGINT, attrs MAP(VARCHAR, VARCHAR)",
+            &[("format", "json"), ("attributes_column", "attrs")]
+        ),
+        bt.create_sql(
+            "attrs_bt",
+            "id VARCHAR, origin VARCHAR",
+            &table,
+            &[("row_key", "id"), ("column_family", "c")]
+        ),
+    );
+    let out = gcp_sql::sql::run(&ctx, &statements).await.expect("INSERT");
+    let count = out[0]
+        .column(0)
+        .as_primitive::<arrow::datatypes::UInt64Type>();
+    assert_eq!(count.value(0), 30, "rows acknowledged by Bigtable");
+    let rows = bt.read(&table).await;
+    assert_eq!(rows.len(), 30, "rows in Bigtable");
+    for i in 0..30 {
+        let cells = &rows[format!("{i}").as_bytes()];
+        let cell = cells
+            .iter()
+            .find(|c| c.qualifier == b"origin")
+            .expect("origin cell");
+        assert_eq!(cell.value, origin(i).as_bytes(), "row {i}");
+    }
+    assert!(
+        f.left_over_after_deadline().await.is_empty(),
+        "every message was acknowledged"
+    );
+}
+
 /// A pipeline of 50 clicks, in batches of 10, into a Bigtable table whose row key is NULL for
 /// id 17 (a row the sink refuses), the sink declared with `sink_options`.
 struct Refusing {
