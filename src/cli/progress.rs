@@ -51,6 +51,10 @@ pub struct SinkCounters {
     pub source_acked: usize,
     /// Messages the sources handed back for another reader.
     pub source_nacked: usize,
+    /// Only a source reported: the statement read a subscription into a table that is not one
+    /// of this crate's sinks (a Parquet folder, say), which counts no rows sent. The summary
+    /// then has the source's line alone.
+    pub source_only: bool,
 }
 
 impl SinkCounters {
@@ -70,7 +74,7 @@ impl SinkCounters {
     /// stage); `None` when none of them has any.
     pub fn from_metrics(sets: &[MetricsSet]) -> Option<SinkCounters> {
         let mut counters = SinkCounters::default();
-        let mut found = false;
+        let (mut sink, mut source) = (false, false);
         for metrics in sets {
             for (name, slot) in [
                 (names::RECORDS_SENT, &mut counters.sent),
@@ -82,17 +86,25 @@ impl SinkCounters {
                 (names::RECORDS_DEAD_LETTERED, &mut counters.dead_lettered),
                 (names::RESOURCES_CREATED, &mut counters.created),
                 (WRITERS_METRIC, &mut counters.writers),
+            ] {
+                if let Some(value) = metrics.sum_by_name(name) {
+                    *slot += value.as_usize();
+                    sink = true;
+                }
+            }
+            for (name, slot) in [
                 (names::SOURCE_MESSAGES_READ, &mut counters.source_read),
                 (names::SOURCE_MESSAGES_ACKED, &mut counters.source_acked),
                 (names::SOURCE_MESSAGES_NACKED, &mut counters.source_nacked),
             ] {
                 if let Some(value) = metrics.sum_by_name(name) {
                     *slot += value.as_usize();
-                    found = true;
+                    source = true;
                 }
             }
         }
-        found.then_some(counters)
+        counters.source_only = source && !sink;
+        (sink || source).then_some(counters)
     }
 
     /// The one-line summary printed after a statement that wrote to a sink.
@@ -137,8 +149,22 @@ impl SinkCounters {
     /// // Several writers: the counts are their sum, and the summary says over how many.
     /// let four = SinkCounters { writers: 4, ..counters };
     /// assert!(four.summary(Duration::from_secs(2)).ends_with("1 retries; 4 writers"));
+    /// // A subscription read into a table of another kind: the source's line alone.
+    /// let parquet = SinkCounters {
+    ///     source_read: 200,
+    ///     source_acked: 200,
+    ///     source_only: true,
+    ///     ..SinkCounters::default()
+    /// };
+    /// assert_eq!(
+    ///     parquet.summary(Duration::from_secs(2)),
+    ///     "Source: 200 message(s) read, 200 acknowledged, 0 nacked"
+    /// );
     /// ```
     pub fn summary(&self, elapsed: Duration) -> String {
+        if self.source_only {
+            return self.source_line();
+        }
         let mut line = format!(
             "Sink: {} row(s) acknowledged of {} sent in {:.3} s ({} rows/s); {} skipped, {} dropped, {} retries",
             self.acked,
@@ -159,12 +185,17 @@ impl SinkCounters {
             line.push_str(&format!("; {} writers", self.writers));
         }
         if self.source_read > 0 {
-            line.push_str(&format!(
-                "\nSource: {} message(s) read, {} acknowledged, {} nacked",
-                self.source_read, self.source_acked, self.source_nacked
-            ));
+            line.push('\n');
+            line.push_str(&self.source_line());
         }
         line
+    }
+
+    fn source_line(&self) -> String {
+        format!(
+            "Source: {} message(s) read, {} acknowledged, {} nacked",
+            self.source_read, self.source_acked, self.source_nacked
+        )
     }
 
     fn live_line(&self, elapsed: Duration) -> String {

@@ -570,6 +570,72 @@ async fn summary_counts_the_rows_written_to_the_dead_letter_folder() {
     assert_eq!(ids, (1..=100).filter(|v| v % 10 == 3).collect::<Vec<i64>>());
 }
 
+/// A subscription read into a table that is not one of this crate's sinks (a Parquet folder):
+/// the summary reports the source's messages, and no `Sink:` line of zeros (it used to print
+/// "Sink: 0 row(s) acknowledged of 0 sent" while the statement's count was 200).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_into_parquet_is_summarised_by_its_source_alone() {
+    let admin = crate::support::PubSubAdmin::connect().await;
+    let (topic, subscription) = admin
+        .topic_with_subscription("cli-summary", "toparquet", false)
+        .await;
+    let home = tempfile::tempdir().unwrap();
+    let folder = tempfile::tempdir().unwrap();
+    let host = &admin.host;
+    let statements = [
+        format!(
+            "CREATE TABLE clicks (id BIGINT) WITH (connector = 'pubsub', \
+             emulator_host = '{host}', topic = '{topic}')"
+        ),
+        "INSERT INTO clicks SELECT value FROM generate_series(1, 200)".to_string(),
+        format!(
+            "CREATE TABLE clicks_in (id BIGINT) WITH (connector = 'pubsub', \
+             emulator_host = '{host}', subscription = '{subscription}', stop_after_idle = '2s')"
+        ),
+        format!(
+            "CREATE EXTERNAL TABLE clicks_pq (id BIGINT) STORED AS PARQUET LOCATION '{}/'",
+            folder.path().display()
+        ),
+        "INSERT INTO clicks_pq SELECT id FROM clicks_in".to_string(),
+    ];
+    let mut command = gcp_sql(home.path());
+    for statement in &statements {
+        command.args(["-c", statement]);
+    }
+    let output = tokio::task::spawn_blocking(move || run(&mut command))
+        .await
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let summaries: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("Sink:") || l.starts_with("Source:"))
+        .collect();
+    // The publishing INSERT's summary, then the pipeline's: its source line alone.
+    assert_eq!(summaries.len(), 2, "{stderr}");
+    assert!(
+        summaries[0].starts_with("Sink: 200 row(s) acknowledged of 200 sent"),
+        "{stderr}"
+    );
+    assert_eq!(
+        summaries[1], "Source: 200 message(s) read, 200 acknowledged, 0 nacked",
+        "{stderr}"
+    );
+    // What landed, read by DataFusion's own Parquet reader.
+    let ctx = datafusion::prelude::SessionContext::new();
+    let landed = ctx
+        .read_parquet(
+            folder.path().to_str().unwrap(),
+            datafusion::prelude::ParquetReadOptions::default(),
+        )
+        .await
+        .unwrap()
+        .count()
+        .await
+        .unwrap();
+    assert_eq!(landed, 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bigtable_sink_publishes_its_dead_letters_to_the_topic_of_pubsub_emulator_host() {
     // The child process has PUBSUB_EMULATOR_HOST set (this process never changes its own
