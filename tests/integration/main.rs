@@ -10,6 +10,7 @@
 //! | [`pubsub_mapping`] | the Pub/Sub row mapping alone (no service) |
 //! | [`pubsub_sink`] | the Pub/Sub sink against the Pub/Sub emulator |
 //! | [`pubsub_transport`] | the Pub/Sub transport (the connector's core `Transport`) against the Pub/Sub emulator |
+//! | [`pubsub_emulator_facts`] | what the Pub/Sub emulator does with a nack, with and without an open stream (docs/service_facts.md) |
 //! | [`pubsub_faults`] | the Pub/Sub sink against a scripted fake Publisher |
 //! | [`pubsub_source`] | the Pub/Sub subscription source against the Pub/Sub emulator: rows, metadata, acknowledgements read back |
 //! | [`pubsub_source_schema`] | the Pub/Sub source decoding Avro and Protobuf: fastavro's datums, the sink's messages read back, topic schemas |
@@ -59,6 +60,7 @@ mod emulator_smoke;
 mod errors_help;
 mod failure_counts;
 mod first_hour;
+mod pubsub_emulator_facts;
 mod pubsub_faults;
 mod pubsub_mapping;
 mod pubsub_schema;
