@@ -106,6 +106,7 @@ pub fn reference_markdown() -> String {
                 options: options.as_slice(),
                 group_notes: c.group_notes,
                 fixed_budgets: c.fixed_budgets,
+                writer_title: "Writer",
             }
         })
         .collect();
@@ -150,6 +151,7 @@ pub fn reference_markdown() -> String {
                     options: (source.options)(),
                     group_notes: &[],
                     fixed_budgets: &[],
+                    writer_title: "Failures (a message that does not decode)",
                 }
             })
             .collect(),

@@ -31,6 +31,9 @@ pub struct Section<'a> {
     pub group_notes: &'a [(OptionGroup, &'a str)],
     /// The connector's fixed budgets.
     pub fixed_budgets: &'a [FixedBudget],
+    /// The heading of the [`OptionGroup::Writer`] table: `"Writer"` in a sink's section; a
+    /// source's section has only the failure options in that group.
+    pub writer_title: &'a str,
 }
 
 /// What the reference is rendered from.
@@ -97,7 +100,8 @@ fn section(out: &mut String, s: &Section<'_>, common: &[&OptionSpec]) {
     for (group, title) in [
         (OptionGroup::Connection, "Connection"),
         (OptionGroup::Mapping, "Row mapping"),
-        (OptionGroup::Writer, "Writer"),
+        (OptionGroup::Writer, s.writer_title),
+        (OptionGroup::Reader, "Reading"),
     ] {
         let specs: Vec<&OptionSpec> = s
             .options

@@ -19,15 +19,19 @@ pub enum OptionGroup {
     Mapping,
     /// How the writer batches, bounds, retries and releases (the typed builder's options).
     Writer,
+    /// How a source reads: flow control, streams, leases, when it stops.
+    Reader,
 }
 
 impl OptionGroup {
-    /// The group's name as the reference shows it (`"connection"`, `"mapping"`, `"writer"`).
+    /// The group's name as the reference shows it (`"connection"`, `"mapping"`, `"writer"`,
+    /// `"reader"`).
     pub fn name(self) -> &'static str {
         match self {
             OptionGroup::Connection => "connection",
             OptionGroup::Mapping => "mapping",
             OptionGroup::Writer => "writer",
+            OptionGroup::Reader => "reader",
         }
     }
 }

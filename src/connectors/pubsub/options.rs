@@ -108,11 +108,11 @@ pub const DEFAULT_ATTRIBUTES_COLUMN: &str = "attributes";
 /// Default `ordering_key_column` name.
 pub const DEFAULT_ORDERING_KEY_COLUMN: &str = "ordering_key";
 
-/// `format` of the Pub/Sub sink and source: the shared words (`json`, `raw`) and the schema'd
-/// ones.
+/// `format` of the Pub/Sub sink: the shared words (`json`, `raw`) and the schema'd ones (the
+/// source has its own wording of the same option).
 pub static FORMAT: OptionSpec = format_spec(
     "`raw` needs exactly one payload column, of a string or binary type; `avro` and `protobuf` need `schema` or `schema_location`",
-    "How a row becomes the message data when no column carries it: `json` writes the row's remaining columns as one JSON object; `raw` sends the bytes of the single remaining column as they are; `avro` and `protobuf` encode the remaining columns to match the schema given by `schema` or `schema_location` (columns map to fields by name; see docs/pubsub.md). When the option is not given and the topic has a Pub/Sub schema, the sink reads that schema when a statement starts and encodes to match it, in the topic's encoding. A source (a table with a subscription) reads the other way: `json` decodes each column from the member of its name, `raw` fills `data_column`, `avro` and `protobuf` decode each column from the field of its name; without the option, the source reads the schema of the subscription's topic, if it has one, when a scan starts. A source decodes a message that Pub/Sub stamped with its encoding (the `googclient_schemaencoding` attribute) in that encoding.",
+    "How a row becomes the message data when no column carries it: `json` writes the row's remaining columns as one JSON object; `raw` sends the bytes of the single remaining column as they are; `avro` and `protobuf` encode the remaining columns to match the schema given by `schema` or `schema_location` (columns map to fields by name; see docs/pubsub.md). When the option is not given and the topic has a Pub/Sub schema, the sink reads that schema when a statement starts and encodes to match it, in the topic's encoding.",
 );
 
 /// `topic`.

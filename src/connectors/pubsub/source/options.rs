@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use crate::connectors::dead_letter::DeadLetterTarget;
 use crate::connectors::pubsub::names;
-use crate::connectors::pubsub::options::{FORMAT, SCHEMA, SCHEMA_ENCODING, SCHEMA_LOCATION, TOPIC};
+use crate::connectors::pubsub::options::{SCHEMA, SCHEMA_ENCODING, SCHEMA_LOCATION, TOPIC};
 use crate::core::FailurePolicy;
 use crate::encode::schema::{PayloadSchema, SchemaLocation};
 use crate::error::{Error, Result};
@@ -166,7 +166,7 @@ pub static DELIVERY_ATTEMPT_COLUMN: OptionSpec = OptionSpec {
 /// `max_outstanding_messages`.
 pub static MAX_OUTSTANDING_MESSAGES: OptionSpec = OptionSpec {
     name: "max_outstanding_messages",
-    group: OptionGroup::Writer,
+    group: OptionGroup::Reader,
     kind: OptionKind::Int,
     default: DefaultValue::Int(DEFAULT_MAX_OUTSTANDING_MESSAGES),
     bound: Bound::Positive,
@@ -179,7 +179,7 @@ pub static MAX_OUTSTANDING_MESSAGES: OptionSpec = OptionSpec {
 /// `max_outstanding_bytes`.
 pub static MAX_OUTSTANDING_BYTES: OptionSpec = OptionSpec {
     name: "max_outstanding_bytes",
-    group: OptionGroup::Writer,
+    group: OptionGroup::Reader,
     kind: OptionKind::Int,
     default: DefaultValue::Bytes(DEFAULT_MAX_OUTSTANDING_BYTES),
     bound: Bound::Positive,
@@ -192,7 +192,7 @@ pub static MAX_OUTSTANDING_BYTES: OptionSpec = OptionSpec {
 /// `parallel_pull_count`.
 pub static PARALLEL_PULL_COUNT: OptionSpec = OptionSpec {
     name: "parallel_pull_count",
-    group: OptionGroup::Writer,
+    group: OptionGroup::Reader,
     kind: OptionKind::Int,
     default: DefaultValue::Int(DEFAULT_PARALLEL_PULL_COUNT),
     bound: Bound::IntRange {
@@ -208,7 +208,7 @@ pub static PARALLEL_PULL_COUNT: OptionSpec = OptionSpec {
 /// `max_lease_duration`.
 pub static MAX_LEASE_DURATION: OptionSpec = OptionSpec {
     name: "max_lease_duration",
-    group: OptionGroup::Writer,
+    group: OptionGroup::Reader,
     kind: OptionKind::Duration,
     default: DefaultValue::Duration(DEFAULT_MAX_LEASE_DURATION),
     bound: Bound::DurationRange {
@@ -224,7 +224,7 @@ pub static MAX_LEASE_DURATION: OptionSpec = OptionSpec {
 /// `stop_after_idle`.
 pub static STOP_AFTER_IDLE: OptionSpec = OptionSpec {
     name: "stop_after_idle",
-    group: OptionGroup::Writer,
+    group: OptionGroup::Reader,
     kind: OptionKind::Duration,
     default: DefaultValue::Unset("the source reads until the statement is stopped"),
     bound: Bound::AtLeastMillis,
@@ -237,7 +237,7 @@ pub static STOP_AFTER_IDLE: OptionSpec = OptionSpec {
 /// `ack_deadline`.
 pub static ACK_DEADLINE: OptionSpec = OptionSpec {
     name: "ack_deadline",
-    group: OptionGroup::Writer,
+    group: OptionGroup::Reader,
     kind: OptionKind::Duration,
     default: DefaultValue::Duration(super::lease::STREAM_ACK_DEADLINE),
     bound: Bound::DurationRange {
@@ -249,6 +249,12 @@ pub static ACK_DEADLINE: OptionSpec = OptionSpec {
     description: "The ack deadline the stream asks for, and each lease extension sets (the service accepts 10 s to 600 s). It is how soon the messages a killed reader held go to another reader; a shorter one costs more lease extensions.",
     redact: crate::options::Redact::None,
 };
+
+/// `format` of a source: how a message's data becomes the row's columns.
+pub static FORMAT: OptionSpec = crate::options::payload::format_spec(
+    "`raw` needs exactly one column to fill (`data_column`); `avro` and `protobuf` read `schema` or `schema_location`, else the schema of the subscription's topic",
+    "How each message's data becomes the row's columns: `json` decodes each column from the member of its name; `raw` puts the data as it is in `data_column`; `avro` and `protobuf` decode each column from the field of its name, by the schema given by `schema` or `schema_location`. Without the option, the source reads the schema of the subscription's topic, if it has one, when a scan starts, and decodes in the topic's encoding. A message that Pub/Sub stamped with its encoding (the `googclient_schemaencoding` attribute) is decoded in that encoding.",
+);
 
 /// Every option of a Pub/Sub source, in the order the reference lists them.
 pub fn options() -> &'static [&'static OptionSpec] {
@@ -264,8 +270,6 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &common::DEAD_LETTER_PATH,
             &SUBSCRIPTION,
             &TYPE,
-            // Listed so that a table naming both gets the rule, not "unknown option".
-            &TOPIC,
             &FORMAT,
             &SCHEMA,
             &SCHEMA_LOCATION,
@@ -416,14 +420,16 @@ impl PubSubSourceOptions {
         raw: &RawOptions,
         env: EnvLookup<'_>,
     ) -> Result<Self> {
-        let p = super::super::KIND.parse_options_of(options(), raw)?;
-        if let Some(topic) = p.text(&TOPIC)? {
+        // `topic` is not a source's option, but a table naming both gets the rule rather than
+        // "unknown option".
+        if let Some(topic) = raw.get(TOPIC.name) {
             return Err(TOPIC.invalid(
                 topic,
                 "a table either reads a subscription (a source) or publishes to a topic (a sink), \
                  not both: declare two tables",
             ));
         }
+        let p = super::super::KIND.parse_options_of(options(), raw)?;
         let connection = ConnectionOptions::from_parsed(&p, super::super::SERVICE, env)?;
         let project = connection.project.as_deref();
         let resolve = |text: &str| -> std::result::Result<String, String> {
@@ -566,6 +572,70 @@ mod tests {
     }
 
     const SUB: &str = "projects/demo/subscriptions/clicks";
+
+    /// The option names the reference's source section lists.
+    fn listed_in_reference() -> Vec<String> {
+        let reference = crate::connectors::catalog::reference_markdown();
+        let section = reference
+            .split("\n## ")
+            .find(|s| s.starts_with("Pub/Sub source"))
+            .expect("a Pub/Sub source section");
+        section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split('`').next())
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn the_reference_lists_exactly_the_options_a_source_accepts() {
+        let listed = listed_in_reference();
+        // Every option a source parses, and the common ones the reference also shows there.
+        let mut accepted: Vec<String> = options().iter().map(|s| s.name.to_string()).collect();
+        accepted.sort();
+        let mut sorted = listed.clone();
+        sorted.sort();
+        assert_eq!(sorted, accepted);
+        // None of them is refused as another kind of table's option.
+        for name in &listed {
+            let spec = options().iter().find(|s| s.name == name).unwrap();
+            let value = if spec.example.is_empty() {
+                "x"
+            } else {
+                spec.example
+            };
+            if let Err(e) = parse(Some(SUB), &[(name.as_str(), value)]) {
+                assert!(
+                    !matches!(e, Error::UnknownOption { .. })
+                        && !e.to_string().contains("not both"),
+                    "{name}: {e}"
+                );
+            }
+        }
+        // The sink's own options are not listed, and are refused with what to do.
+        for sink_only in ["topic", "topic_column", "batch_element_count_threshold"] {
+            assert!(!listed.iter().any(|n| n == sink_only), "{sink_only} listed");
+            assert!(
+                parse(Some(SUB), &[(sink_only, "1")]).is_err(),
+                "{sink_only}"
+            );
+        }
+        let format = crate::connectors::catalog::reference_markdown();
+        let section = format.split("\n## Pub/Sub source").nth(1).unwrap();
+        let format_row = section
+            .lines()
+            .find(|l| l.starts_with("| `format`"))
+            .unwrap();
+        assert!(
+            format_row.contains("becomes the row's columns"),
+            "{format_row}"
+        );
+        assert!(
+            !format_row.contains("message data when no column"),
+            "{format_row}"
+        );
+    }
 
     #[test]
     fn defaults_are_the_documented_ones() {
