@@ -56,10 +56,10 @@ use gcp_sql::connectors::bigtable::options::BigtableSinkOptions;
 use gcp_sql::connectors::cloud_tasks::mapping::{self as ct, CloudTasksMapping};
 use gcp_sql::connectors::cloud_tasks::options::CloudTasksSinkOptions;
 use gcp_sql::connectors::google::PreEncoded;
-use gcp_sql::connectors::pubsub::mapping::{
+use gcp_sql::connectors::pubsub::sink::mapping::{
     self as ps, MappingSpec, PubSubMapping, write_publish_request,
 };
-use gcp_sql::connectors::pubsub::options::PubSubSinkOptions;
+use gcp_sql::connectors::pubsub::sink::options::PubSubSinkOptions;
 use gcp_sql::core::metrics::names;
 use gcp_sql::emulators::{Emulator, EmulatorKind, plaintext_endpoint};
 use gcp_sql::options::RawOptions;

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use gcp_sql::connectors::pubsub::options::{
+use gcp_sql::connectors::pubsub::sink::options::{
     PubSubMappingOptions, PubSubPublisherOptions, PubSubSinkOptions,
 };
-use gcp_sql::connectors::pubsub::writer::PubSubSink;
+use gcp_sql::connectors::pubsub::sink::writer::PubSubSink;
 use gcp_sql::connectors::shared::SharedOptions;
 use gcp_sql::emulators::{Emulator, EmulatorKind};
 use gcp_sql::options::ConnectionOptions;

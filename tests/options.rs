@@ -19,7 +19,9 @@ use gcp_sql::connectors::catalog::{options_for, reference_markdown, validate_nam
 use gcp_sql::connectors::cloud_tasks::options::{
     self as ct, CloudTasksSinkOptions, CloudTasksWriterOptions, HttpMethod, TaskAuth,
 };
-use gcp_sql::connectors::pubsub::options::{self as ps, PubSubPublisherOptions, PubSubSinkOptions};
+use gcp_sql::connectors::pubsub::sink::options::{
+    self as ps, PubSubPublisherOptions, PubSubSinkOptions,
+};
 use gcp_sql::connectors::{ConnectorKind, TableOptions};
 use gcp_sql::core::FailurePolicy;
 use gcp_sql::options::spec::format_duration;
@@ -2181,14 +2183,14 @@ fn every_registered_option_is_accepted_by_its_connector_with_its_example() {
                 if spec.name == "schema_encoding" {
                     pairs.push((
                         "schema",
-                        gcp_sql::connectors::pubsub::options::SCHEMA.example,
+                        gcp_sql::connectors::pubsub::sink::options::SCHEMA.example,
                     ));
                 }
             }
             if schema_capable && spec.name == "format" {
                 pairs.push((
                     "schema",
-                    gcp_sql::connectors::pubsub::options::SCHEMA.example,
+                    gcp_sql::connectors::pubsub::sink::options::SCHEMA.example,
                 ));
             }
             let r = raw(&pairs);

@@ -133,13 +133,13 @@ async fn a_table_declared_in_rust_is_refused_with_a_reason() {
             false,
         ),
     ]));
-    let options = <crate::connectors::pubsub::options::PubSubSinkOptions as crate::connectors::TableOptions>::from_raw(
+    let options = <crate::connectors::pubsub::sink::options::PubSubSinkOptions as crate::connectors::TableOptions>::from_raw(
         Some("projects/demo/topics/events"),
         &crate::options::RawOptions::from_pairs(Vec::<(String, String)>::new()).unwrap(),
     )
     .unwrap();
     let sink =
-        crate::connectors::pubsub::writer::PubSubSink::from_options(schema, options).unwrap();
+        crate::connectors::pubsub::sink::writer::PubSubSink::from_options(schema, options).unwrap();
     let table: Arc<dyn TableProvider> = Arc::new(SinkTable::new("typed", Arc::new(sink)));
     let err = SinkLogicalCodec::default()
         .try_encode_table_provider(&TableReference::bare("typed"), table, &mut Vec::new())

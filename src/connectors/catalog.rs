@@ -237,7 +237,7 @@ mod tests {
     #[test]
     fn every_writer_default_fits_its_field() {
         // The typed defaults are read from the specs; a default of the wrong type would panic.
-        let _ = crate::connectors::pubsub::options::PubSubPublisherOptions::default();
+        let _ = crate::connectors::pubsub::sink::options::PubSubPublisherOptions::default();
         let _ = crate::connectors::cloud_tasks::options::CloudTasksWriterOptions::default();
         let _ = crate::connectors::bigtable::options::BigtableWriterOptions::default();
         assert_eq!(

@@ -395,7 +395,7 @@ async fn a_table_without_a_declaration_is_refused_before_the_job() {
     let schema = Arc::new(arrow::datatypes::Schema::new(vec![
         arrow::datatypes::Field::new("id", arrow::datatypes::DataType::Int64, false),
     ]));
-    let sink = gcp_sql::connectors::pubsub::writer::PubSubSink::try_new(
+    let sink = gcp_sql::connectors::pubsub::sink::writer::PubSubSink::try_new(
         schema,
         Some("projects/demo/topics/events"),
         &raw,

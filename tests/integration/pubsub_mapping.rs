@@ -1,5 +1,5 @@
 //! The Pub/Sub row mapping: schema rules, per-row encoding and the Pub/Sub limits (the limits'
-//! sources are on the constants in `connectors::pubsub::mapping`).
+//! sources are on the constants in `connectors::pubsub::sink::mapping`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use gcloud_sdk::google::pubsub::v1::PubsubMessage;
 use gcp_sql::Error;
-use gcp_sql::connectors::pubsub::mapping::{
+use gcp_sql::connectors::pubsub::sink::mapping::{
     MAX_ATTRIBUTE_KEY_BYTES, MAX_ATTRIBUTE_VALUE_BYTES, MAX_ATTRIBUTES, MAX_MESSAGE_BYTES,
     MAX_ORDERING_KEY_BYTES, MappingSpec, PayloadFormat, PubSubMapping, PubsubRecord,
 };
@@ -896,7 +896,7 @@ pub mod bench {
         let mut request_bytes = 0usize;
         for chunk in records.chunks(1_000) {
             let mut body = Vec::new();
-            gcp_sql::connectors::pubsub::mapping::write_publish_request(
+            gcp_sql::connectors::pubsub::sink::mapping::write_publish_request(
                 &mut body,
                 "projects/demo/topics/bench-topic",
                 chunk.iter().map(|r| r.encoded()),

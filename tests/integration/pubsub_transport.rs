@@ -12,7 +12,7 @@ use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
 use gcloud_sdk::google::pubsub::v1::{PubsubMessage, PullRequest, Subscription};
 use gcp_sql::Error;
 use gcp_sql::connectors::pubsub::client::{ClientSettings, PubSubTransport};
-use gcp_sql::connectors::pubsub::mapping::PubsubRecord;
+use gcp_sql::connectors::pubsub::sink::mapping::PubsubRecord;
 use gcp_sql::core::{Class, Destination, SendOutcome, Transport};
 use gcp_sql::emulators::{EmulatorKind, plaintext_channel, shared};
 use tonic::Code;

@@ -51,7 +51,9 @@ use tonic::Code;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
-use super::mapping::{PubsubRecord, request_base_len, request_entry_len, write_publish_request};
+use super::sink::mapping::{
+    PubsubRecord, request_base_len, request_entry_len, write_publish_request,
+};
 use crate::connectors::google::{
     Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, Reachability, emulator_setting,
     nothing_listens, routing_value, unary_pre_encoded, with_deadline,

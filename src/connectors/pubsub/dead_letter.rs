@@ -15,8 +15,8 @@ use gcloud_sdk::google::pubsub::v1::PubsubMessage;
 use serde_json::{Map, Value};
 
 use super::client::{ClientSettings, PubSubTransport};
-use super::mapping::PubsubRecord;
 use super::names;
+use super::sink::mapping::PubsubRecord;
 use crate::connectors::dead_letter::{
     DeadLetterContext, DeadLetterTopics, MAX_ATTRIBUTE_VALUE_BYTES, TOPIC_ATTEMPTS, TOPIC_TIMEOUT,
     reasons, truncate_at_char,

@@ -1,22 +1,20 @@
-//! The Pub/Sub connector: messages published to topics.
+//! The Pub/Sub connector: messages published to topics ([`sink`]) and read from subscriptions
+//! ([`source`]).
 //!
-//! Split like every connector: [`options`] (the typed options and their builder), [`mapping`]
-//! (Arrow rows to messages, pure), [`client`] (the gRPC side, a
-//! [`Transport`](crate::core::Transport)), [`writer`] (the glue onto the flow-control core),
+//! Both directions share what is Pub/Sub's alone: [`names`] (topic and subscription names),
+//! [`client`] (the channel and the `Publisher` transport, a [`Transport`](crate::core::Transport)),
 //! [`dead_letter`] (dead-letter topics, for every connector) and [`inspect`] (the emulator
 //! helpers). [`CONNECTOR`] is what the rest of the crate knows of it.
 
 pub mod client;
 pub mod dead_letter;
 pub mod inspect;
-pub mod mapping;
 pub mod names;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod null;
-pub mod options;
+pub mod sink;
 pub mod source;
-pub mod writer;
 
 use crate::connectors::descriptor::{ConnectorDescriptor, ConnectorKind};
 #[cfg(any(test, feature = "testing"))]
@@ -42,7 +40,7 @@ pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
     display_name: "Pub/Sub",
     destination: "topic",
     service: SERVICE,
-    options: options::options,
+    options: sink::options::options,
     group_notes: &[(
         crate::options::OptionGroup::Writer,
         "Where a default says *Java SDK default*, it is the default of the official Java client's \
@@ -50,7 +48,7 @@ pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
          behaves the same.",
     )],
     fixed_budgets: &[],
-    declare: crate::connectors::sink::declare::<writer::PubSub>,
+    declare: crate::connectors::sink::declare::<sink::writer::PubSub>,
     inspection: inspect::inspection_functions,
     source: Some(&source::SOURCE),
     #[cfg(any(test, feature = "testing"))]

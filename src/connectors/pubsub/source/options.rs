@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use crate::connectors::dead_letter::DeadLetterTarget;
 use crate::connectors::pubsub::names;
-use crate::connectors::pubsub::options::{SCHEMA, SCHEMA_ENCODING, SCHEMA_LOCATION, TOPIC};
+use crate::connectors::pubsub::sink::options::{SCHEMA, SCHEMA_ENCODING, SCHEMA_LOCATION, TOPIC};
 use crate::core::FailurePolicy;
 use crate::encode::schema::{PayloadSchema, SchemaLocation};
 use crate::error::{Error, Result};

@@ -8,10 +8,10 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::client::{ClientSettings, PubSubTransport};
 use super::mapping::{self, MappingSpec, PubSubMapping, PubsubRecord};
 use super::options::PubSubSinkOptions;
 use crate::connectors::Routing;
+use crate::connectors::pubsub::client::{ClientSettings, PubSubTransport};
 use crate::connectors::sink::{Connector, Sink};
 use crate::core::run::WriterContext;
 use crate::core::{BatchThresholds, Envelope, FlowConfig, RecoverySettings, RetrySettings};
@@ -32,8 +32,8 @@ pub struct PubSub;
 /// use gcp_sql::connectors::TableOptions;
 /// use std::sync::Arc;
 /// use datafusion::arrow::datatypes::{DataType, Field, Schema};
-/// use gcp_sql::connectors::pubsub::options::PubSubSinkOptions;
-/// use gcp_sql::connectors::pubsub::writer::PubSubSink;
+/// use gcp_sql::connectors::pubsub::sink::options::PubSubSinkOptions;
+/// use gcp_sql::connectors::pubsub::sink::writer::PubSubSink;
 /// use gcp_sql::options::RawOptions;
 ///
 /// let raw = RawOptions::from_pairs([("topic".to_string(), "projects/demo/topics/clicks".to_string())]).unwrap();
@@ -77,7 +77,7 @@ impl Connector for PubSub {
     }
 
     fn describe_record(record: &PubsubRecord) -> crate::core::DeadPayload {
-        super::dead_letter::describe_pubsub(record)
+        crate::connectors::pubsub::dead_letter::describe_pubsub(record)
     }
 
     fn client_settings(options: &PubSubSinkOptions, _mapping: &PubSubMapping) -> ClientSettings {

@@ -26,7 +26,7 @@
 //! map insertion per attribute and a re-serialization on every (re)send; the bytes cost one
 //! exact-size allocation per message, their size is exactly what the in-flight byte cap counts,
 //! and a `PublishRequest` body is built from them by concatenation (see
-//! [`client`](super::client)). The `#[ignore]`d benchmark in `tests/pubsub_mapping.rs`
+//! [`client`](crate::connectors::pubsub::client)). The `#[ignore]`d benchmark in `tests/pubsub_mapping.rs`
 //! (`mapping_throughput_benchmark`) measures the two paths. In a release build on a 2-core
 //! machine (1M rows of 3 JSON columns, 2 attributes and an ordering key), records were built at
 //! about 3.3M rows/s and request bodies at about 25M rows/s. The struct path built messages at
@@ -37,7 +37,7 @@
 //! use std::sync::Arc;
 //! use arrow::array::{Int64Array, RecordBatch, StringArray};
 //! use arrow::datatypes::{DataType, Field, Schema};
-//! use gcp_sql::connectors::pubsub::mapping::{MappingSpec, PubSubMapping};
+//! use gcp_sql::connectors::pubsub::sink::mapping::{MappingSpec, PubSubMapping};
 //!
 //! let schema = Arc::new(Schema::new(vec![
 //!     Field::new("user_id", DataType::Int64, false),

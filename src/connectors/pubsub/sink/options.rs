@@ -11,7 +11,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use gcp_sql::connectors::pubsub::options::PubSubPublisherOptions;
+//! use gcp_sql::connectors::pubsub::sink::options::PubSubPublisherOptions;
 //!
 //! let opts = PubSubPublisherOptions::builder()
 //!     .batch_element_count_threshold(500)
@@ -32,9 +32,9 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use super::names;
 use crate::connectors::dead_letter::DeadLetterTopics;
 use crate::connectors::descriptor::ConnectorKind;
+use crate::connectors::pubsub::names;
 use crate::connectors::shared::{SharedOptions, TableOptions};
 use crate::encode::schema::{PayloadSchema, SchemaLocation};
 use crate::error::{Error, Result};
@@ -536,7 +536,7 @@ impl Default for PubSubMappingOptions {
 ///
 /// ```
 /// use gcp_sql::connectors::shared::TableOptions;
-/// use gcp_sql::connectors::pubsub::options::PubSubSinkOptions;
+/// use gcp_sql::connectors::pubsub::sink::options::PubSubSinkOptions;
 /// use gcp_sql::options::RawOptions;
 ///
 /// let raw = RawOptions::from_pairs([
@@ -566,7 +566,7 @@ pub struct PubSubSinkOptions {
 }
 
 impl TableOptions for PubSubSinkOptions {
-    const KIND: ConnectorKind = super::KIND;
+    const KIND: ConnectorKind = crate::connectors::pubsub::KIND;
     const DEAD_LETTER_TOPICS: &'static DeadLetterTopics =
         &crate::connectors::pubsub::dead_letter::TOPICS;
 
