@@ -4,7 +4,9 @@
 //! A connector folder exports one `pub static CONNECTOR: ConnectorDescriptor`; the registry
 //! (`connectors/registry.rs`) lists them, and every list the crate needs (the `STORED AS`
 //! factories, the `connector` option's words, the option reference, the inspection
-//! functions, the emulators) is derived from it. This file names no connector.
+//! functions) is derived from it. What only the tests and benchmarks need (the emulator, the
+//! null server) is not here: it is the connector's testing part, which the registry lists beside
+//! the descriptor with the `testing` feature. This file names no connector.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -16,15 +18,11 @@ use datafusion::catalog::{TableFunctionImpl, TableProvider};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::ExecutionPlan;
 
-#[cfg(any(test, feature = "testing"))]
-use crate::bench::null_method::NullMethod;
 use crate::core::SinkMetrics;
 #[cfg(doc)]
 use crate::core::StopKind;
 use crate::core::origin::OriginSlot;
 use crate::core::run::WriterContext;
-#[cfg(any(test, feature = "testing"))]
-use crate::emulators::spec::EmulatorSpec;
 use crate::error::{Error, Result};
 use crate::options::docs::FixedBudget;
 use crate::options::{
@@ -118,16 +116,6 @@ pub struct ConnectorDescriptor {
     pub inspection: InspectionFn,
     /// The connector's source, if it has one.
     pub source: Option<&'static SourceDescriptor>,
-    /// How its emulator is found, installed, started and probed (feature `testing`); `None`
-    /// for a service without one.
-    #[cfg(any(test, feature = "testing"))]
-    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-    pub emulator: Option<&'static EmulatorSpec>,
-    /// The one method its null server answers (feature `testing`, `gcp-sql serve-null`);
-    /// `None` for a service without one.
-    #[cfg(any(test, feature = "testing"))]
-    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-    pub null_service: Option<&'static NullMethod>,
 }
 
 impl fmt::Debug for ConnectorDescriptor {
