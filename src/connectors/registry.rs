@@ -19,6 +19,8 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 
 use super::descriptor::SinkConnector;
+#[cfg(any(test, feature = "testing"))]
+use super::descriptor::TestingPart;
 use super::descriptor::{ConnectorDescriptor, ConnectorKind, Declared};
 use super::{bigtable, cloud_tasks, pubsub};
 #[cfg(any(test, feature = "testing"))]
@@ -59,21 +61,6 @@ pub struct Registered {
     #[cfg(any(test, feature = "testing"))]
     #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
     pub testing: &'static TestingPart,
-}
-
-/// What the tests and benchmarks need of one connector (feature `testing`), kept out of its
-/// production descriptor: each connector folder's `testing` module defines one, and
-/// [`CONNECTORS`] lists it beside the descriptor. The launcher ([`crate::emulators`]) and the
-/// null servers ([`crate::bench`]) read only the spec types these handles carry, never this.
-#[cfg(any(test, feature = "testing"))]
-#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-#[derive(Debug)]
-pub struct TestingPart {
-    /// Its emulator; `None` for a service without one.
-    pub emulator: Option<EmulatorKind>,
-    /// The service its null server stands in for (`gcp-sql serve-null`); `None` for a service
-    /// without one.
-    pub null_service: Option<NullService>,
 }
 
 /// The names of [`CONNECTORS`], in their order: the words of the `connector` option.
@@ -294,5 +281,62 @@ mod tests {
                 assert_ne!(a.emulator_env_var(), b.emulator_env_var());
             }
         }
+    }
+
+    /// The Python package's helpers are written by hand (docstrings, type hints, each
+    /// connector's destination keyword), so they are checked here rather than generated: the
+    /// test fails as soon as a connector is added to, removed from or renamed in the registry
+    /// without the package following.
+    #[test]
+    fn the_python_helpers_and_stubs_follow_the_registry() {
+        let read = |file: &str| {
+            let path = format!("{}/python/gcp_sql/{file}", env!("CARGO_MANIFEST_DIR"));
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+        };
+        let (init, stubs, testing) = (
+            read("__init__.py"),
+            read("__init__.pyi"),
+            read("testing.py"),
+        );
+        // The public `<name>_sink` functions a file defines, in its order.
+        let sink_helpers = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter_map(|line| line.strip_prefix("def "))
+                .filter_map(|rest| rest.split_once('(').map(|(name, _)| name.to_string()))
+                .filter(|name| name.ends_with("_sink") && !name.starts_with('_'))
+                .collect()
+        };
+        let expected: Vec<String> = kinds().map(|k| format!("{}_sink", k.name())).collect();
+        assert_eq!(sink_helpers(&init), expected, "python/gcp_sql/__init__.py");
+        assert_eq!(
+            sink_helpers(&stubs),
+            expected,
+            "python/gcp_sql/__init__.pyi"
+        );
+        for kind in kinds() {
+            let (name, to) = (kind.name(), kind.descriptor().destination);
+            for needle in [
+                format!("    \"{name}_sink\",\n"),
+                format!("def {name}_sink(schema: Any, {to}: str | None = None, **options: Any)"),
+                format!("return _sink(\"{name}\", schema, {{\"{to}\": {to}, **options}})"),
+            ] {
+                assert!(init.contains(&needle), "__init__.py lacks {needle}");
+            }
+            let def = stubs.find(&format!("def {name}_sink(")).unwrap();
+            let signature = &stubs[def..stubs[def..].find("...").map_or(stubs.len(), |e| def + e)];
+            assert!(
+                signature.contains(&format!("{to}: str | None = None")),
+                "{signature}"
+            );
+        }
+        let words: Vec<&str> = kinds().map(|k| k.stored_as()).collect();
+        let stored_as = format!("``STORED AS {}``", words.join(" | "));
+        assert!(init.contains(&stored_as), "__init__.py lacks {stored_as}");
+        let services: Vec<String> = null_services()
+            .map(|s| format!("``{}``", s.name()))
+            .collect();
+        let (last, rest) = services.split_last().unwrap();
+        let listed = format!("({} or {last})", rest.join(", "));
+        assert!(testing.contains(&listed), "testing.py lacks {listed}");
     }
 }

@@ -7,7 +7,7 @@ use gcloud_sdk::google::bigtable::admin::v2::ListTablesRequest;
 use prost::Message as _;
 
 use crate::bench::null_method::NullService;
-use crate::connectors::registry::TestingPart;
+use crate::connectors::descriptor::{SampleTable, TestingPart};
 use crate::emulators::kind::EmulatorKind;
 use crate::emulators::spec::{EmulatorSpec, Probe};
 
@@ -15,6 +15,13 @@ use crate::emulators::spec::{EmulatorSpec, Probe};
 pub static TESTING: TestingPart = TestingPart {
     emulator: Some(EmulatorKind::Bigtable),
     null_service: Some(NullService::Bigtable),
+    sample: SampleTable {
+        name: "profiles",
+        create: "CREATE EXTERNAL TABLE profiles (k VARCHAR, name VARCHAR) STORED AS BIGTABLE \
+         LOCATION 'projects/demo/instances/main-instance/tables/profiles' OPTIONS ('row_key' 'k', \
+         'column_family' 'cf', 'emulator_host' 'localhost:8086', 'sink_parallelism' '3')",
+        insert: "INSERT INTO profiles VALUES ('k1', 'n1'), ('k2', 'n2')",
+    },
 };
 
 /// The Bigtable emulator (`cbtemulator`) of the Google Cloud CLI, as the launcher runs it.

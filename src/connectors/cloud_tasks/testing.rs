@@ -7,7 +7,7 @@ use gcloud_sdk::google::cloud::tasks::v2::ListQueuesRequest;
 use prost::Message as _;
 
 use crate::bench::null_method::NullService;
-use crate::connectors::registry::TestingPart;
+use crate::connectors::descriptor::{SampleTable, TestingPart};
 use crate::emulators::kind::EmulatorKind;
 use crate::emulators::spec::{EmulatorSpec, PipPackage, Probe};
 
@@ -15,6 +15,14 @@ use crate::emulators::spec::{EmulatorSpec, PipPackage, Probe};
 pub static TESTING: TestingPart = TestingPart {
     emulator: Some(EmulatorKind::CloudTasks),
     null_service: Some(NullService::CloudTasks),
+    sample: SampleTable {
+        name: "jobs",
+        create: "CREATE EXTERNAL TABLE jobs (body VARCHAR) STORED AS CLOUD_TASKS \
+         LOCATION 'projects/demo/locations/us-central1/queues/jobs' OPTIONS ('url' \
+         'https://worker.example.com/run', 'emulator_host' 'localhost:8123', \
+         'max_in_flight_tasks' '7')",
+        insert: "INSERT INTO jobs VALUES ('{}')",
+    },
 };
 
 /// The `gcloud-tasks-emulator` package from PyPI (a Python program), as the launcher runs it

@@ -7,7 +7,7 @@ use gcloud_sdk::google::pubsub::v1::ListTopicsRequest;
 use prost::Message as _;
 
 use crate::bench::null_method::NullService;
-use crate::connectors::registry::TestingPart;
+use crate::connectors::descriptor::{SampleTable, TestingPart};
 use crate::emulators::kind::EmulatorKind;
 use crate::emulators::spec::{EmulatorSpec, Probe};
 
@@ -15,6 +15,16 @@ use crate::emulators::spec::{EmulatorSpec, Probe};
 pub static TESTING: TestingPart = TestingPart {
     emulator: Some(EmulatorKind::PubSub),
     null_service: Some(NullService::PubSub),
+    sample: SampleTable {
+        name: "clicks",
+        create: "CREATE EXTERNAL TABLE clicks (k VARCHAR, seq BIGINT, note VARCHAR) STORED AS PUBSUB \
+         LOCATION 'projects/demo/topics/clicks' OPTIONS ('enable_message_ordering' 'true', \
+         'ordering_key_column' 'k', 'emulator_host' 'localhost:8085', \
+         'batch_element_count_threshold' '50', 'publish_progress_timeout' '30s')",
+        // Ordered by the key: the writers require that order of their input.
+        insert: "INSERT INTO clicks SELECT k, seq, note FROM (VALUES ('a', 1, 'x'), ('b', 2, 'y')) \
+         AS v(k, seq, note) ORDER BY k, seq",
+    },
 };
 
 /// The Pub/Sub emulator of the Google Cloud CLI (a Java program), as the launcher runs it.
