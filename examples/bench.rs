@@ -55,13 +55,14 @@ use gcp_sql::connectors::bigtable::mapping::{self as bt, BigtableMapping};
 use gcp_sql::connectors::bigtable::options::BigtableSinkOptions;
 use gcp_sql::connectors::cloud_tasks::mapping::{self as ct, CloudTasksMapping};
 use gcp_sql::connectors::cloud_tasks::options::CloudTasksSinkOptions;
-use gcp_sql::connectors::google::PreEncoded;
 use gcp_sql::connectors::pubsub::sink::mapping::{
     self as ps, MappingSpec, PubSubMapping, write_publish_request,
 };
 use gcp_sql::connectors::pubsub::sink::options::PubSubSinkOptions;
+use gcp_sql::connectors::registry;
 use gcp_sql::core::metrics::names;
 use gcp_sql::emulators::{Emulator, EmulatorKind, plaintext_endpoint};
+use gcp_sql::google::PreEncoded;
 use gcp_sql::options::RawOptions;
 use tonic::codegen::http;
 
@@ -131,12 +132,13 @@ impl SinkKind {
         }
     }
 
+    /// The null service of the connector, as the registry lists it.
     fn service(self) -> NullService {
-        match self {
-            SinkKind::PubSub => NullService::PubSub,
-            SinkKind::Bigtable => NullService::Bigtable,
-            SinkKind::CloudTasks => NullService::CloudTasks,
-        }
+        let kind = registry::kind_named(self.connector()).expect("a registered connector");
+        registry::registered(kind)
+            .testing
+            .null_service
+            .expect("every benchmarked connector has a null server")
     }
 }
 
@@ -1099,7 +1101,7 @@ fn serve_child(latency: &str, service: &str) -> std::process::ExitCode {
         eprintln!("bad latency {latency}");
         return std::process::ExitCode::from(2);
     };
-    let Some(service) = NullService::from_name(service) else {
+    let Some(service) = registry::null_service_named(service) else {
         eprintln!("bad service {service}");
         return std::process::ExitCode::from(2);
     };

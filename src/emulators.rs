@@ -4,17 +4,19 @@
 //! [`plaintext_endpoint`] and [`plaintext_channel`] are what every connector uses when an
 //! emulator address is configured (`emulator_host`, `PUBSUB_EMULATOR_HOST`, ...): plaintext
 //! gRPC, no credentials, no HTTP/2 keepalive pings. They live with the rest of the transport in
-//! [`crate::connectors::google`] and are re-exported here; they are always available.
+//! [`crate::google`] and are re-exported here; they are always available.
 //!
 //! # The launcher (feature `testing`)
 //!
 //! With the `testing` feature (on by default through `cli`), this module also starts the
 //! emulators on free loopback ports, for the tests and for `gcp-sql --emulators`.
 //!
-//! Each connector's folder describes its emulator in an [`EmulatorSpec`] that its descriptor
-//! carries (program, arguments, override variable, install step, private install, readiness
-//! probe); this module reads only those and names no connector. Three emulators are supported,
-//! each a separate program found on the machine, listed in [`EmulatorKind::ALL`]:
+//! Each connector's folder describes its emulator in an [`EmulatorSpec`] in its testing part
+//! (`connectors/<name>/testing.rs`: program, arguments, override variable, install step,
+//! private install, readiness probe), which the registry lists beside its descriptor; this
+//! module reads only those specs, and names and imports no connector. Three emulators are
+//! supported, each a separate program found on the machine, listed by
+//! `connectors::registry::emulators()`:
 //!
 //! | kind | program | install |
 //! |---|---|---|
@@ -87,8 +89,8 @@ mod process;
 pub mod spec;
 
 /// The plaintext endpoint lives with the rest of the transport in
-/// [`crate::connectors::google`]; it is re-exported here, where the emulators' users look for it.
-pub use crate::connectors::google::{plaintext_channel, plaintext_endpoint};
+/// [`crate::google`]; it is re-exported here, where the emulators' users look for it.
+pub use crate::google::{plaintext_channel, plaintext_endpoint};
 
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]

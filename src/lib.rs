@@ -30,7 +30,9 @@ pub mod core;
 pub mod emulators;
 pub mod encode;
 pub mod error;
+pub mod google;
 pub mod options;
+pub mod plan;
 pub mod sql;
 
 #[cfg(test)]

@@ -45,7 +45,7 @@ class NullServer:
 
 @contextlib.contextmanager
 def null_server(service: str, latency_ms: int = 0) -> Iterator[NullServer]:
-    """Runs a null server for ``service`` (``pubsub``, ``bigtable`` or ``cloud-tasks``) while
+    """Runs a null server for ``service`` (``pubsub``, ``cloud-tasks`` or ``bigtable``) while
     the block runs; each request is answered after ``latency_ms`` milliseconds."""
     server = NullServer(_native.start_null_server(service, latency_ms))
     try:

@@ -5,7 +5,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use gcp_sql::bench::null_server::{NullServer, NullServerOptions, NullService};
+use gcp_sql::bench::null_server::{NullServer, NullServerOptions};
+use gcp_sql::connectors::registry;
 use pyo3::prelude::*;
 
 /// A running null server; it stops with [`PyNullServer::stop`], or when the object goes.
@@ -70,8 +71,8 @@ impl Drop for PyNullServer {
 #[pyfunction]
 #[pyo3(signature = (service, latency_ms = 0))]
 pub fn start_null_server(py: Python<'_>, service: &str, latency_ms: u64) -> PyResult<PyNullServer> {
-    let kind = NullService::from_name(service).ok_or_else(|| {
-        let names: Vec<&str> = NullService::ALL.iter().map(|s| s.name()).collect();
+    let kind = registry::null_service_named(service).ok_or_else(|| {
+        let names: Vec<&str> = registry::null_services().map(|s| s.name()).collect();
         pyo3::exceptions::PyValueError::new_err(format!(
             "unknown null server service '{service}': expected one of {}",
             names.join(", ")

@@ -1,10 +1,9 @@
 //! What every null server shares, and what one service's null method is made of (feature
 //! `testing`): the counting request type, the write-only answers, the generic gRPC handler, and
 //! [`NullMethod`], the description each connector's folder gives of its method
-//! (`connectors::<name>::null`, reached through its descriptor). The server itself, and the
-//! list of services, are in [`crate::bench::null_server`].
-//!
-//! This file imports nothing that imports the registry, so a connector's folder may import it.
+//! (`connectors::<name>::null`, which its testing part hands to the registry). The server itself
+//! is in [`crate::bench::null_server`]; the list of services is the registry's
+//! (`connectors::registry::null_services`). This file names no connector and imports none.
 
 use std::convert::Infallible;
 use std::marker::PhantomData;
@@ -46,7 +45,7 @@ pub struct NullMethod {
 
 /// The service a null server stands in for: a copyable handle on its [`NullMethod`]. Two
 /// handles are equal when they have the same name. Each connector's folder defines its handle
-/// (`NullService::PubSub`, ...); the registry lists them in `NullService::ALL`.
+/// (`NullService::PubSub`, ...); the registry lists them (`connectors::registry::null_services`).
 #[derive(Clone, Copy)]
 pub struct NullService(&'static NullMethod);
 
@@ -66,7 +65,6 @@ impl NullService {
     /// ```
     /// use gcp_sql::bench::null_server::NullService;
     /// assert_eq!(NullService::CloudTasks.name(), "cloud-tasks");
-    /// assert_eq!(NullService::from_name("bigtable"), Some(NullService::Bigtable));
     /// ```
     pub fn name(self) -> &'static str {
         self.0.name

@@ -520,7 +520,7 @@ fn start_emulators(
     }
     let outcome = runtime.block_on(async {
         tokio::select! {
-            outcome = start_all() => Some(outcome),
+            outcome = start_all(crate::connectors::registry::emulators()) => Some(outcome),
             _ = interrupts.next() => None,
         }
     });

@@ -1,12 +1,13 @@
 //! `gcp-sql serve-null`: a null server for one sink's service as its own process.
 //!
 //! ```text
-//! gcp-sql serve-null [--service pubsub|bigtable|cloud-tasks] [--port P] [--latency D] [--report-interval D]
+//! gcp-sql serve-null [--service S] [--port P] [--latency D] [--report-interval D]
 //! ```
 //!
-//! It listens on `127.0.0.1:P` (loopback only), acknowledges every `Publish` (`pubsub`, the
-//! default), `MutateRows` (`bigtable`) or `CreateTask` (`cloud-tasks`) at once or after
-//! `--latency`, and prints what it receives; see [`crate::bench::null_server`]. Point a table of
+//! `S` is one of the registry's null services (`connectors::registry::null_services`: `pubsub`,
+//! the default, `cloud-tasks`, `bigtable`). It listens on `127.0.0.1:P` (loopback only),
+//! acknowledges every request of the service's one method (`Publish`, `CreateTask`,
+//! `MutateRows`) at once or after `--latency`, and prints what it receives; see [`crate::bench::null_server`]. Point a table of
 //! that connector at it with `emulator_host = '127.0.0.1:P'` to see how fast this machine can
 //! produce acknowledged writes when the service costs nothing: the client-side ceiling. Ctrl-C
 //! (or SIGTERM) stops it after a final `total:` line.
@@ -19,13 +20,14 @@ use crate::bench::ResourceUsage;
 use crate::bench::null_server::{
     NullServer, NullServerOptions, NullService, NullTotals, format_totals,
 };
+use crate::connectors::registry;
 
 /// Arguments of `gcp-sql serve-null`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct ServeNullArgs {
-    /// The service to stand in for: pubsub (Publish), bigtable (MutateRows) or cloud-tasks
-    /// (CreateTask); the help shows [`service_help`], derived from [`NullService::ALL`]
-    #[arg(long, value_parser = parse_service, default_value_t = NullService::default(), help = service_help())]
+    /// The service to stand in for; the help shows [`service_help`], derived from the
+    /// registry's null services (the first is the default)
+    #[arg(long, value_parser = parse_service, default_value_t = default_service(), help = service_help())]
     pub service: NullService,
     /// Loopback port to listen on; 0 picks a free port (printed at start)
     #[arg(long, default_value_t = 0)]
@@ -38,12 +40,18 @@ pub struct ServeNullArgs {
     pub report_interval: Duration,
 }
 
-/// The help of `--service`: each service of [`NullService::ALL`] by its word and the method it
-/// answers (`The service to stand in for: pubsub (Publish), bigtable (MutateRows) or
-/// cloud-tasks (CreateTask)`).
+/// The default of `--service`: the registry's first null service (Pub/Sub's).
+fn default_service() -> NullService {
+    registry::null_services()
+        .next()
+        .expect("the registry lists a null service")
+}
+
+/// The help of `--service`: each of the registry's null services by its word and the method it
+/// answers (`The service to stand in for: pubsub (Publish), cloud-tasks (CreateTask) or
+/// bigtable (MutateRows)`).
 fn service_help() -> String {
-    let words: Vec<String> = NullService::ALL
-        .iter()
+    let words: Vec<String> = registry::null_services()
         .map(|s| {
             let method = s.method_path().rsplit('/').next().unwrap_or_default();
             format!("{} ({method})", s.name())
@@ -59,8 +67,8 @@ fn service_help() -> String {
 
 /// Reads `--service`: one of [`NullService::name`]'s words.
 fn parse_service(word: &str) -> Result<NullService, String> {
-    NullService::from_name(word).ok_or_else(|| {
-        let names: Vec<&str> = NullService::ALL.iter().map(|s| s.name()).collect();
+    registry::null_service_named(word).ok_or_else(|| {
+        let names: Vec<&str> = registry::null_services().map(|s| s.name()).collect();
         format!("expected one of {}", names.join(", "))
     })
 }
@@ -190,7 +198,7 @@ mod tests {
 
     #[test]
     fn serve_null_takes_each_service_by_name() {
-        for service in NullService::ALL {
+        for service in registry::null_services() {
             let Some(Command::ServeNull(args)) =
                 parse(&["serve-null", "--service", service.name()])
                     .unwrap()
@@ -206,14 +214,14 @@ mod tests {
     fn serve_null_rejects_an_unknown_service_naming_the_choices() {
         let err = parse(&["serve-null", "--service", "spanner"]).unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("pubsub, bigtable, cloud-tasks"), "{text}");
+        assert!(text.contains("pubsub, cloud-tasks, bigtable"), "{text}");
     }
 
     #[test]
     fn the_service_help_names_each_service_and_its_method() {
         assert_eq!(
             service_help(),
-            "The service to stand in for: pubsub (Publish), bigtable (MutateRows) or cloud-tasks (CreateTask)"
+            "The service to stand in for: pubsub (Publish), cloud-tasks (CreateTask) or bigtable (MutateRows)"
         );
         let help = <Args as clap::CommandFactory>::command()
             .find_subcommand_mut("serve-null")

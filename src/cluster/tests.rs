@@ -15,35 +15,24 @@ use datafusion_proto::logical_plan::LogicalExtensionCodec;
 
 use super::*;
 use crate::connectors::ConnectorKind;
+use crate::connectors::descriptor::SampleTable;
+use crate::connectors::registry;
 use crate::sql::{SinkTable, SinkWriterExec};
 
-/// One table of each connector, with options of every kind (a duration, a count, a column
-/// mapping) and an emulator address given as an option.
-const DECLARATIONS: [(&str, ConnectorKind, &str); 3] = [
-    (
-        "clicks",
-        crate::connectors::pubsub::KIND,
-        "CREATE EXTERNAL TABLE clicks (k VARCHAR, seq BIGINT, note VARCHAR) STORED AS PUBSUB \
-         LOCATION 'projects/demo/topics/clicks' OPTIONS ('enable_message_ordering' 'true', \
-         'ordering_key_column' 'k', 'emulator_host' 'localhost:8085', \
-         'batch_element_count_threshold' '50', 'publish_progress_timeout' '30s')",
-    ),
-    (
-        "jobs",
-        crate::connectors::cloud_tasks::KIND,
-        "CREATE EXTERNAL TABLE jobs (body VARCHAR) STORED AS CLOUD_TASKS \
-         LOCATION 'projects/demo/locations/us-central1/queues/jobs' OPTIONS ('url' \
-         'https://worker.example.com/run', 'emulator_host' 'localhost:8123', \
-         'max_in_flight_tasks' '7')",
-    ),
-    (
-        "profiles",
-        crate::connectors::bigtable::KIND,
-        "CREATE EXTERNAL TABLE profiles (k VARCHAR, name VARCHAR) STORED AS BIGTABLE \
-         LOCATION 'projects/demo/instances/main-instance/tables/profiles' OPTIONS ('row_key' 'k', \
-         'column_family' 'cf', 'emulator_host' 'localhost:8086', 'sink_parallelism' '3')",
-    ),
-];
+/// One table of each connector (its testing part's sample, with options of every kind and an
+/// emulator address given as an option), in the registry's order.
+fn declarations() -> impl Iterator<Item = (ConnectorKind, SampleTable)> {
+    registry::CONNECTORS
+        .iter()
+        .map(|c| (ConnectorKind::of(c.descriptor), c.testing.sample))
+}
+
+/// The Pub/Sub sample: an ordered table (ordering keys on).
+fn pubsub_sample() -> SampleTable {
+    registry::registered(crate::connectors::pubsub::KIND)
+        .testing
+        .sample
+}
 
 fn session() -> SessionContext {
     SessionContext::new_with_state(
@@ -74,7 +63,8 @@ use crate::sql::SinkSpec;
 async fn every_connectors_table_survives_the_logical_codec() {
     let ctx = session();
     let codec = SinkLogicalCodec::default();
-    for (name, kind, sql) in DECLARATIONS {
+    for (kind, sample) in declarations() {
+        let (name, sql) = (sample.name, sample.create);
         let provider = declared(&ctx, sql, name).await;
         let mut buf = Vec::new();
         codec
@@ -105,7 +95,9 @@ async fn every_connectors_table_survives_the_logical_codec() {
 #[tokio::test]
 async fn an_insert_plan_carries_its_sink_table() {
     let ctx = session();
-    let (name, _, sql) = DECLARATIONS[0];
+    let SampleTable {
+        name, create: sql, ..
+    } = pubsub_sample();
     let provider = declared(&ctx, sql, name).await;
     let plan = ctx
         .sql("INSERT INTO clicks VALUES ('a', 1, 'x'), ('b', 2, 'y')")
@@ -156,7 +148,9 @@ async fn a_table_declared_in_rust_is_refused_with_a_reason() {
 #[tokio::test]
 async fn a_source_no_codec_carries_is_refused_naming_it() {
     let ctx = session();
-    let (name, _, sql) = DECLARATIONS[0];
+    let SampleTable {
+        name, create: sql, ..
+    } = pubsub_sample();
     declared(&ctx, sql, name).await;
     let plan = ctx
         .sql("INSERT INTO clicks SELECT 'k', value, 'x' FROM generate_series(1, 10)")
@@ -177,7 +171,9 @@ async fn a_source_no_codec_carries_is_refused_naming_it() {
 #[tokio::test]
 async fn a_subscription_source_is_refused_naming_it_and_why() {
     let ctx = session();
-    let (name, _, sql) = DECLARATIONS[0];
+    let SampleTable {
+        name, create: sql, ..
+    } = pubsub_sample();
     declared(&ctx, sql, name).await;
     crate::sql::run(
         &ctx,
@@ -229,20 +225,10 @@ fn find_writer(plan: &Arc<dyn ExecutionPlan>) -> Option<&SinkWriterExec> {
 #[tokio::test]
 async fn the_sink_nodes_survive_the_physical_codec() {
     let ctx = session();
-    for (name, kind, sql) in DECLARATIONS {
-        declared(&ctx, sql, name).await;
-        let insert = match kind.name() {
-            // Ordered by the key: the writers require that order of their input.
-            "pubsub" => {
-                "INSERT INTO clicks SELECT k, seq, note FROM (VALUES ('a', 1, 'x'), ('b', 2, 'y')) \
-                 AS v(k, seq, note) ORDER BY k, seq"
-            }
-            "cloud_tasks" => "INSERT INTO jobs VALUES ('{}')",
-            "bigtable" => "INSERT INTO profiles VALUES ('k1', 'n1'), ('k2', 'n2')",
-            other => panic!("no case for connector {other}"),
-        };
+    for (kind, sample) in declarations() {
+        declared(&ctx, sample.create, sample.name).await;
         let plan = ctx
-            .sql(insert)
+            .sql(sample.insert)
             .await
             .unwrap()
             .create_physical_plan()
@@ -273,11 +259,8 @@ async fn the_sink_nodes_survive_the_physical_codec() {
 #[tokio::test]
 async fn an_order_by_a_column_not_inserted_keeps_its_hidden_columns_through_the_physical_codec() {
     let ctx = session();
-    let (name, _, sql) = DECLARATIONS
-        .iter()
-        .find(|(_, kind, _)| *kind == crate::connectors::pubsub::KIND)
-        .expect("a Pub/Sub declaration");
-    declared(&ctx, sql, name).await;
+    let sample = pubsub_sample();
+    declared(&ctx, sample.create, sample.name).await;
     // `ts` is not inserted: the writers keep its order in a hidden column.
     let plan = ctx
         .sql(

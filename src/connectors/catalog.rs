@@ -40,9 +40,9 @@ use super::registry::{self, CONNECTOR, CONNECTORS};
 static FULL_LISTS: LazyLock<Vec<Vec<&'static OptionSpec>>> = LazyLock::new(|| {
     CONNECTORS
         .iter()
-        .map(|d| {
+        .map(|c| {
             std::iter::once(&CONNECTOR)
-                .chain((d.options)().iter().copied())
+                .chain((c.descriptor.options)().iter().copied())
                 .collect()
         })
         .collect()
@@ -52,7 +52,7 @@ static FULL_LISTS: LazyLock<Vec<Vec<&'static OptionSpec>>> = LazyLock::new(|| {
 pub fn options_for(kind: ConnectorKind) -> impl Iterator<Item = &'static OptionSpec> + Clone {
     let index = CONNECTORS
         .iter()
-        .position(|d| d.name == kind.name())
+        .position(|c| c.descriptor.name == kind.name())
         .expect("every ConnectorKind is in the registry");
     FULL_LISTS[index].iter().copied()
 }

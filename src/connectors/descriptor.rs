@@ -4,7 +4,9 @@
 //! A connector folder exports one `pub static CONNECTOR: ConnectorDescriptor`; the registry
 //! (`connectors/registry.rs`) lists them, and every list the crate needs (the `STORED AS`
 //! factories, the `connector` option's words, the option reference, the inspection
-//! functions, the emulators) is derived from it. This file names no connector.
+//! functions) is derived from it. What only the tests and benchmarks need (the emulator, the
+//! null server) is not here: it is the connector's testing part, which the registry lists beside
+//! the descriptor with the `testing` feature. This file names no connector.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -17,14 +19,14 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_plan::ExecutionPlan;
 
 #[cfg(any(test, feature = "testing"))]
-use crate::bench::null_method::NullMethod;
+use crate::bench::null_method::NullService;
 use crate::core::SinkMetrics;
 #[cfg(doc)]
 use crate::core::StopKind;
 use crate::core::origin::OriginSlot;
 use crate::core::run::WriterContext;
 #[cfg(any(test, feature = "testing"))]
-use crate::emulators::spec::EmulatorSpec;
+use crate::emulators::kind::EmulatorKind;
 use crate::error::{Error, Result};
 use crate::options::docs::FixedBudget;
 use crate::options::{
@@ -118,16 +120,6 @@ pub struct ConnectorDescriptor {
     pub inspection: InspectionFn,
     /// The connector's source, if it has one.
     pub source: Option<&'static SourceDescriptor>,
-    /// How its emulator is found, installed, started and probed (feature `testing`); `None`
-    /// for a service without one.
-    #[cfg(any(test, feature = "testing"))]
-    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-    pub emulator: Option<&'static EmulatorSpec>,
-    /// The one method its null server answers (feature `testing`, `gcp-sql serve-null`);
-    /// `None` for a service without one.
-    #[cfg(any(test, feature = "testing"))]
-    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-    pub null_service: Option<&'static NullMethod>,
 }
 
 impl fmt::Debug for ConnectorDescriptor {
@@ -137,6 +129,39 @@ impl fmt::Debug for ConnectorDescriptor {
             .field("stored_as", &self.stored_as)
             .finish_non_exhaustive()
     }
+}
+
+/// What the tests and benchmarks need of one connector (feature `testing`), kept out of its
+/// production descriptor: each connector folder's `testing` module defines one, and
+/// the registry's `CONNECTORS` lists it beside the descriptor. The launcher ([`crate::emulators`]) and the
+/// null servers ([`crate::bench`]) read only the spec types these handles carry, never this.
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+#[derive(Debug)]
+pub struct TestingPart {
+    /// Its emulator; `None` for a service without one.
+    pub emulator: Option<EmulatorKind>,
+    /// The service its null server stands in for (`gcp-sql serve-null`); `None` for a service
+    /// without one.
+    pub null_service: Option<NullService>,
+    /// A table of the connector that the crate's tests declare and write to without a service
+    /// (the cluster codec's round trips, for instance).
+    pub sample: SampleTable,
+}
+
+/// A table of one connector as the tests declare it, and a statement that writes to it
+/// (feature `testing`).
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+#[derive(Debug, Clone, Copy)]
+pub struct SampleTable {
+    /// The table's name.
+    pub name: &'static str,
+    /// The `CREATE EXTERNAL TABLE` that declares it, with options of every kind (a duration, a
+    /// count, a column mapping) and an emulator address given as an option.
+    pub create: &'static str,
+    /// An `INSERT` into it, ordered as its writers require their input.
+    pub insert: &'static str,
 }
 
 /// A connector, as every layer passes it around: a copyable handle on its

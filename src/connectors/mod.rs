@@ -9,7 +9,6 @@ pub mod catalog;
 pub mod cloud_tasks;
 pub mod dead_letter;
 pub mod descriptor;
-pub mod google;
 pub mod pubsub;
 pub mod registry;
 pub mod shared;
@@ -21,12 +20,6 @@ pub use descriptor::{
 pub use registry::build_sink;
 pub use shared::TableOptions;
 
-/// Selects the process-wide TLS crypto provider (ring) unless one is installed already.
-///
-/// The dependency tree enables two rustls providers, and rustls then refuses to pick one by
-/// itself; every TLS connection this crate opens (Google endpoints, `gs://`, `s3://`) calls this
-/// first.
-pub fn install_crypto_provider() {
-    // An Err only says that a provider is installed already, which is what we want.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+/// The process-wide TLS crypto provider lives with the rest of the transport, in
+/// [`crate::google`]; re-exported here, where the connectors' users call it.
+pub use crate::google::install_crypto_provider;

@@ -19,6 +19,8 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::SchemaRef;
 
 use super::descriptor::SinkConnector;
+#[cfg(any(test, feature = "testing"))]
+use super::descriptor::TestingPart;
 use super::descriptor::{ConnectorDescriptor, ConnectorKind, Declared};
 use super::{bigtable, cloud_tasks, pubsub};
 #[cfg(any(test, feature = "testing"))]
@@ -30,19 +32,47 @@ use crate::options::{
     Bound, DefaultValue, EnvLookup, OptionGroup, OptionKind, OptionSpec, RawOptions, nearest_name,
 };
 
-/// Every connector, in the order the reference lists them.
-pub static CONNECTORS: [&ConnectorDescriptor; 3] = [
-    &pubsub::CONNECTOR,
-    &cloud_tasks::CONNECTOR,
-    &bigtable::CONNECTOR,
+/// Every connector, in the order the reference lists them: the one list of the crate.
+pub static CONNECTORS: [Registered; 3] = [
+    Registered {
+        descriptor: &pubsub::CONNECTOR,
+        #[cfg(any(test, feature = "testing"))]
+        testing: &pubsub::testing::TESTING,
+    },
+    Registered {
+        descriptor: &cloud_tasks::CONNECTOR,
+        #[cfg(any(test, feature = "testing"))]
+        testing: &cloud_tasks::testing::TESTING,
+    },
+    Registered {
+        descriptor: &bigtable::CONNECTOR,
+        #[cfg(any(test, feature = "testing"))]
+        testing: &bigtable::testing::TESTING,
+    },
 ];
 
-/// The names of [`CONNECTORS`], the words of the `connector` option.
-static NAMES: [&str; 3] = [
-    pubsub::CONNECTOR.name,
-    cloud_tasks::CONNECTOR.name,
-    bigtable::CONNECTOR.name,
-];
+/// One connector as [`CONNECTORS`] lists it: its descriptor (what production code knows of
+/// it) and, with the `testing` feature, its testing part (its emulator and null server).
+#[derive(Debug)]
+pub struct Registered {
+    /// What the rest of the crate knows of the connector.
+    pub descriptor: &'static ConnectorDescriptor,
+    /// What the tests and benchmarks need of it (feature `testing`).
+    #[cfg(any(test, feature = "testing"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+    pub testing: &'static TestingPart,
+}
+
+/// The names of [`CONNECTORS`], in their order: the words of the `connector` option.
+static NAMES: [&str; CONNECTORS.len()] = {
+    let mut names = [""; CONNECTORS.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = CONNECTORS[i].descriptor.name;
+        i += 1;
+    }
+    names
+};
 
 /// `connector`: which service a table writes to. Every connector accepts it; its value must
 /// name the connector the table is declared for.
@@ -58,45 +88,62 @@ pub static CONNECTOR: OptionSpec = OptionSpec {
     redact: crate::options::Redact::None,
 };
 
+/// Every emulator, in the order of [`CONNECTORS`] (the order `gcp-sql --emulators` starts and
+/// reports them): the connectors' testing parts that have one.
+///
+/// ```
+/// use gcp_sql::connectors::registry;
+///
+/// let slugs: Vec<&str> = registry::emulators().map(|k| k.spec().slug).collect();
+/// assert_eq!(slugs, ["pubsub", "cloud-tasks", "bigtable"]);
+/// ```
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-impl EmulatorKind {
-    /// Every emulator, in the order `gcp-sql --emulators` starts and reports them.
-    pub const ALL: [EmulatorKind; 3] = [
-        EmulatorKind::PubSub,
-        EmulatorKind::Bigtable,
-        EmulatorKind::CloudTasks,
-    ];
+pub fn emulators() -> impl Iterator<Item = EmulatorKind> + Clone {
+    CONNECTORS.iter().filter_map(|c| c.testing.emulator)
 }
 
+/// The emulator of `connector`, if it has one.
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-impl NullService {
-    /// Every null service, in the order `gcp-sql serve-null --service` lists them.
-    pub const ALL: [NullService; 3] = [
-        NullService::PubSub,
-        NullService::Bigtable,
-        NullService::CloudTasks,
-    ];
-
-    /// The service named `name` (as [`name`](Self::name) spells it).
-    pub fn from_name(name: &str) -> Option<NullService> {
-        NullService::ALL.into_iter().find(|s| s.name() == name)
-    }
+pub fn emulator_of(connector: ConnectorKind) -> Option<EmulatorKind> {
+    registered(connector).testing.emulator
 }
 
-/// The first of [`NullService::ALL`] (Pub/Sub), the default of `gcp-sql serve-null`.
+/// Every null service, in the order of [`CONNECTORS`] (the order `gcp-sql serve-null
+/// --service` lists them); the first is the default of `gcp-sql serve-null`.
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-impl Default for NullService {
-    fn default() -> Self {
-        NullService::ALL[0]
-    }
+pub fn null_services() -> impl Iterator<Item = NullService> + Clone {
+    CONNECTORS.iter().filter_map(|c| c.testing.null_service)
+}
+
+/// The null service named `name` (as [`NullService::name`] spells it).
+///
+/// ```
+/// use gcp_sql::bench::null_server::NullService;
+/// use gcp_sql::connectors::registry;
+///
+/// assert_eq!(registry::null_service_named("bigtable"), Some(NullService::Bigtable));
+/// assert_eq!(registry::null_service_named("pub-sub"), None);
+/// ```
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub fn null_service_named(name: &str) -> Option<NullService> {
+    null_services().find(|s| s.name() == name)
+}
+
+/// How [`CONNECTORS`] lists `connector`.
+pub fn registered(connector: ConnectorKind) -> &'static Registered {
+    CONNECTORS
+        .iter()
+        .find(|c| ConnectorKind::of(c.descriptor) == connector)
+        .expect("every connector handle is made from a listed descriptor")
 }
 
 /// Every connector's handle, in the order of [`CONNECTORS`].
 pub fn kinds() -> impl Iterator<Item = ConnectorKind> + Clone {
-    CONNECTORS.iter().map(|d| ConnectorKind::of(d))
+    CONNECTORS.iter().map(|c| ConnectorKind::of(c.descriptor))
 }
 
 /// The connector called `text`, by its name or its `STORED AS` word, case-insensitively
@@ -147,14 +194,61 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_null_service_is_listed_once() {
+    fn every_testing_part_serves_its_own_connector() {
         for connector in kinds() {
-            let listed = NullService::ALL
-                .iter()
-                .filter(|s| connector.descriptor().null_service.map(|m| m.name) == Some(s.name()))
-                .count();
-            let has = usize::from(connector.descriptor().null_service.is_some());
-            assert_eq!(listed, has, "{connector}");
+            if let Some(emulator) = emulator_of(connector) {
+                assert_eq!(
+                    emulator.env_var(),
+                    connector.emulator_env_var(),
+                    "{connector}"
+                );
+            }
+        }
+        let emulators: Vec<EmulatorKind> = emulators().collect();
+        let services: Vec<NullService> = null_services().collect();
+        for (i, a) in emulators.iter().enumerate() {
+            for b in &emulators[i + 1..] {
+                assert_ne!(a.spec().slug, b.spec().slug);
+                assert_ne!(a.program_override_var(), b.program_override_var());
+            }
+        }
+        for (i, a) in services.iter().enumerate() {
+            assert!(!services[i + 1..].contains(a), "{a}");
+        }
+    }
+
+    #[test]
+    fn null_service_names_round_trip() {
+        for service in null_services() {
+            assert_eq!(null_service_named(service.name()), Some(service));
+            assert!(service.method_path().starts_with("/google."));
+        }
+        assert_eq!(null_service_named("pub-sub"), None);
+        assert_eq!(null_services().next(), Some(NullService::PubSub));
+    }
+
+    #[test]
+    fn the_install_hint_pins_the_version_ci_installs() {
+        let ci = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/run")).unwrap();
+        let private: Vec<(EmulatorKind, crate::emulators::PipPackage)> = emulators()
+            .filter_map(|k| Some((k, k.private_install()?)))
+            .collect();
+        assert!(!private.is_empty(), "one emulator is installed privately");
+        for (kind, package) in private {
+            // `gcloud-tasks-emulator` is pinned as `GCLOUD_TASKS_EMULATOR_VERSION=...`.
+            let variable = format!(
+                "{}_VERSION",
+                package.name.to_ascii_uppercase().replace('-', "_")
+            );
+            assert!(
+                ci.contains(&format!("{variable}={}\n", package.version)),
+                ".ci/run pins another version than {}",
+                package.version
+            );
+            assert!(
+                kind.install_hint()
+                    .ends_with(&format!("=={}", package.version))
+            );
         }
     }
 
@@ -187,5 +281,62 @@ mod tests {
                 assert_ne!(a.emulator_env_var(), b.emulator_env_var());
             }
         }
+    }
+
+    /// The Python package's helpers are written by hand (docstrings, type hints, each
+    /// connector's destination keyword), so they are checked here rather than generated: the
+    /// test fails as soon as a connector is added to, removed from or renamed in the registry
+    /// without the package following.
+    #[test]
+    fn the_python_helpers_and_stubs_follow_the_registry() {
+        let read = |file: &str| {
+            let path = format!("{}/python/gcp_sql/{file}", env!("CARGO_MANIFEST_DIR"));
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+        };
+        let (init, stubs, testing) = (
+            read("__init__.py"),
+            read("__init__.pyi"),
+            read("testing.py"),
+        );
+        // The public `<name>_sink` functions a file defines, in its order.
+        let sink_helpers = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter_map(|line| line.strip_prefix("def "))
+                .filter_map(|rest| rest.split_once('(').map(|(name, _)| name.to_string()))
+                .filter(|name| name.ends_with("_sink") && !name.starts_with('_'))
+                .collect()
+        };
+        let expected: Vec<String> = kinds().map(|k| format!("{}_sink", k.name())).collect();
+        assert_eq!(sink_helpers(&init), expected, "python/gcp_sql/__init__.py");
+        assert_eq!(
+            sink_helpers(&stubs),
+            expected,
+            "python/gcp_sql/__init__.pyi"
+        );
+        for kind in kinds() {
+            let (name, to) = (kind.name(), kind.descriptor().destination);
+            for needle in [
+                format!("    \"{name}_sink\",\n"),
+                format!("def {name}_sink(schema: Any, {to}: str | None = None, **options: Any)"),
+                format!("return _sink(\"{name}\", schema, {{\"{to}\": {to}, **options}})"),
+            ] {
+                assert!(init.contains(&needle), "__init__.py lacks {needle}");
+            }
+            let def = stubs.find(&format!("def {name}_sink(")).unwrap();
+            let signature = &stubs[def..stubs[def..].find("...").map_or(stubs.len(), |e| def + e)];
+            assert!(
+                signature.contains(&format!("{to}: str | None = None")),
+                "{signature}"
+            );
+        }
+        let words: Vec<&str> = kinds().map(|k| k.stored_as()).collect();
+        let stored_as = format!("``STORED AS {}``", words.join(" | "));
+        assert!(init.contains(&stored_as), "__init__.py lacks {stored_as}");
+        let services: Vec<String> = null_services()
+            .map(|s| format!("``{}``", s.name()))
+            .collect();
+        let (last, rest) = services.split_last().unwrap();
+        let listed = format!("({} or {last})", rest.join(", "));
+        assert!(testing.contains(&listed), "testing.py lacks {listed}");
     }
 }

@@ -1,59 +1,40 @@
-//! Which emulator: [`EmulatorKind`], a copyable handle on a connector whose descriptor carries
-//! an [`EmulatorSpec`], and what the launcher reads of it. This file names no connector: each
-//! connector's folder defines its handle (`EmulatorKind::PubSub`, ...), and the registry lists
-//! them in [`EmulatorKind::ALL`].
-//!
-//! It imports nothing that imports the registry, so a connector's folder may import it.
+//! Which emulator: [`EmulatorKind`], a copyable handle on an [`EmulatorSpec`], and what the
+//! launcher reads of it. This file names no connector and imports no connector: each
+//! connector's testing part (`connectors/<name>/emulator.rs`) defines its spec and handle
+//! (`EmulatorKind::PubSub`, ...), and the registry (`connectors::registry::emulators`) lists them.
 
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::connectors::descriptor::ConnectorKind;
-use crate::connectors::google::{GrpcChannel, PreEncoded, plaintext_channel, unary_pre_encoded};
 use crate::error::Result;
+use crate::google::{GrpcChannel, PreEncoded, plaintext_channel, unary_pre_encoded};
 
 use super::discover::locate_program;
 use super::spec::{EmulatorSpec, PipPackage};
 
-/// An emulator: the handle of a connector that has one. Two handles are equal when they name
-/// the same connector.
+/// An emulator: a handle on the [`EmulatorSpec`] its connector's folder gives. Two handles are
+/// equal when their specs have the same [`slug`](EmulatorSpec::slug).
 ///
 /// ```
+/// use gcp_sql::connectors::registry;
 /// use gcp_sql::emulators::EmulatorKind;
 ///
-/// let names: Vec<&str> = EmulatorKind::ALL.iter().map(|k| k.name()).collect();
+/// let names: Vec<&str> = registry::emulators().map(|k| k.name()).collect();
 /// assert_eq!(names, ["Pub/Sub", "Bigtable", "Cloud Tasks"]);
 /// assert_eq!(EmulatorKind::Bigtable.env_var(), "BIGTABLE_EMULATOR_HOST");
 /// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct EmulatorKind(ConnectorKind);
+#[derive(Clone, Copy)]
+pub struct EmulatorKind(&'static EmulatorSpec);
 
 impl EmulatorKind {
-    /// The emulator of `connector`, whose descriptor must carry an emulator spec (checked when
-    /// the handle is built; a connector folder builds its handle as a constant, so a missing
-    /// spec fails the build).
-    pub const fn of(connector: ConnectorKind) -> EmulatorKind {
-        if connector.descriptor().emulator.is_none() {
-            panic!("EmulatorKind::of: this connector's descriptor has no emulator");
-        }
-        EmulatorKind(connector)
-    }
-
-    /// The emulator of `connector`, if its descriptor has one.
-    pub fn of_connector(connector: ConnectorKind) -> Option<EmulatorKind> {
-        connector
-            .descriptor()
-            .emulator
-            .is_some()
-            .then_some(EmulatorKind(connector))
+    /// The handle of `spec` (each connector's testing part defines its constant with it).
+    pub const fn of(spec: &'static EmulatorSpec) -> EmulatorKind {
+        EmulatorKind(spec)
     }
 
     /// What the connector's folder says about its emulator.
     pub fn spec(self) -> &'static EmulatorSpec {
         self.0
-            .descriptor()
-            .emulator
-            .expect("an EmulatorKind is only built for a descriptor with an emulator")
     }
 
     /// The service's name as users know it (`Pub/Sub`, `Bigtable`, `Cloud Tasks`).
@@ -63,12 +44,7 @@ impl EmulatorKind {
 
     /// The variable the connectors (and Google's own clients) read to reach this emulator.
     pub fn env_var(self) -> &'static str {
-        self.0.emulator_env_var()
-    }
-
-    /// The connector this emulator serves.
-    pub fn connector(self) -> ConnectorKind {
-        self.0
+        self.spec().env_var
     }
 
     /// The variable that, when set, names the emulator program to run instead of looking it up.
@@ -156,57 +132,28 @@ impl EmulatorKind {
     }
 }
 
+impl PartialEq for EmulatorKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.slug == other.0.slug
+    }
+}
+
+impl Eq for EmulatorKind {}
+
+impl std::hash::Hash for EmulatorKind {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.slug.hash(state);
+    }
+}
+
 impl fmt::Debug for EmulatorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("EmulatorKind").field(&self.0).finish()
+        f.debug_tuple("EmulatorKind").field(&self.0.slug).finish()
     }
 }
 
 impl fmt::Display for EmulatorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_install_hint_pins_the_version_ci_installs() {
-        let ci = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/run")).unwrap();
-        let private: Vec<(EmulatorKind, PipPackage)> = EmulatorKind::ALL
-            .iter()
-            .filter_map(|k| Some((*k, k.private_install()?)))
-            .collect();
-        assert!(!private.is_empty(), "one emulator is installed privately");
-        for (kind, package) in private {
-            // `gcloud-tasks-emulator` is pinned as `GCLOUD_TASKS_EMULATOR_VERSION=...`.
-            let variable = format!(
-                "{}_VERSION",
-                package.name.to_ascii_uppercase().replace('-', "_")
-            );
-            assert!(
-                ci.contains(&format!("{variable}={}\n", package.version)),
-                ".ci/run pins another version than {}",
-                package.version
-            );
-            assert!(
-                kind.install_hint()
-                    .ends_with(&format!("=={}", package.version))
-            );
-        }
-    }
-
-    #[test]
-    fn the_list_holds_every_connector_with_an_emulator_once() {
-        for connector in crate::connectors::registry::kinds() {
-            let listed = EmulatorKind::ALL
-                .iter()
-                .filter(|k| k.connector() == connector)
-                .count();
-            let has = usize::from(connector.descriptor().emulator.is_some());
-            assert_eq!(listed, has, "{connector}");
-        }
     }
 }

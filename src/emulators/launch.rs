@@ -355,11 +355,16 @@ enum NotReady {
     Failed(Error),
 }
 
-/// Starts every emulator concurrently. Returns those that started and, for each that did not,
-/// why (a missing program names its install step).
-pub async fn start_all() -> (Vec<Emulator>, Vec<(EmulatorKind, Error)>) {
+/// Starts the emulators `kinds` concurrently (the registry lists every one:
+/// `connectors::registry::emulators()`). Returns those that started and, for each that did
+/// not, why (a missing program names its install step).
+pub async fn start_all(
+    kinds: impl IntoIterator<Item = EmulatorKind>,
+) -> (Vec<Emulator>, Vec<(EmulatorKind, Error)>) {
     let outcomes = futures::future::join_all(
-        EmulatorKind::ALL.map(|kind| async move { (kind, Emulator::start(kind).await) }),
+        kinds
+            .into_iter()
+            .map(|kind| async move { (kind, Emulator::start(kind).await) }),
     )
     .await;
     let mut started = Vec::new();
@@ -383,9 +388,21 @@ pub async fn start_all() -> (Vec<Emulator>, Vec<(EmulatorKind, Error)>) {
 #[doc(hidden)]
 pub async fn shared(kind: EmulatorKind) -> &'static Emulator {
     type Slot = tokio::sync::OnceCell<std::result::Result<Emulator, String>>;
-    static SLOTS: [Slot; EmulatorKind::ALL.len()] =
-        [const { Slot::const_new() }; EmulatorKind::ALL.len()];
-    let outcome = SLOTS[index(kind)]
+    static SLOTS: std::sync::Mutex<Vec<(EmulatorKind, &'static Slot)>> =
+        std::sync::Mutex::new(Vec::new());
+    // One slot per emulator, made on its first use and kept for the life of the process.
+    let slot: &'static Slot = {
+        let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+        match slots.iter().find(|(k, _)| *k == kind) {
+            Some((_, slot)) => slot,
+            None => {
+                let slot: &'static Slot = Box::leak(Box::new(Slot::const_new()));
+                slots.push((kind, slot));
+                slot
+            }
+        }
+    };
+    let outcome = slot
         .get_or_init(|| async move {
             // It is never dropped; its log was unlinked at spawn, so nothing stays behind.
             Emulator::start(kind).await.map_err(|e| e.to_string())
@@ -397,24 +414,21 @@ pub async fn shared(kind: EmulatorKind) -> &'static Emulator {
     }
 }
 
-/// Where `kind` is in [`EmulatorKind::ALL`].
-fn index(kind: EmulatorKind) -> usize {
-    EmulatorKind::ALL
-        .iter()
-        .position(|k| *k == kind)
-        .expect("every emulator is in EmulatorKind::ALL")
-}
-
 /// The panic message of a test that needs an emulator that cannot start: the whole reason in
 /// the first test of the process that meets it, a one-line reminder (still naming what to
 /// install) in every later one, so a missing emulator reads as one failure, not as dozens of
 /// copies of the same log.
 #[doc(hidden)]
 pub fn start_failure(kind: EmulatorKind, message: &str) -> String {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    static REPORTED: [AtomicBool; EmulatorKind::ALL.len()] =
-        [const { AtomicBool::new(false) }; EmulatorKind::ALL.len()];
-    let first = !REPORTED[index(kind)].swap(true, Ordering::Relaxed);
+    static REPORTED: std::sync::Mutex<Vec<EmulatorKind>> = std::sync::Mutex::new(Vec::new());
+    let first = {
+        let mut reported = REPORTED.lock().unwrap_or_else(|p| p.into_inner());
+        let first = !reported.contains(&kind);
+        if first {
+            reported.push(kind);
+        }
+        first
+    };
     let missing = message.contains("emulator is not installed");
     match (first, missing) {
         (true, _) => format!("cannot start the {kind} emulator for these tests: {message}"),

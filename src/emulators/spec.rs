@@ -1,8 +1,6 @@
-//! What a connector's folder says about its emulator: one [`EmulatorSpec`], reached through the
-//! connector's descriptor (`ConnectorDescriptor::emulator`). The launcher reads only this; it
-//! names no connector.
-//!
-//! This file imports nothing that imports the registry, so a connector's folder may import it.
+//! What a connector's folder says about its emulator: one [`EmulatorSpec`], in the connector's
+//! testing part (`connectors/<name>/emulator.rs`), which the registry lists beside its
+//! descriptor. The launcher reads only this; it names no connector and imports none.
 
 /// One readiness probe: a real unary call on the emulator's main service (Pub/Sub
 /// `ListTopics`, Bigtable admin `ListTables`, Cloud Tasks `ListQueues`), which an emulator
@@ -31,6 +29,9 @@ pub struct PipPackage {
 pub struct EmulatorSpec {
     /// The service's name as users know it (`Pub/Sub`, `Bigtable`, `Cloud Tasks`).
     pub name: &'static str,
+    /// The variable the connector (and Google's own clients) reads to reach the emulator
+    /// (`PUBSUB_EMULATOR_HOST`): the connector's own, as its descriptor's service names it.
+    pub env_var: &'static str,
     /// A short word for file names (`pubsub`, `cloud-tasks`): the log file is
     /// `gcp-sql-<slug>-emulator-<pid>-<port>.log`.
     pub slug: &'static str,

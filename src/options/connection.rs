@@ -65,7 +65,7 @@ impl EmulatorHost {
 /// unless `allow_remote_emulator = 'true'`. An emulator connection never carries credentials.
 /// A Rust program that fills these fields itself is trusted with the emulator address; the
 /// connection refuses a non-TLS endpoint with credentials all the same
-/// ([`crate::connectors::google::connect`]).
+/// ([`crate::google::connect`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnectionOptions {
     /// The Google Cloud project short resource names are resolved in.

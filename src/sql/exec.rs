@@ -45,12 +45,12 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use super::control::StatementControl;
-use super::plan_node::{name_and_properties, no_expressions, with_new_children_by_replace};
 use super::spec::SinkSpec;
 use crate::connectors::{Routing, SinkConnector};
 use crate::core::SinkMetrics;
 use crate::core::run::WriterContext;
 use crate::core::statement::{Running, Statement, WriterTask};
+use crate::plan::node::{name_and_properties, no_expressions, with_new_children_by_replace};
 
 /// Name of the gauge that holds how many writers the statement ran.
 pub const WRITERS_METRIC: &str = "writers";

@@ -47,7 +47,7 @@ use crate::connectors::SourceDescriptor;
 use crate::connectors::registry;
 use crate::core::origin::OriginSlot;
 use crate::error::{Error, Result};
-use crate::sql::plan_node::{name_and_properties, with_new_children_by_replace};
+use crate::plan::node::{name_and_properties, with_new_children_by_replace};
 
 /// The source descriptor whose scan `plan` is, if it is one.
 fn source_of(plan: &dyn ExecutionPlan) -> Option<&'static SourceDescriptor> {

@@ -23,11 +23,9 @@
 pub(crate) mod control;
 pub mod exec;
 mod factory;
-pub mod inspect;
 pub mod lineage;
 pub mod map_columns;
 pub mod order;
-pub(crate) mod plan_node;
 mod spec;
 mod table;
 mod with;
@@ -76,7 +74,7 @@ pub fn register(ctx: &SessionContext) {
 /// checked before any call, and a message count from 1 to 10 000, default 100, pulled in
 /// pages), `bigtable_read(table [, max_rows])`, `cloud_tasks_create_queue(queue [, paused])`
 /// and `cloud_tasks_list(queue [, max_tasks])`: each connector's `inspect` module documents its
-/// own, and [`inspect`] has the design they share.
+/// own, and [`crate::plan::inspect`] has the design they share.
 ///
 /// They are emulator and debugging helpers: they create a subscription and pull (and
 /// acknowledge) what a sink published to it, read a Bigtable table back, create a Cloud Tasks
@@ -99,7 +97,7 @@ pub fn register_inspection(ctx: &SessionContext) {
 
 /// The inspection table functions, see [`register_inspection`]: each connector's list, from
 /// the registry.
-fn inspection_functions() -> inspect::InspectionFunctions {
+fn inspection_functions() -> crate::plan::inspect::InspectionFunctions {
     registry::kinds()
         .flat_map(|kind| (kind.descriptor().inspection)())
         .collect()

@@ -346,7 +346,7 @@ fn assert_all_closed(addresses: &[SocketAddr], context: &str) {
 
 #[test]
 fn emulators_start_for_the_run_and_stop_at_exit() {
-    crate::support::require_emulators(&EmulatorKind::ALL);
+    crate::support::require_emulators(&crate::support::all_emulators());
     let home = tempfile::tempdir().unwrap();
     let mut command = gcp_sql(home.path());
     command.args(["--emulators", "-c", "SELECT 1 AS x"]);
@@ -376,7 +376,7 @@ fn emulators_start_for_the_run_and_stop_at_exit() {
         );
     }
     assert!(
-        stderr.contains("Stopped the Pub/Sub, Bigtable, Cloud Tasks emulator(s)."),
+        stderr.contains("Stopped the Pub/Sub, Cloud Tasks, Bigtable emulator(s)."),
         "{stderr}"
     );
     assert_no_emulator_files_left(running.child.id());
@@ -418,7 +418,7 @@ fn missing_emulator_is_reported_with_its_install_step_and_the_others_start() {
 
 #[test]
 fn ctrl_c_in_the_shell_stops_the_emulators() {
-    crate::support::require_emulators(&EmulatorKind::ALL);
+    crate::support::require_emulators(&crate::support::all_emulators());
     let home = tempfile::tempdir().unwrap();
     let mut command = gcp_sql(home.path());
     // A shell whose input stays open: it waits for a statement until the Ctrl-C.
@@ -441,7 +441,7 @@ fn ctrl_c_in_the_shell_stops_the_emulators() {
 
 #[test]
 fn killed_tool_takes_its_emulators_with_it() {
-    crate::support::require_emulators(&EmulatorKind::ALL);
+    crate::support::require_emulators(&crate::support::all_emulators());
     let home = tempfile::tempdir().unwrap();
     let mut command = gcp_sql(home.path());
     command.arg("--emulators").stdin(Stdio::piped());
@@ -460,7 +460,7 @@ fn killed_tool_takes_its_emulators_with_it() {
 
 #[test]
 fn terminated_tool_takes_its_emulators_and_their_logs_with_it() {
-    crate::support::require_emulators(&EmulatorKind::ALL);
+    crate::support::require_emulators(&crate::support::all_emulators());
     let home = tempfile::tempdir().unwrap();
     let mut command = gcp_sql(home.path());
     command.arg("--emulators").stdin(Stdio::piped());

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gcp_sql::emulators::{EmulatorKind, shared};
+use gcp_sql::emulators::shared;
 
 use crate::support::{output as run, text, tool as gcp_sql};
 
@@ -72,7 +72,7 @@ async fn every_sql_example_of_the_docs_runs_as_written() {
     let all = examples();
     assert!(all.len() >= 15, "only {} examples found", all.len());
     let mut hosts = Vec::new();
-    for kind in EmulatorKind::ALL {
+    for kind in crate::support::all_emulators() {
         let emulator = shared(kind).await;
         hosts.push((emulator.env_var(), emulator.host().to_string()));
     }

@@ -332,7 +332,7 @@ fn listening_addresses(port: u16) -> Vec<std::net::IpAddr> {
 
 #[tokio::test]
 async fn every_emulator_listens_on_loopback_only() {
-    for kind in EmulatorKind::ALL {
+    for kind in crate::support::all_emulators() {
         let emulator = shared(kind).await;
         let port: u16 = emulator
             .host()

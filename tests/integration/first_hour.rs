@@ -29,7 +29,7 @@ impl Drop for Reaped {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gcp_sql_emulators_prints_the_exports_and_keeps_them_up_until_ctrl_c() {
-    crate::support::require_emulators(&EmulatorKind::ALL);
+    crate::support::require_emulators(&crate::support::all_emulators());
     let home = tempfile::tempdir().unwrap();
     let mut command = gcp_sql(home.path());
     command
@@ -63,7 +63,7 @@ async fn gcp_sql_emulators_prints_the_exports_and_keeps_them_up_until_ctrl_c() {
             .unwrap_or_else(|| panic!("no export of {var} in {exports:?}"))
             .to_string()
     };
-    for kind in EmulatorKind::ALL {
+    for kind in crate::support::all_emulators() {
         assert!(
             host(kind.env_var()).starts_with("127.0.0.1:"),
             "{exports:?}"
@@ -92,7 +92,7 @@ async fn gcp_sql_emulators_prints_the_exports_and_keeps_them_up_until_ctrl_c() {
     stderr.read_to_string(&mut err).unwrap();
     assert!(status.success(), "{status:?}: {err}");
     assert!(
-        err.contains("Stopped the Pub/Sub, Bigtable, Cloud Tasks emulator(s)"),
+        err.contains("Stopped the Pub/Sub, Cloud Tasks, Bigtable emulator(s)"),
         "{err}"
     );
     let address: std::net::SocketAddr = host("PUBSUB_EMULATOR_HOST").parse().unwrap();

@@ -118,7 +118,7 @@ fn clicks() -> Vec<(i64, String)> {
 
 #[test]
 fn quickstart_writes_to_every_sink_and_reads_back_what_landed() {
-    require_emulators(&EmulatorKind::ALL);
+    require_emulators(&crate::support::all_emulators());
     let home = tempfile::tempdir().unwrap();
     let mut command = gcp_sql(home.path());
     command.env("RUST_LOG", "gcp_sql=info").args([

@@ -5,7 +5,7 @@
 //!
 //! What tonic reports for these faults (a reset as `UNKNOWN` "transport error", a client-side
 //! deadline as `CANCELLED` "Timeout expired") reaches the connectors as `UNAVAILABLE` and
-//! `DEADLINE_EXCEEDED` (`gcp_sql::connectors::google::transport_status`), which each retries
+//! `DEADLINE_EXCEEDED` (`gcp_sql::google::transport_status`), which each retries
 //! under its own budget. Per sink:
 //!
 //! - resets every 400 ms during an `INSERT` that spans several: it succeeds and every row is

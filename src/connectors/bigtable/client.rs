@@ -4,7 +4,7 @@
 //! # Connections
 //!
 //! - **Emulator** (`emulator_host`, else `BIGTABLE_EMULATOR_HOST`): plaintext channels from
-//!   [`crate::connectors::google::plaintext_endpoint`] (no HTTP/2 keepalive pings, no credentials); the
+//!   [`crate::google::plaintext_endpoint`] (no HTTP/2 keepalive pings, no credentials); the
 //!   admin API is served at the same address.
 //! - **Google**: TLS with the webpki roots and OAuth tokens through gcloud-sdk's auth middleware,
 //!   to `endpoint` (default [`DEFAULT_ENDPOINT`]) for data and [`DEFAULT_ADMIN_ENDPOINT`] for the
@@ -77,12 +77,12 @@ use super::mapping::{
     BigtableEntry, request_base_len, request_entry_len, write_mutate_rows_request,
 };
 use crate::connectors::bigtable::names;
-use crate::connectors::google::{
+use crate::core::{Class, Destination, LoadHint, SendOutcome, Transport};
+use crate::error::{Error, Result};
+use crate::google::{
     self, Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, Reachability, emulator_setting,
     nothing_listens, routing_value, with_deadline,
 };
-use crate::core::{Class, Destination, LoadHint, SendOutcome, Transport};
-use crate::error::{Error, Result};
 
 /// The Bigtable data endpoint used when no `endpoint` is set.
 pub const DEFAULT_ENDPOINT: &str = "https://bigtable.googleapis.com";

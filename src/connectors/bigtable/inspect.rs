@@ -5,7 +5,7 @@
 //! a cell is listed, newest first.
 //!
 //! It talks only to the emulator `BIGTABLE_EMULATOR_HOST` names (`gcp-sql --emulators` sets
-//! it), through the crate's channel and status mapping ([`crate::sql::inspect`] has the one
+//! it), through the crate's channel and status mapping ([`crate::plan::inspect`] has the one
 //! design every inspection function follows).
 //!
 //! ```sql
@@ -28,9 +28,9 @@ use gcloud_sdk::google::bigtable::v2::read_rows_response::CellChunk;
 use gcloud_sdk::google::bigtable::v2::read_rows_response::cell_chunk::RowStatus;
 
 use super::names::bigtable_table;
-use crate::connectors::google::with_deadline;
 use crate::error::{Error, Result};
-use crate::sql::inspect::{
+use crate::google::with_deadline;
+use crate::plan::inspect::{
     Inspection, InspectionFunctions, LazyTable, check_arity, count_arg, emulator_channel, name_arg,
     rpc_error, utc_micros,
 };
@@ -287,7 +287,7 @@ mod tests {
     use datafusion::arrow::array::Array;
 
     use super::*;
-    use crate::sql::inspect::test_support::{
+    use crate::plan::inspect::test_support::{
         assert_needs_an_emulator, assert_nothing_answers, assert_plan_errors,
     };
 
@@ -423,28 +423,31 @@ mod tests {
 
     #[tokio::test]
     async fn arguments_are_checked_when_the_statement_is_planned() {
-        assert_plan_errors(&[
-            (
-                "SELECT * FROM bigtable_read('tables/t')",
-                "expected 'projects/PROJECT/instances/INSTANCE/tables/TABLE'",
-            ),
-            (
-                "SELECT * FROM bigtable_read('t')",
-                "a short table id needs the 'instance' option",
-            ),
-            (
-                "SELECT * FROM bigtable_read('projects/p/instances/i/tables/t', 0)",
-                "an integer from 1 to 100000",
-            ),
-            (
-                "SELECT * FROM bigtable_read('projects/p/instances/i/tables/t', 'ten')",
-                "bigtable_read max_rows",
-            ),
-            (
-                "SELECT * FROM bigtable_read()",
-                "expected bigtable_read(table [, max_rows])",
-            ),
-        ])
+        assert_plan_errors(
+            inspection_functions,
+            &[
+                (
+                    "SELECT * FROM bigtable_read('tables/t')",
+                    "expected 'projects/PROJECT/instances/INSTANCE/tables/TABLE'",
+                ),
+                (
+                    "SELECT * FROM bigtable_read('t')",
+                    "a short table id needs the 'instance' option",
+                ),
+                (
+                    "SELECT * FROM bigtable_read('projects/p/instances/i/tables/t', 0)",
+                    "an integer from 1 to 100000",
+                ),
+                (
+                    "SELECT * FROM bigtable_read('projects/p/instances/i/tables/t', 'ten')",
+                    "bigtable_read max_rows",
+                ),
+                (
+                    "SELECT * FROM bigtable_read()",
+                    "expected bigtable_read(table [, max_rows])",
+                ),
+            ],
+        )
         .await;
     }
 

@@ -13,18 +13,13 @@ pub mod names;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod null;
 pub mod options;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 pub mod writer;
 
 use crate::connectors::descriptor::{ConnectorDescriptor, ConnectorKind};
-#[cfg(any(test, feature = "testing"))]
-use crate::emulators::kind::EmulatorKind;
-#[cfg(any(test, feature = "testing"))]
-use crate::emulators::spec::{EmulatorSpec, Probe};
 use crate::options::Service;
-#[cfg(any(test, feature = "testing"))]
-use gcloud_sdk::google::bigtable::admin::v2::ListTablesRequest;
-#[cfg(any(test, feature = "testing"))]
-use prost::Message as _;
 
 /// The service: its emulator variable and public endpoint.
 pub const SERVICE: Service = Service {
@@ -45,52 +40,7 @@ pub static CONNECTOR: ConnectorDescriptor = ConnectorDescriptor {
     declare: crate::connectors::sink::declare::<writer::Bigtable>,
     inspection: inspect::inspection_functions,
     source: None,
-    #[cfg(any(test, feature = "testing"))]
-    emulator: Some(&EMULATOR),
-    #[cfg(any(test, feature = "testing"))]
-    null_service: Some(&null::NULL_METHOD),
 };
 
 /// This connector's handle.
 pub const KIND: ConnectorKind = ConnectorKind::of(&CONNECTOR);
-
-/// The Bigtable emulator (`cbtemulator`) of the Google Cloud CLI, as the launcher runs it.
-#[cfg(any(test, feature = "testing"))]
-#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-pub static EMULATOR: EmulatorSpec = EmulatorSpec {
-    name: "Bigtable",
-    slug: "bigtable",
-    program_name: "cbtemulator",
-    program_override_var: "GCP_SQL_BIGTABLE_EMULATOR_BIN",
-    sdk_relative_path: Some("platform/bigtable-emulator/cbtemulator"),
-    listen_args: |port| {
-        vec![
-            "-host".into(),
-            "127.0.0.1".into(),
-            "-port".into(),
-            port.to_string(),
-        ]
-    },
-    python_loopback_hook: false,
-    install_hint: "apt-get install google-cloud-cli-bigtable-emulator",
-    private_install: None,
-    probe: Probe {
-        path: "/google.bigtable.admin.v2.BigtableTableAdmin/ListTables",
-        request: || {
-            ListTablesRequest {
-                parent: "projects/readiness/instances/readiness".into(),
-                ..Default::default()
-            }
-            .encode_to_vec()
-        },
-    },
-    started_note: None,
-};
-
-#[cfg(any(test, feature = "testing"))]
-#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-impl EmulatorKind {
-    /// The Bigtable emulator.
-    #[allow(non_upper_case_globals)]
-    pub const Bigtable: EmulatorKind = EmulatorKind::of(KIND);
-}

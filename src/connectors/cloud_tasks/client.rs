@@ -4,7 +4,7 @@
 //! # Connections
 //!
 //! - **Emulator** (`emulator_host`, else `CLOUD_TASKS_EMULATOR_HOST`, resolved when the options
-//!   are built): one plaintext channel from [`crate::connectors::google::plaintext_endpoint`], without
+//!   are built): one plaintext channel from [`crate::google::plaintext_endpoint`], without
 //!   HTTP/2 keepalive pings and without credentials. A channel pool is refused with an emulator
 //!   when the sink is declared (the option `channel_pool_size`), and again here.
 //! - **Google** (`endpoint`, default [`DEFAULT_ENDPOINT`]): TLS with the webpki roots and OAuth
@@ -52,12 +52,12 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 use super::mapping::{TaskRecord, create_task_request_len, write_create_task_request};
-use crate::connectors::google::{
+use crate::core::{Class, Destination, SendOutcome, Transport};
+use crate::error::{Error, Result};
+use crate::google::{
     self, Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, Reachability, emulator_setting,
     nothing_listens, unary_pre_encoded, with_deadline,
 };
-use crate::core::{Class, Destination, SendOutcome, Transport};
-use crate::error::{Error, Result};
 
 /// The Cloud Tasks service endpoint used when no `endpoint` is set.
 pub const DEFAULT_ENDPOINT: &str = "https://cloudtasks.googleapis.com";
@@ -157,7 +157,7 @@ impl CloudTasksTransport {
                     ),
                 ));
             }
-            let channel = crate::connectors::google::plaintext_endpoint(host)?.connect_lazy();
+            let channel = crate::google::plaintext_endpoint(host)?.connect_lazy();
             let setting = emulator_setting(host, super::SERVICE.emulator_env_var);
             return Ok(Self::plaintext(
                 channel,
@@ -448,7 +448,7 @@ mod tests {
     #[tokio::test]
     async fn never_creates_a_missing_queue() {
         let transport = CloudTasksTransport::from_channel(
-            crate::connectors::google::plaintext_endpoint("127.0.0.1:1")
+            crate::google::plaintext_endpoint("127.0.0.1:1")
                 .unwrap()
                 .connect_lazy(),
             "127.0.0.1:1",

@@ -14,7 +14,7 @@
 //! against it), so `cloud_tasks_create_queue` is how a session gets one.
 //!
 //! Both talk only to the emulator `CLOUD_TASKS_EMULATOR_HOST` names (`gcp-sql --emulators` sets
-//! it), through the crate's channel and status mapping ([`crate::sql::inspect`] has the one
+//! it), through the crate's channel and status mapping ([`crate::plan::inspect`] has the one
 //! design every inspection function follows).
 //!
 //! ```sql
@@ -42,9 +42,9 @@ use gcloud_sdk::google::cloud::tasks::v2::{
 };
 
 use super::names::cloud_tasks_queue;
-use crate::connectors::google::{GrpcChannel, Reachability, with_deadline};
 use crate::error::{Error, Result};
-use crate::sql::inspect::{
+use crate::google::{GrpcChannel, Reachability, with_deadline};
+use crate::plan::inspect::{
     Inspection, InspectionFunctions, LazyTable, bool_arg, check_arity, count_arg, emulator_channel,
     name_arg, rpc_error, sorted_json_object, timestamp_micros, utc_micros,
 };
@@ -399,13 +399,13 @@ fn tasks_batch(tasks: &[Task]) -> Result<RecordBatch> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sql::inspect::test_support::{
+    use crate::plan::inspect::test_support::{
         assert_needs_an_emulator, assert_nothing_answers, assert_plan_errors,
     };
 
     #[tokio::test]
     async fn arguments_are_checked_when_the_statement_is_planned() {
-        assert_plan_errors(&[
+        assert_plan_errors(inspection_functions, &[
             (
                 "SELECT * FROM cloud_tasks_create_queue('projects/p/locations/l/queues/bad_id')",
                 "a queue id has 1 to 100 letters, digits or hyphens",

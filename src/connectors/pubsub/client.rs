@@ -54,15 +54,15 @@ use tonic::transport::Channel;
 use super::sink::mapping::{
     PubsubRecord, request_base_len, request_entry_len, write_publish_request,
 };
-use crate::connectors::google::{
-    Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, Reachability, emulator_setting,
-    nothing_listens, routing_value, unary_pre_encoded, with_deadline,
-};
 use crate::core::{Class, Destination, SendOutcome, Transport};
 use crate::encode::schema::{PayloadSchema, SchemaEncoding, SchemaType};
 use crate::error::{Error, Result};
+use crate::google::{
+    Connection, GrpcChannel, PreEncoded, ROUTING_HEADER, Reachability, emulator_setting,
+    nothing_listens, routing_value, unary_pre_encoded, with_deadline,
+};
 
-pub use crate::connectors::google::{CLOUD_PLATFORM_SCOPE, credentials_from_file};
+pub use crate::google::{CLOUD_PLATFORM_SCOPE, credentials_from_file};
 
 /// The Pub/Sub service endpoint used when no `endpoint` is set.
 pub const DEFAULT_ENDPOINT: &str = "https://pubsub.googleapis.com";

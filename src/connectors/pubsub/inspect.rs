@@ -47,9 +47,9 @@ use gcloud_sdk::google::pubsub::v1::{AcknowledgeRequest, PullRequest, Subscripti
 use tonic::Code;
 
 use super::names::{pubsub_subscription, pubsub_topic};
-use crate::connectors::google::{GrpcChannel, Reachability, with_deadline};
 use crate::error::Result;
-use crate::sql::inspect::{
+use crate::google::{GrpcChannel, Reachability, with_deadline};
+use crate::plan::inspect::{
     Inspection, InspectionFunctions, LazyTable, check_arity, count_arg, emulator_channel, name_arg,
     rpc_error, sorted_json_object, timestamp_micros, utc_micros,
 };
@@ -361,7 +361,7 @@ async fn pull(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sql::inspect::test_support::assert_nothing_answers;
+    use crate::plan::inspect::test_support::assert_nothing_answers;
     use crate::sql::{new_context, register_inspection, run};
 
     /// The error of planning `sql` with the inspection functions installed, pointed at a port

@@ -10,6 +10,10 @@ use tonic::Code;
 use super::*;
 use crate::core::metrics::names;
 use crate::core::{Backoff, BatchThresholds, RecoverySettings, RetrySettings};
+// This whole file is the writer's test module (`#[cfg(test)] mod tests;` in `mod.rs`); the
+// attribute below says so again where a reader of this file alone looks, before its first use
+// of the test support: the core depends on `crate::testing` in its tests only.
+#[cfg(test)]
 use crate::testing::{FakeReply, FakeTransport};
 
 type Fake = FakeTransport<u32>;

@@ -44,6 +44,11 @@ pub fn unique(prefix: &str) -> String {
 /// the `gcp-sql` tool with `--emulators`: the tool goes on without an emulator it cannot start,
 /// so without this such a test would fail later on an assertion about what the tool did. The
 /// first failing test of the binary gives the whole lookup; the others a one-line reminder.
+/// Every emulator the registry lists, in its order.
+pub fn all_emulators() -> Vec<EmulatorKind> {
+    gcp_sql::connectors::registry::emulators().collect()
+}
+
 pub fn require_emulators(kinds: &[EmulatorKind]) {
     for &kind in kinds {
         if let Err(error) = kind.locate() {

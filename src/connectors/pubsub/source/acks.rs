@@ -25,7 +25,7 @@ use tonic::Code;
 use super::SourceCounters;
 use super::lease::{Outstanding, ack_deadline_seconds, lease_interval};
 use super::ticket::AckCommand;
-use crate::connectors::google::{GrpcChannel, ROUTING_HEADER, routing_value, with_deadline};
+use crate::google::{GrpcChannel, ROUTING_HEADER, routing_value, with_deadline};
 
 /// Most ack ids in one `Acknowledge` or `ModifyAckDeadline` call: 2,500, the batch limit of
 /// Google's subscribers (a request must also stay under the service's 512 KiB request size,

@@ -50,7 +50,7 @@ use crate::core::FailurePolicy;
 use crate::core::dead_letter::{DeadClass, DeadLetterSink, DeadPayload, DeadRow};
 use crate::core::origin::{OriginCounts, OriginSlot, RowOrigin};
 use crate::error::Error;
-use crate::sql::plan_node::{name_and_properties, no_expressions};
+use crate::plan::node::{name_and_properties, no_expressions};
 
 /// What every partition of one scan shares: the options and the decoder.
 #[derive(Debug)]

@@ -25,10 +25,8 @@ use tonic::Code;
 use super::SourceCounters;
 use super::lease::{Outstanding, ack_deadline_seconds};
 use super::ticket::AckQueue;
-use crate::connectors::google::{
-    GrpcChannel, ROUTING_HEADER, Reachability, nothing_listens, routing_value,
-};
 use crate::error::Error;
+use crate::google::{GrpcChannel, ROUTING_HEADER, Reachability, nothing_listens, routing_value};
 
 /// How often an empty request keeps an idle stream open (the Go subscriber's ping interval).
 pub const HEARTBEAT: Duration = Duration::from_secs(30);

@@ -47,7 +47,7 @@ pub fn plaintext_endpoint(host: &str) -> Result<Endpoint> {
 /// ```no_run
 /// # async fn demo() -> gcp_sql::Result<()> {
 /// // Any generated client takes the channel (`XxxClient::new(channel)`).
-/// let channel = gcp_sql::connectors::google::plaintext_channel("127.0.0.1:8085").await?;
+/// let channel = gcp_sql::google::plaintext_channel("127.0.0.1:8085").await?;
 /// # drop(channel);
 /// # Ok(())
 /// # }

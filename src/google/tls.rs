@@ -8,10 +8,20 @@ use gcloud_sdk::{GoogleApi, GoogleAuthMiddleware};
 use super::credentials::credentials_from_file;
 use crate::error::{Error, Result};
 
+/// Selects the process-wide TLS crypto provider (ring) unless one is installed already.
+///
+/// The dependency tree enables two rustls providers, and rustls then refuses to pick one by
+/// itself; every TLS connection this crate opens (Google endpoints, `gs://`, `s3://`) calls this
+/// first.
+pub fn install_crypto_provider() {
+    // An Err only says that a provider is installed already, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Opens an authenticated TLS connection to a Google endpoint.
 ///
 /// Installs the process-wide crypto provider first
-/// ([`install_crypto_provider`](crate::connectors::install_crypto_provider)). Credentials come
+/// ([`install_crypto_provider`]). Credentials come
 /// from `credentials_file` when given (see [`credentials_from_file`]), else from Application
 /// Default Credentials. The channel is connected here, so every failure — an unreadable
 /// credentials file as much as an unreachable endpoint — is an [`Error::Connect`] naming
@@ -27,7 +37,7 @@ pub async fn connect(
     endpoint: &str,
     credentials_file: Option<&Path>,
 ) -> Result<GoogleApi<GoogleAuthMiddleware>> {
-    crate::connectors::install_crypto_provider();
+    install_crypto_provider();
     let connect_error = |message: String| Error::Connect {
         endpoint: endpoint.to_string(),
         message,

@@ -19,7 +19,7 @@ pub const CLOUD_PLATFORM_SCOPE: &str = "https://www.googleapis.com/auth/cloud-pl
 /// # Example
 ///
 /// ```
-/// use gcp_sql::connectors::google::credentials_from_file;
+/// use gcp_sql::google::credentials_from_file;
 ///
 /// let dir = tempfile::tempdir().unwrap();
 /// let path = dir.path().join("key.json");
@@ -141,7 +141,7 @@ mod tests {
         });
         std::fs::write(&file, json.to_string()).unwrap();
 
-        crate::connectors::install_crypto_provider();
+        crate::google::install_crypto_provider();
         let credentials = credentials_from_file(&file).unwrap();
         let headers = match credentials.headers(http::Extensions::new()).await.unwrap() {
             CacheableResource::New { data, .. } => data,

@@ -28,7 +28,7 @@ pub const NO_ANSWER_WARN_ATTEMPTS: u32 = 3;
 /// Cloning shares the state: every channel and client of one transport observes through it.
 ///
 /// ```
-/// use gcp_sql::connectors::google::{Reachability, nothing_listens};
+/// use gcp_sql::google::{Reachability, nothing_listens};
 ///
 /// let reach = Reachability::emulator("127.0.0.1:9", "emulator_host");
 /// let refused = tonic::Status::from_error(Box::new(std::io::Error::from(

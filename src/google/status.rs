@@ -75,7 +75,7 @@ pub(super) fn transport_failure(status: &tonic::Status) -> Option<TransportFailu
 /// # Example
 ///
 /// ```
-/// use gcp_sql::connectors::google::transport_status;
+/// use gcp_sql::google::transport_status;
 /// use tonic::{Code, Status};
 ///
 /// let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);

@@ -1,10 +1,11 @@
-//! gRPC plumbing the connectors' clients and inspection functions share when they talk to
-//! Google or to an emulator, one file per concern:
+//! gRPC plumbing the connectors' clients, the inspection functions and the emulator launcher
+//! share when they talk to Google or to an emulator, one file per concern. It sits below every
+//! one of them and imports none:
 //!
 //! | file | concern |
 //! |---|---|
 //! | `plaintext` | the plaintext endpoint to an emulator or a fake server ([`plaintext_endpoint`]) |
-//! | `tls` | the authenticated TLS connection to Google ([`connect`], [`require_tls`]) |
+//! | `tls` | the authenticated TLS connection to Google ([`connect`], [`require_tls`], [`install_crypto_provider`]) |
 //! | `credentials` | credentials files ([`credentials_from_file`]) |
 //! | `connection` | where a transport's channels come from ([`Connection`]) |
 //! | `channel` | the one channel type every call goes through ([`GrpcChannel`]) |
@@ -39,4 +40,4 @@ pub use pre_encoded::{PreEncoded, ready, unary_pre_encoded};
 pub use reachability::{NO_ANSWER_WARN_ATTEMPTS, Reachability, emulator_setting, nothing_listens};
 pub use routing::{ROUTING_HEADER, routing_value};
 pub use status::transport_status;
-pub use tls::{connect, require_tls};
+pub use tls::{connect, install_crypto_provider, require_tls};

@@ -14,7 +14,7 @@ use tonic::codegen::{Body, Bytes, StdError, http};
 /// # Example
 ///
 /// ```
-/// use gcp_sql::connectors::google::PreEncoded;
+/// use gcp_sql::google::PreEncoded;
 /// use prost::Message;
 ///
 /// // A `Topic` whose `name` (field 1) is "t".

@@ -13,7 +13,7 @@ pub const ROUTING_HEADER: &str = "x-goog-request-params";
 /// # Example
 ///
 /// ```
-/// use gcp_sql::connectors::google::routing_value;
+/// use gcp_sql::google::routing_value;
 ///
 /// let value = routing_value(&[("topic", "projects/p/topics/t")]).unwrap();
 /// assert_eq!(value.to_str().unwrap(), "topic=projects%2Fp%2Ftopics%2Ft");

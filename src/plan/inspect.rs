@@ -10,12 +10,13 @@
 //! channel ([`GrpcChannel`]), so a broken connection or a client-side deadline reads as the
 //! status Google's clients give it, and a [`Reachability`] that turns a refused first call into
 //! "nothing answers at that address". Each RPC carries its own deadline
-//! ([`crate::connectors::google::with_deadline`]).
+//! ([`crate::google::with_deadline`]).
 //!
 //! The functions talk to an emulator only — the address given to the function, else the one the
 //! connector's variable names (`PUBSUB_EMULATOR_HOST`, ...; `gcp-sql --emulators` sets them) —
 //! and fail otherwise: they are for quickstarts, demos and checks, never for production data.
-//! [`crate::sql::register_inspection`] installs them; [`crate::sql::register`] does not.
+//! The SQL layer's `register_inspection` installs them; its `register` does not. This module
+//! imports neither the connectors nor the SQL layer.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -31,8 +32,8 @@ use datafusion::error::Result as DFResult;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::connectors::google::{GrpcChannel, Reachability, plaintext_endpoint};
 use crate::error::{Error, Result};
+use crate::google::{GrpcChannel, Reachability, plaintext_endpoint};
 use crate::options::{ConnectionOptions, Service};
 
 /// A connector's inspection table functions, each under the name SQL calls it by.
@@ -96,7 +97,7 @@ impl TableProvider for LazyTable {
 /// ([`Service::emulator_env_var`]) holds, for the inspection function `function`,
 /// with the [`Reachability`] of that address (its setting: "the emulator host given", or the
 /// variable). Calls through the channel pass through the crate's status mapping
-/// ([`crate::connectors::google::transport_status`]); pass each call's result through
+/// ([`crate::google::transport_status`]); pass each call's result through
 /// [`Reachability::observe`] so a refused first call says that nothing answers there.
 ///
 /// Without an address the error is [`Error::Connect`] naming the public endpoint and saying
@@ -266,11 +267,19 @@ pub(crate) mod test_support {
         address
     }
 
-    /// The error `sql` is refused with when planned, with every inspection function installed.
-    pub(crate) async fn plan_error(sql: &str) -> String {
+    /// A session with `functions` installed.
+    fn session_with(functions: InspectionFunctions) -> SessionContext {
         let ctx = SessionContext::new();
-        crate::sql::register_inspection(&ctx);
-        ctx.sql(sql)
+        for (name, function) in functions {
+            ctx.register_udtf(name, function);
+        }
+        ctx
+    }
+
+    /// The error `sql` is refused with when planned, with `functions` installed.
+    pub(crate) async fn plan_error(functions: InspectionFunctions, sql: &str) -> String {
+        session_with(functions)
+            .sql(sql)
             .await
             .expect_err("the arguments are refused when planned")
             .to_string()
@@ -278,11 +287,8 @@ pub(crate) mod test_support {
 
     /// The error `sql` fails with when run, with `functions` installed (it plans).
     pub(crate) async fn run_error(functions: InspectionFunctions, sql: &str) -> String {
-        let ctx = SessionContext::new();
-        for (name, function) in functions {
-            ctx.register_udtf(name, function);
-        }
-        ctx.sql(sql)
+        session_with(functions)
+            .sql(sql)
             .await
             .unwrap()
             .collect()
@@ -291,11 +297,14 @@ pub(crate) mod test_support {
             .to_string()
     }
 
-    /// Asserts that each statement of `cases` is refused when planned with its part in the
-    /// error.
-    pub(crate) async fn assert_plan_errors(cases: &[(&str, &str)]) {
+    /// Asserts that each statement of `cases`, with the inspection functions `functions` makes
+    /// installed, is refused when planned with its part in the error.
+    pub(crate) async fn assert_plan_errors(
+        functions: fn() -> InspectionFunctions,
+        cases: &[(&str, &str)],
+    ) {
         for (sql, expected) in cases {
-            let error = plan_error(sql).await;
+            let error = plan_error(functions(), sql).await;
             assert!(error.contains(expected), "{sql}: {error}");
         }
     }
