@@ -262,11 +262,11 @@ pub(crate) fn statement_control(quiet: bool) -> StatementControl {
 fn flush_point_line(p: &FlushPoint) -> String {
     let c = &p.counts;
     let source = p
-        .source
+        .delivery
         .map(|s| {
             format!(
                 "; source: {} message(s) read, {} acknowledged, {} nacked",
-                s.read, s.acknowledged, s.nacked
+                s.messages_read, s.messages_acked, s.messages_nacked
             )
         })
         .unwrap_or_default();

@@ -23,7 +23,7 @@ use crate::bench::null_method::NullService;
 use crate::core::SinkMetrics;
 #[cfg(doc)]
 use crate::core::StopKind;
-use crate::core::origin::OriginSlot;
+use crate::core::delivery::DeliveryInput;
 use crate::core::run::WriterContext;
 #[cfg(any(test, feature = "testing"))]
 use crate::emulators::kind::EmulatorKind;
@@ -52,7 +52,7 @@ pub type DeclareSourceFn =
 
 /// A connector's source (a table whose rows are read from the service, a subscription for
 /// instance): how a `CREATE` declares it, and how the SQL layer finds its scans in a plan and
-/// the [`OriginSlot`] of each scan partition (see [`crate::core::origin`]).
+/// the [`DeliveryInput`] of each scan partition (see [`crate::core::delivery`]).
 pub struct SourceDescriptor {
     /// What a source's `LOCATION` names (`subscription`).
     pub location: &'static str,
@@ -67,9 +67,9 @@ pub struct SourceDescriptor {
     pub is_table: fn(&dyn TableProvider) -> bool,
     /// Whether a plan node is one of this source's scans.
     pub is_node: fn(&dyn ExecutionPlan) -> bool,
-    /// The origin slot of partition `p` of a scan node; `None` for another node or a
+    /// The delivery input of partition `p` of a scan node; `None` for another node or a
     /// partition out of range.
-    pub origin_slot: fn(&dyn ExecutionPlan, usize) -> Option<Arc<dyn OriginSlot>>,
+    pub origin_slot: fn(&dyn ExecutionPlan, usize) -> Option<Arc<dyn DeliveryInput>>,
 }
 
 impl fmt::Debug for SourceDescriptor {

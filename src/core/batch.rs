@@ -377,7 +377,7 @@ mod tests {
             destination: "d".into(),
             sequence_key: key.map(Arc::from),
             serial_key: None,
-            origin: None,
+            handle: None,
         };
         Item::new(envelope, g.try_admit(bytes).expect("room"))
     }

@@ -21,8 +21,8 @@ mod admission;
 mod batch;
 mod breaker;
 pub mod dead_letter;
+pub mod delivery;
 pub mod metrics;
-pub mod origin;
 mod pool;
 mod progress;
 pub mod rate;
@@ -42,7 +42,7 @@ use crate::error::Result;
 pub use dead_letter::{DeadClass, DeadLetterSink, DeadLetters, DeadPayload, DeadRow};
 pub use metrics::{SinkMetrics, WriterCounts};
 pub use rate::LoadHint;
-pub use retry::{Backoff, RetrySettings};
+pub use retry::{Backoff, RetrySettings, retry};
 pub use stop::{StopKind, StopSignal};
 #[cfg(test)]
 pub(crate) use writer::tests::config as test_flow_config;
@@ -72,9 +72,10 @@ pub struct Envelope<R> {
     /// Unlike a sequence key, records of different serial keys share batches (see ADR 0031).
     /// Ignored on a record that has a sequence key (which already keeps that order).
     pub serial_key: Option<Arc<[u8]>>,
-    /// Where the row came from, when its source acknowledges only delivered rows
-    /// ([`origin`]): settled once the record is delivered, dead-lettered or dropped.
-    pub origin: Option<Arc<dyn origin::RowOrigin>>,
+    /// The delivery handle of the batch the row came from, when its input must hear how its
+    /// rows ended ([`delivery`]): settled once the record is delivered, dead-lettered or
+    /// dropped.
+    pub handle: Option<Arc<dyn delivery::DeliveryHandle>>,
 }
 
 /// What a send returned.

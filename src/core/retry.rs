@@ -71,6 +71,30 @@ impl Default for RetrySettings {
 }
 
 impl RetrySettings {
+    /// Settings bounded by attempts only: `max_attempts` attempts, waiting `first_delay` before
+    /// the first retry and doubling from there (capped at a minute), without jitter; every
+    /// attempt gets `rpc_timeout` as its deadline (zero: none).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gcp_sql::core::RetrySettings;
+    /// let s = RetrySettings::doubling(5, Duration::from_millis(100), Duration::ZERO);
+    /// assert_eq!((s.max_attempts, s.jitter), (5, false));
+    /// ```
+    pub const fn doubling(max_attempts: u32, first_delay: Duration, rpc_timeout: Duration) -> Self {
+        RetrySettings {
+            total_timeout: Duration::ZERO,
+            max_attempts,
+            initial_retry_delay: first_delay,
+            retry_delay_multiplier: 2.0,
+            max_retry_delay: Duration::from_secs(60),
+            initial_rpc_timeout: rpc_timeout,
+            rpc_timeout_multiplier: 1.0,
+            max_rpc_timeout: rpc_timeout,
+            jitter: false,
+        }
+    }
+
     /// Settings that never give up (unlimited attempts and time), keeping the delays and
     /// deadlines of `base`. The Java Pub/Sub publisher does this when ordering is enabled,
     /// because giving up on a key would break its order; the progress watchdog is then what
@@ -219,6 +243,53 @@ impl Backoff {
             }
         }
         d
+    }
+
+    /// [`Backoff::delay`] with "equal jitter": between half of it and all of it, uniformly, so
+    /// that many clients that failed together do not come back together.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gcp_sql::core::Backoff;
+    /// let b = Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(10), multiplier: 2.0 };
+    /// let d = b.jittered(2);
+    /// assert!(d >= Duration::from_millis(100) && d <= Duration::from_millis(200));
+    /// ```
+    pub fn jittered(&self, retry: u32) -> Duration {
+        self.delay(retry).mul_f64(0.5 + fastrand::f64() * 0.5)
+    }
+}
+
+/// Runs `call` until it succeeds, `retryable` refuses its error, or `settings`' budget is spent
+/// (attempts, total time), sleeping the settings' delay between attempts. Each attempt is
+/// given the deadline the settings set for it (`None`: none). Returns the last result and the
+/// attempts made.
+///
+/// The one retry loop of the calls that are not a sink's sends (those run through the core's
+/// resolver): a source's acknowledgements, nacks and lease extensions, a dead-letter publish.
+pub async fn retry<T, E, F, Fut>(
+    settings: &RetrySettings,
+    retryable: impl Fn(&E) -> bool,
+    mut call: F,
+) -> (Result<T, E>, u32)
+where
+    F: FnMut(Option<Duration>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut state = settings.start(Instant::now());
+    loop {
+        let deadline = state.begin_attempt(Instant::now());
+        let error = match call(deadline).await {
+            Ok(value) => return (Ok(value), state.attempts()),
+            Err(error) => error,
+        };
+        if !retryable(&error) {
+            return (Err(error), state.attempts());
+        }
+        match state.next_delay(Instant::now()) {
+            Some(delay) => tokio::time::sleep(delay).await,
+            None => return (Err(error), state.attempts()),
+        }
     }
 }
 
@@ -395,6 +466,71 @@ mod tests {
         assert!(!is_transient_code(tonic::Code::InvalidArgument));
         assert!(!is_transient_code(tonic::Code::NotFound));
         assert!(!is_transient_code(tonic::Code::PermissionDenied));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_runs_until_success_refusal_or_budget() {
+        let settings = fixed(0, 4);
+        let start = Instant::now();
+        let mut seen = Vec::new();
+        let (result, attempts) = retry(
+            &settings,
+            |e: &&str| *e == "transient",
+            |deadline| {
+                seen.push((start.elapsed(), deadline));
+                let n = seen.len();
+                async move { if n < 3 { Err("transient") } else { Ok(n) } }
+            },
+        )
+        .await;
+        assert_eq!((result, attempts), (Ok(3), 3));
+        let at: Vec<Duration> = seen.iter().map(|(t, _)| *t).collect();
+        assert_eq!(
+            at,
+            [
+                Duration::ZERO,
+                Duration::from_millis(100),
+                Duration::from_millis(300)
+            ]
+        );
+        assert_eq!(
+            seen[0].1,
+            Some(Duration::from_secs(1)),
+            "the attempt's deadline"
+        );
+
+        let (result, attempts) = retry(
+            &settings,
+            |_: &&str| false,
+            |_| async { Err::<(), _>("fatal") },
+        )
+        .await;
+        assert_eq!(
+            (result, attempts),
+            (Err("fatal"), 1),
+            "not retryable: one attempt"
+        );
+
+        let (result, attempts) = retry(
+            &settings,
+            |_: &&str| true,
+            |_| async { Err::<(), _>("down") },
+        )
+        .await;
+        assert_eq!((result, attempts), (Err("down"), 4), "max_attempts");
+    }
+
+    #[test]
+    fn jittered_backoff_stays_between_half_and_all_of_the_delay() {
+        let b = Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(10),
+            multiplier: 2.0,
+        };
+        for retry in 1..12 {
+            let d = b.jittered(retry);
+            assert!(d >= b.delay(retry) / 2 && d <= b.delay(retry), "{d:?}");
+        }
     }
 
     #[test]

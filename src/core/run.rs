@@ -27,9 +27,9 @@ pub struct FlushPoint {
     pub counts: WriterCounts,
     /// Per destination: records sent and send errors (with `per_destination_metrics` only).
     pub per_destination: Vec<(String, u64, u64)>,
-    /// What the source behind the writer's input did so far (its whole scan), when the input
-    /// reads a source that acknowledges after delivery (a subscription).
-    pub source: Option<crate::core::origin::OriginCounts>,
+    /// What the input behind the writer did so far (its whole scan), when the input carries
+    /// delivery handles ([`crate::core::delivery`]; a subscription).
+    pub delivery: Option<crate::core::delivery::DeliveryCounts>,
 }
 
 /// Called at each flush point of each writer, from the writer's task: keep it short (send the
@@ -63,9 +63,9 @@ pub struct WriterContext {
     pub table: Option<Arc<str>>,
     /// The session's runtime (its object stores, for `dead_letter_path`), when there is one.
     pub runtime: Option<Arc<datafusion::execution::runtime_env::RuntimeEnv>>,
-    /// Where the writer finds the origin of each input batch, when its input comes from a
-    /// source that acknowledges only delivered rows (see [`crate::core::origin`]).
-    pub origin: Option<Arc<dyn crate::core::origin::OriginSlot>>,
+    /// Where the writer finds the delivery handle of each input batch, when its input carries
+    /// them (see [`crate::core::delivery`]).
+    pub delivery: Option<Arc<dyn crate::core::delivery::DeliveryInput>>,
 }
 
 impl std::fmt::Debug for WriterContext {
@@ -77,7 +77,7 @@ impl std::fmt::Debug for WriterContext {
             .field("observer", &self.observer.is_some())
             .field("statement", &self.statement)
             .field("table", &self.table)
-            .field("origin", &self.origin.is_some())
+            .field("delivery", &self.delivery.is_some())
             .finish()
     }
 }

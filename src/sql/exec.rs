@@ -45,9 +45,11 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use super::control::StatementControl;
+use super::lineage::Feed;
 use super::spec::SinkSpec;
 use crate::connectors::{Routing, SinkConnector};
 use crate::core::SinkMetrics;
+use crate::core::delivery::wait_settled;
 use crate::core::run::WriterContext;
 use crate::core::statement::{Running, Statement, WriterTask};
 use crate::plan::node::{name_and_properties, no_expressions, with_new_children_by_replace};
@@ -90,10 +92,9 @@ pub struct SinkWriterExec {
     /// [`super::order`]); dropped before a row is encoded.
     hidden: usize,
     writers: usize,
-    /// The input reads a source that acknowledges after delivery: connected by
-    /// [`super::lineage::connect`], one writer per input partition, each finding its rows'
-    /// origin in its partition's slot.
-    reads_source: bool,
+    /// Whether the input carries delivery handles, and what follows from it
+    /// ([`super::lineage::Feed`]).
+    feed: Feed,
     metrics: ExecutionPlanMetricsSet,
     statement: Arc<Statement>,
     properties: Arc<PlanProperties>,
@@ -155,14 +156,11 @@ impl SinkWriterExec {
         routing: Routing,
         ordering: Option<LexOrdering>,
     ) -> DFResult<Self> {
-        let reads_source = super::lineage::reads_source(&input);
-        let (input, ordering) = if reads_source {
-            // One writer per source partition, fed through nodes that pass each batch on;
-            // a plan that cannot be connected so is refused here, before anything is read.
-            (super::lineage::connect(input, &table)?, None)
-        } else {
-            (input, ordering)
-        };
+        // With delivery handles: one writer per input partition, fed through nodes that pass
+        // each batch on; a plan that cannot be connected so is refused here, before anything
+        // is read.
+        let (feed, input) = Feed::of(input, &table)?;
+        let ordering = feed.ordering(ordering);
         let schema = input.schema();
         let key_exprs = routing
             .key_columns
@@ -187,10 +185,7 @@ impl SinkWriterExec {
         }
         let hidden = schema.fields().len() - visible;
         let partitions = input.output_partitioning().partition_count().max(1);
-        let writers = match sink.parallelism() {
-            Some(p) if !reads_source => p.clamp(1, partitions),
-            _ => partitions,
-        };
+        let writers = feed.writers(sink.parallelism(), partitions);
         let boundedness = match input.boundedness() {
             Boundedness::Bounded => Boundedness::Bounded,
             Boundedness::Unbounded { .. } => Boundedness::Unbounded {
@@ -214,7 +209,7 @@ impl SinkWriterExec {
             ordering,
             hidden,
             writers,
-            reads_source,
+            feed,
             metrics: ExecutionPlanMetricsSet::new(),
             statement: Arc::default(),
             properties: Arc::new(properties),
@@ -296,21 +291,9 @@ impl SinkWriterExec {
         ctx: WriterContext,
     ) -> DFResult<u64> {
         let result = sink.write_all(input, metrics, &ctx).await;
-        if let Some(slot) = &ctx.origin {
-            // The input is gone: every ticket is settled or dropped, so the source's last
-            // acknowledgements (and nacks) are decided; the statement ends once they are sent.
-            slot.settled().await;
-            let counts = slot.counts();
-            tracing::info!(
-                writer = ctx.writer + 1,
-                writers = ctx.writers,
-                source = %slot.describe(),
-                messages_read = counts.read,
-                messages_acknowledged = counts.acknowledged,
-                messages_nacked = counts.nacked,
-                "the writer's source settled"
-            );
-        }
+        // The input is gone: every delivery handle is settled or dropped, so the input's
+        // last acknowledgements (and nacks) are decided; the statement ends once they are sent.
+        wait_settled(ctx.delivery.as_ref(), ctx.writer, ctx.writers).await;
         Ok(running.finish(&ctx, result).await?)
     }
 }
@@ -350,8 +333,8 @@ impl ExecutionPlan for SinkWriterExec {
     name_and_properties!("SinkWriterExec");
 
     fn required_input_distribution(&self) -> Vec<Distribution> {
-        if self.reads_source {
-            // Each writer reads one source partition as it is (see `lineage`); a key is kept
+        if !self.feed.may_repartition() {
+            // Each writer reads one input partition as it is (see `lineage`); a key is kept
             // in order within a writer by the core's per-key routing.
             vec![Distribution::UnspecifiedDistribution]
         } else if self.sink.parallelism() == Some(1) {
@@ -377,7 +360,7 @@ impl ExecutionPlan for SinkWriterExec {
     }
 
     fn benefits_from_input_partitioning(&self) -> Vec<bool> {
-        if self.reads_source || self.sink.parallelism() == Some(1) {
+        if !self.feed.may_repartition() || self.sink.parallelism() == Some(1) {
             return vec![false];
         }
         // More partitions are more writers: every core encodes and sends. With a key, this is
@@ -478,11 +461,7 @@ impl ExecutionPlan for SinkWriterExec {
             statement: self.statement.id().clone(),
             table: Some(self.table.as_str().into()),
             runtime: Some(context.runtime_env()),
-            origin: if self.reads_source {
-                super::lineage::origin_slot(&self.input, partition)
-            } else {
-                None
-            },
+            delivery: self.feed.input(&self.input, partition),
         };
         let user_stop = control.as_ref().map(|c| c.signal());
         let counted = control.map(|c| c.writer_running());
@@ -701,7 +680,7 @@ mod tests {
                 destination: Arc::from("d"),
                 sequence_key: None,
                 serial_key: None,
-                origin: None,
+                handle: None,
             }));
         }
     }
@@ -1181,7 +1160,7 @@ mod streaming_tests {
                 destination: Arc::from(dest.expect("destination")),
                 sequence_key: None,
                 serial_key: None,
-                origin: None,
+                handle: None,
             }));
         }
     }

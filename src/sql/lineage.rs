@@ -11,13 +11,19 @@
 //!    merges of partitions, which the optimizer adds, are taken out. Anything else
 //!    (aggregates, joins, sorts, windows, limits, hash repartitions) is refused at planning.
 //! 2. **One writer per source partition**, reading that partition only: the batch a writer
-//!    receives is the one its source partition emitted last, so the writer finds its origin in
-//!    that partition's slot ([`origin_slot`]).
+//!    receives is the one its source partition emitted last, so the writer finds its delivery
+//!    handle in that partition's [`DeliveryInput`] ([`delivery_input`]).
 //! 3. **The writer retains the batch's rows before it polls again, and settles each once
-//!    delivered, dead-lettered or dropped** ([`crate::core::origin`]); the source seals a batch
-//!    when it is polled for the next one, and acknowledges it once sealed and fully settled.
+//!    delivered, dead-lettered or dropped** ([`crate::core::delivery`]); the source seals a
+//!    batch when it is polled for the next one, and acknowledges it once sealed and fully
+//!    settled.
 //!
 //! A subtree that reads no source is left as it is (a bounded table in a `UNION ALL`).
+//!
+//! The writers' node ([`super::exec::SinkWriterExec`]) asks one question of its input, through
+//! [`Feed`]: does it carry delivery handles? Every consequence (the input connected, one writer
+//! per input partition, no ordering imposed, where each writer finds its handles) follows from
+//! the answer here, not at each use.
 
 use std::fmt;
 use std::sync::Arc;
@@ -45,7 +51,7 @@ use futures::StreamExt;
 
 use crate::connectors::SourceDescriptor;
 use crate::connectors::registry;
-use crate::core::origin::OriginSlot;
+use crate::core::delivery::DeliveryInput;
 use crate::error::{Error, Result};
 use crate::plan::node::{name_and_properties, with_new_children_by_replace};
 
@@ -64,7 +70,7 @@ pub fn reads_source(plan: &Arc<dyn ExecutionPlan>) -> bool {
 /// A description of the first source `plan` reads, for messages.
 fn first_source(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
     match source_of(plan.as_ref()) {
-        Some(source) => (source.origin_slot)(plan.as_ref(), 0).map(|slot| slot.describe()),
+        Some(source) => (source.origin_slot)(plan.as_ref(), 0).map(|input| input.describe()),
         None => plan.children().into_iter().find_map(first_source),
     }
 }
@@ -146,9 +152,12 @@ fn refusal(node: &Arc<dyn ExecutionPlan>, table: &str) -> Error {
     ))
 }
 
-/// The origin slot of output partition `partition` of a connected plan (see [`connect`]): the
-/// slot of the source partition that feeds it; `None` when it reads no source.
-pub fn origin_slot(plan: &Arc<dyn ExecutionPlan>, partition: usize) -> Option<Arc<dyn OriginSlot>> {
+/// The delivery input of output partition `partition` of a connected plan (see [`connect`]):
+/// that of the source partition that feeds it; `None` when it reads no source.
+pub fn delivery_input(
+    plan: &Arc<dyn ExecutionPlan>,
+    partition: usize,
+) -> Option<Arc<dyn DeliveryInput>> {
     if let Some(source) = source_of(plan.as_ref()) {
         return (source.origin_slot)(plan.as_ref(), partition);
     }
@@ -158,7 +167,7 @@ pub fn origin_slot(plan: &Arc<dyn ExecutionPlan>, partition: usize) -> Option<Ar
         for child in plan.children() {
             let n = child.output_partitioning().partition_count();
             if partition < first + n {
-                return origin_slot(child, partition - first);
+                return delivery_input(child, partition - first);
             }
             first += n;
         }
@@ -166,8 +175,72 @@ pub fn origin_slot(plan: &Arc<dyn ExecutionPlan>, partition: usize) -> Option<Ar
     }
     match plan.children().as_slice() {
         // Every other node of a connected plan passes its input's partitions through.
-        [child] => origin_slot(child, partition),
+        [child] => delivery_input(child, partition),
         _ => None,
+    }
+}
+
+/// How a sink's writers read their input: plainly, or carrying delivery handles (the input
+/// reads a source that acknowledges only what was delivered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feed {
+    /// No delivery handles: the writers are planned as the sink wants them.
+    Plain,
+    /// Every batch carries a delivery handle: the input is [`connect`]ed, each writer reads one
+    /// input partition as it is (no ordering imposed, no repartition asked for) and finds the
+    /// handles of its batches in that partition's [`DeliveryInput`].
+    Handles,
+}
+
+impl Feed {
+    /// The feed of `input`, and the input to plan the writers over (connected when it carries
+    /// handles; refused, naming the node, when it cannot be). `table` names the table written.
+    pub fn of(
+        input: Arc<dyn ExecutionPlan>,
+        table: &str,
+    ) -> Result<(Feed, Arc<dyn ExecutionPlan>)> {
+        if reads_source(&input) {
+            Ok((Feed::Handles, connect(input, table)?))
+        } else {
+            Ok((Feed::Plain, input))
+        }
+    }
+
+    /// The ordering the writers may require: none with handles (a source's order is its
+    /// arrival order, and a sort would hold rows back).
+    pub fn ordering<O>(self, ordering: Option<O>) -> Option<O> {
+        match self {
+            Feed::Plain => ordering,
+            Feed::Handles => None,
+        }
+    }
+
+    /// How many writers run over `partitions` input partitions when the sink asks for
+    /// `parallelism`: with handles, one per input partition whatever the sink asks.
+    pub fn writers(self, parallelism: Option<usize>, partitions: usize) -> usize {
+        match (self, parallelism) {
+            (Feed::Plain, Some(p)) => p.clamp(1, partitions),
+            _ => partitions,
+        }
+    }
+
+    /// Whether the writers' node may ask for its input to be repartitioned or merged: never
+    /// with handles (each writer reads its source partition as it is).
+    pub fn may_repartition(self) -> bool {
+        self == Feed::Plain
+    }
+
+    /// Where writer `partition` finds the delivery handles of its batches (`None` for a plain
+    /// feed).
+    pub fn input(
+        self,
+        plan: &Arc<dyn ExecutionPlan>,
+        partition: usize,
+    ) -> Option<Arc<dyn DeliveryInput>> {
+        match self {
+            Feed::Plain => None,
+            Feed::Handles => delivery_input(plan, partition),
+        }
     }
 }
 

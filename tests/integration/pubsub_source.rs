@@ -15,9 +15,10 @@ use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
 use gcloud_sdk::google::pubsub::v1::{
     AcknowledgeRequest, PublishRequest, PubsubMessage, PullRequest, Subscription, Topic,
 };
+use gcp_sql::connectors::pubsub::source::PubSubSourceTable;
 use gcp_sql::connectors::pubsub::source::options::{PubSubSourceOptions, SourceColumns};
-use gcp_sql::connectors::pubsub::source::{PubSubSourceTable, SourceCounts};
 use gcp_sql::core::FailurePolicy;
+use gcp_sql::core::delivery::DeliveryCounts;
 use gcp_sql::options::PayloadFormat;
 use tonic::transport::Channel;
 
@@ -181,7 +182,7 @@ async fn run(
     table: Arc<PubSubSourceTable>,
     batch_size: usize,
     sql: &str,
-) -> datafusion::error::Result<(Vec<RecordBatch>, SourceCounts)> {
+) -> datafusion::error::Result<(Vec<RecordBatch>, DeliveryCounts)> {
     let ctx = context(batch_size);
     ctx.register_table("t", table.clone())?;
     let result = async { ctx.sql(sql).await?.collect().await }.await;
@@ -997,12 +998,15 @@ async fn a_union_of_two_subscriptions_lands_both_and_flush_points_carry_the_coun
     assert_eq!(rows.len(), 800);
     assert!(rows.contains_key(b"a499".as_slice()) && rows.contains_key(b"b299".as_slice()));
     let points = points.lock().unwrap().clone();
-    let with_source: Vec<_> = points.iter().filter_map(|p| p.source).collect();
+    let with_source: Vec<_> = points.iter().filter_map(|p| p.delivery).collect();
     assert!(
         !with_source.is_empty(),
         "flush points of a source's writers carry its counts: {points:?}"
     );
-    assert!(with_source.iter().any(|s| s.read > 0), "{with_source:?}");
+    assert!(
+        with_source.iter().any(|s| s.messages_read > 0),
+        "{with_source:?}"
+    );
     assert!(a.left_over_after_deadline().await.is_empty());
     assert!(b.pull_now().await.is_empty());
 }

@@ -660,7 +660,7 @@ impl BigtableMapping {
                         destination,
                         sequence_key: None,
                         serial_key,
-                        origin: None,
+                        handle: None,
                     })
                 });
             out.push(encoded.map_err(|reason| Error::Encode {

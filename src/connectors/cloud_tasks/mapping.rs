@@ -724,7 +724,7 @@ impl CloudTasksMapping {
             destination: queue,
             sequence_key: None,
             serial_key: None,
-            origin: None,
+            handle: None,
         })
     }
 

@@ -423,6 +423,23 @@ pub struct TopicSchema {
     pub revision_id: String,
 }
 
+/// Whether an `Acknowledge` or `ModifyAckDeadline` status (a source's acknowledgement, nack
+/// or lease extension) is worth another attempt: the codes the official clients retry for
+/// those calls, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`, `ABORTED`, `INTERNAL`,
+/// `UNAVAILABLE` and `UNKNOWN` ([`classify_publish_status`]'s retryable codes but `CANCELLED`).
+pub fn retryable_ack_status(code: Code) -> bool {
+    code != Code::Cancelled && classify_publish_status(code) == Class::Retryable
+}
+
+/// Whether a StreamingPull status is transient: the stream is opened again. These are the
+/// codes the official subscribers reconnect on (the Node.js client's pull retry list,
+/// `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`, `ABORTED`, `INTERNAL`, `UNAVAILABLE`, and the
+/// Python client's `UNKNOWN`), plus `CANCELLED`, which a stream the server closes on its side
+/// reports: the acknowledgement side's list ([`retryable_ack_status`]) and `CANCELLED`.
+pub fn retryable_pull_status(code: Code) -> bool {
+    retryable_ack_status(code) || code == Code::Cancelled
+}
+
 /// The class of a Publish status; see the module docs.
 pub fn classify_publish_status(code: Code) -> Class {
     match code {

@@ -22,7 +22,8 @@ use crate::connectors::dead_letter::{
     reasons, truncate_at_char,
 };
 use crate::core::{
-    Class, DeadLetterSink, DeadPayload, DeadRow, Destination, SendOutcome, Transport,
+    Class, DeadLetterSink, DeadPayload, DeadRow, Destination, RetrySettings, SendOutcome,
+    Transport, retry,
 };
 use crate::error::{Error, Result};
 use crate::options::ClientCore;
@@ -68,6 +69,12 @@ fn open_topic(
     .boxed()
 }
 
+/// The retry of one dead-letter publish, through the core's retry loop with the writers'
+/// classification of a Publish status: [`TOPIC_ATTEMPTS`] attempts of [`TOPIC_TIMEOUT`] each,
+/// waiting 200 ms before the first retry and doubling (200, 400, 800, 1600 ms).
+const PUBLISH_RETRY: RetrySettings =
+    RetrySettings::doubling(TOPIC_ATTEMPTS, Duration::from_millis(200), TOPIC_TIMEOUT);
+
 /// Dead letters published to a Pub/Sub topic.
 struct TopicSink {
     transport: PubSubTransport,
@@ -104,45 +111,40 @@ impl DeadLetterSink for TopicSink {
             ..Default::default()
         };
         let record = PubsubRecord::from_message(&message);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let outcome = self
-                .transport
-                .send(
-                    &self.client,
-                    &self.destination,
-                    &[&record],
-                    Some(TOPIC_TIMEOUT),
-                )
-                .await;
-            let status = match outcome {
-                SendOutcome::Whole(Ok(())) => return Ok(()),
-                SendOutcome::Whole(Err(status)) => status,
-                SendOutcome::PerRecord(mut v) => match v.pop() {
-                    Some(Err(status)) => status,
-                    _ => return Ok(()),
-                },
-            };
-            let class = self.transport.classify(&status, true);
-            if class == Class::Retryable && attempt < TOPIC_ATTEMPTS {
-                tokio::time::sleep(Duration::from_millis(100) * 2u32.pow(attempt)).await;
-                continue;
-            }
-            let what = if class == Class::NotFound {
-                "the topic does not exist (a dead-letter topic is never created)".to_string()
-            } else {
-                format!("Publish failed after {attempt} attempt(s)")
-            };
-            return Err(Error::DeadLetter {
-                target: self.describe.clone(),
-                message: format!(
-                    "{what}: {} {}",
-                    crate::core::metrics::code_name(status.code()),
-                    status.message()
-                ),
-            });
-        }
+        let (result, attempts) = retry(
+            &PUBLISH_RETRY,
+            |status: &tonic::Status| self.transport.classify(status, true) == Class::Retryable,
+            |deadline| {
+                let record = &record;
+                async move {
+                    let outcome = self
+                        .transport
+                        .send(&self.client, &self.destination, &[record], deadline)
+                        .await;
+                    match outcome {
+                        SendOutcome::Whole(result) => result,
+                        SendOutcome::PerRecord(mut v) => v.pop().unwrap_or(Ok(())),
+                    }
+                }
+            },
+        )
+        .await;
+        let Err(status) = result else {
+            return Ok(());
+        };
+        let what = if self.transport.classify(&status, true) == Class::NotFound {
+            "the topic does not exist (a dead-letter topic is never created)".to_string()
+        } else {
+            format!("Publish failed after {attempts} attempt(s)")
+        };
+        Err(Error::DeadLetter {
+            target: self.describe.clone(),
+            message: format!(
+                "{what}: {} {}",
+                crate::core::metrics::code_name(status.code()),
+                status.message()
+            ),
+        })
     }
 
     async fn finish(&self) -> Result<()> {
@@ -182,6 +184,20 @@ pub fn describe_pubsub(record: &PubsubRecord) -> DeadPayload {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dead_letter_publish_keeps_its_attempts_and_backoff() {
+        let mut state = PUBLISH_RETRY.start(tokio::time::Instant::now());
+        let now = tokio::time::Instant::now();
+        let mut delays = Vec::new();
+        assert_eq!(state.begin_attempt(now), Some(TOPIC_TIMEOUT));
+        while let Some(d) = state.next_delay(now) {
+            delays.push(d.as_millis());
+            assert_eq!(state.begin_attempt(now), Some(TOPIC_TIMEOUT));
+        }
+        assert_eq!(delays, [200, 400, 800, 1600]);
+        assert_eq!(state.attempts(), TOPIC_ATTEMPTS);
+    }
 
     #[test]
     fn a_dead_letter_topic_is_never_created() {

@@ -272,11 +272,11 @@ impl<T: Transport> FlowWriter<T> {
     }
 
     /// How a row the failure policy took (not under `fail`, which fails the writer) settles
-    /// its origin: dropped or dead-lettered.
-    pub(crate) fn policy_outcome(&self) -> crate::core::origin::Settled {
+    /// its delivery handle: dropped or dead-lettered.
+    pub(crate) fn policy_outcome(&self) -> crate::core::delivery::Delivery {
         match self.shared.config.failure_policy {
-            FailurePolicy::DeadLetter => crate::core::origin::Settled::DeadLettered,
-            FailurePolicy::Drop | FailurePolicy::Fail => crate::core::origin::Settled::Dropped,
+            FailurePolicy::DeadLetter => crate::core::delivery::Delivery::DeadLettered,
+            FailurePolicy::Drop | FailurePolicy::Fail => crate::core::delivery::Delivery::Dropped,
         }
     }
 

@@ -35,8 +35,8 @@ use tokio::time::Instant;
 use super::Shared;
 use crate::core::batch::Item;
 use crate::core::dead_letter::{DeadClass, DeadPayload, DeadRow};
+use crate::core::delivery::{Delivery, DeliveryHandle, settle_all};
 use crate::core::metrics::{SinkMetrics, code_name};
-use crate::core::origin::{RowOrigin, Settled, settle_all};
 use crate::core::retry::RetryState;
 use crate::core::{Class, Destination, FailurePolicy, RetrySettings, SendOutcome, Transport};
 use crate::error::{Error, Result};
@@ -110,8 +110,8 @@ impl<T: Transport> Shared<T> {
                     // The common case, without a status per record.
                     let acked = items.len() as u64;
                     settle_all(
-                        items.iter().map(|i| i.envelope.origin.as_ref()),
-                        Settled::Delivered,
+                        items.iter().map(|i| i.envelope.handle.as_ref()),
+                        Delivery::Delivered,
                     );
                     retired.append(&mut items);
                     self.acknowledge(acked, 0);
@@ -197,8 +197,8 @@ impl<T: Transport> Shared<T> {
                 Class::Ok | Class::Duplicate => {
                     acked += 1;
                     duplicates += u64::from(class == Class::Duplicate);
-                    if let Some(origin) = &item.envelope.origin {
-                        origin.settle(1, Settled::Delivered);
+                    if let Some(handle) = &item.envelope.handle {
+                        handle.settle(1, Delivery::Delivered);
                     }
                     retired.push(item);
                 }
@@ -288,14 +288,14 @@ impl<T: Transport> Shared<T> {
             }
             let outcome = if solo {
                 let dead = self.describe_dead(&item.envelope.record);
-                let origin = item.envelope.origin.clone();
+                let handle = item.envelope.handle.clone();
                 retired.push(item);
                 self.confirmed_rejection(
                     destination,
                     &status,
                     dead,
                     state.retry.attempts(),
-                    origin.as_ref(),
+                    handle.as_ref(),
                 )
                 .await
             } else {
@@ -321,7 +321,7 @@ impl<T: Transport> Shared<T> {
     /// consecutive-rejection breaker, which errs when it trips; `dead_letter` writes `dead`
     /// (the record as the connector renders it) to the dead-letter sink first (a write that
     /// fails is the error, and the record counts as not delivered), then counts it as
-    /// dead-lettered and feeds the same breaker. The record's origin, if any, is settled as
+    /// dead-lettered and feeds the same breaker. The record's delivery handle, if any, is settled as
     /// dropped or dead-lettered once that is done (never under `fail`).
     async fn confirmed_rejection(
         &self,
@@ -329,7 +329,7 @@ impl<T: Transport> Shared<T> {
         status: &tonic::Status,
         dead: Option<DeadPayload>,
         attempts: u32,
-        origin: Option<&Arc<dyn RowOrigin>>,
+        handle: Option<&Arc<dyn DeliveryHandle>>,
     ) -> Result<()> {
         match self.config.failure_policy {
             FailurePolicy::Fail => {
@@ -344,8 +344,8 @@ impl<T: Transport> Shared<T> {
             FailurePolicy::Drop => {
                 self.metrics.rejected_and_dropped();
                 self.dropped.fetch_add(1, Ordering::Relaxed);
-                if let Some(origin) = origin {
-                    origin.settle(1, Settled::Dropped);
+                if let Some(handle) = handle {
+                    handle.settle(1, Delivery::Dropped);
                 }
                 tracing::warn!(%destination, code = code_name(status.code()), message = status.message(), "dropping a rejected record");
                 self.breaker.on_confirmed_rejection()
@@ -360,8 +360,8 @@ impl<T: Transport> Shared<T> {
                     data: dead.unwrap_or_default(),
                 };
                 self.dead_letter(row).await?;
-                if let Some(origin) = origin {
-                    origin.settle(1, Settled::DeadLettered);
+                if let Some(handle) = handle {
+                    handle.settle(1, Delivery::DeadLettered);
                 }
                 self.metrics.rejected_and_dead_lettered();
                 self.dead_lettered.fetch_add(1, Ordering::Relaxed);

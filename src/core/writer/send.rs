@@ -291,7 +291,7 @@ mod tests {
                 destination: Arc::from("d"),
                 sequence_key: None,
                 serial_key: None,
-                origin: None,
+                handle: None,
             };
             writer.write(envelope).await.expect("write");
         }

@@ -82,10 +82,10 @@ where
             t
         });
         let mut draining = false;
-        // With an origin (a source that acknowledges after delivery), a stop asks the source
-        // to stop reading instead: it then emits what it read and ends the input, and every
-        // row it emitted is written and settled, so its messages are acknowledged.
-        let mut source_stopped = false;
+        // With an input that carries delivery handles, a stop asks the input to stop reading
+        // instead: it then emits what it read and ends, and every row it emitted is written
+        // and settled, so what it read is acknowledged.
+        let mut input_stopped = false;
         loop {
             let next = if draining {
                 // Stopping: the rows the input already holds (decoded, or waiting in a
@@ -98,17 +98,17 @@ where
                 let tick = crate::core::run::next_tick(&mut ticker);
                 tokio::select! {
                     biased;
-                    _ = stop.stopped(), if !source_stopped => {
-                        match &ctx.origin {
+                    _ = stop.stopped(), if !input_stopped => {
+                        match &ctx.delivery {
                             Some(slot) => {
                                 tracing::info!(
                                     writer = ctx.writer + 1,
                                     writers = ctx.writers,
-                                    source = %slot.describe(),
-                                    "stop requested: the source stops reading; writing what it read"
+                                    input = %slot.describe(),
+                                    "stop requested: the input stops reading; writing what it read"
                                 );
                                 slot.stop_reading();
-                                source_stopped = true;
+                                input_stopped = true;
                             }
                             None => draining = true,
                         }
@@ -124,12 +124,12 @@ where
             };
             let Some(batch) = next else { break };
             let batch = batch?;
-            // The batch's origin is taken before the input is asked for anything more, and
-            // every row of it is retained: each is settled once it is delivered, dead-lettered
-            // or dropped (crate::core::origin).
-            let origin = ctx.origin.as_ref().and_then(|slot| slot.current());
-            if let Some(origin) = &origin {
-                origin.retain(batch.num_rows() as u64)?;
+            // The batch's delivery handle is taken before the input is asked for anything
+            // more, and every row of it is retained: each is settled once it is delivered,
+            // dead-lettered or dropped (crate::core::delivery).
+            let handle = ctx.delivery.as_ref().and_then(|slot| slot.current());
+            if let Some(handle) = &handle {
+                handle.retain(batch.num_rows() as u64)?;
             }
             encode(&batch, first_row, &mut encoded)?;
             // Rows that encoded go to the writer in runs; a rejected row is handed to the
@@ -137,7 +137,7 @@ where
             for (row, record) in encoded.drain(..).enumerate() {
                 match record {
                     Ok(mut envelope) => {
-                        envelope.origin.clone_from(&origin);
+                        envelope.handle.clone_from(&handle);
                         run.push(envelope);
                     }
                     Err(rejected) => {
@@ -145,8 +145,8 @@ where
                         writer
                             .reject_encoded(rejected, || source_row(&batch, row))
                             .await?;
-                        if let Some(origin) = &origin {
-                            origin.settle(1, writer.policy_outcome());
+                        if let Some(handle) = &handle {
+                            handle.settle(1, writer.policy_outcome());
                         }
                     }
                 }
@@ -275,7 +275,7 @@ async fn flush_point<T: Transport>(
         rows_read,
         counts: writer.metrics().counts(),
         per_destination: writer.metrics().per_destination(),
-        source: ctx.origin.as_ref().map(|slot| slot.counts()),
+        delivery: ctx.delivery.as_ref().map(|slot| slot.counts()),
     };
     let c = &point.counts;
     tracing::info!(
@@ -291,13 +291,13 @@ async fn flush_point<T: Transport>(
         destinations_released = c.destinations_released,
         "flush point: every row read so far is resolved"
     );
-    if let Some(source) = &point.source {
+    if let Some(input) = &point.delivery {
         tracing::info!(
             writer = ctx.writer + 1,
-            messages_read = source.read,
-            messages_acknowledged = source.acknowledged,
-            messages_nacked = source.nacked,
-            "flush point: the source's messages so far (acknowledgements follow delivery)"
+            messages_read = input.messages_read,
+            messages_acknowledged = input.messages_acked,
+            messages_nacked = input.messages_nacked,
+            "flush point: the input's messages so far (acknowledgements follow delivery)"
         );
     }
     if let Some(observer) = &ctx.observer {
@@ -347,7 +347,7 @@ mod tests {
                 destination: Arc::from("d"),
                 sequence_key: None,
                 serial_key: None,
-                origin: None,
+                handle: None,
             }));
         }
         Ok(())
@@ -473,17 +473,17 @@ mod tests {
 
     /// A slot that hands out one recorder as the origin of every batch.
     #[derive(Debug)]
-    struct FixedSlot(Arc<crate::core::origin::tests::Recorder>);
+    struct FixedSlot(Arc<crate::core::delivery::tests::Recorder>);
 
-    impl crate::core::origin::OriginSlot for FixedSlot {
-        fn current(&self) -> Option<Arc<dyn crate::core::origin::RowOrigin>> {
+    impl crate::core::delivery::DeliveryInput for FixedSlot {
+        fn current(&self) -> Option<Arc<dyn crate::core::delivery::DeliveryHandle>> {
             Some(self.0.clone())
         }
 
         fn stop_reading(&self) {}
 
-        fn counts(&self) -> crate::core::origin::OriginCounts {
-            crate::core::origin::OriginCounts::default()
+        fn counts(&self) -> crate::core::delivery::DeliveryCounts {
+            crate::core::delivery::DeliveryCounts::default()
         }
 
         fn settled(&self) -> futures::future::BoxFuture<'static, ()> {
@@ -500,7 +500,7 @@ mod tests {
     async fn run_with_origin(
         fake: Arc<FakeTransport<u32>>,
         policy: crate::core::FailurePolicy,
-    ) -> (Result<u64>, Arc<crate::core::origin::tests::Recorder>) {
+    ) -> (Result<u64>, Arc<crate::core::delivery::tests::Recorder>) {
         let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::UInt32, false)]));
         let batch = |from: u32| {
             RecordBatch::try_new(
@@ -513,9 +513,9 @@ mod tests {
             schema.clone(),
             futures::stream::iter([batch(0), batch(5)]),
         ));
-        let recorder = Arc::new(crate::core::origin::tests::Recorder::default());
+        let recorder = Arc::new(crate::core::delivery::tests::Recorder::default());
         let ctx = WriterContext {
-            origin: Some(Arc::new(FixedSlot(recorder.clone()))),
+            delivery: Some(Arc::new(FixedSlot(recorder.clone()))),
             ..WriterContext::single()
         };
         let set = ExecutionPlanMetricsSet::new();
@@ -545,7 +545,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn every_row_of_an_origin_is_retained_and_settled_by_how_it_ended() {
-        use crate::core::origin::Settled;
+        use crate::core::delivery::Delivery as Settled;
         let fake = Arc::new(FakeTransport::<u32>::new());
         // Row 7 is refused by the service (alone too); every other row is delivered.
         fake.respond_with(|call| {
@@ -583,6 +583,6 @@ mod tests {
         // Only the row the encoder refused (dropped before anything was sent) settles.
         let settled: u64 = origin.settled.lock().unwrap().iter().map(|(n, _)| n).sum();
         assert!(settled <= 1, "settled {settled} rows of a failed statement");
-        assert_eq!(origin.count(crate::core::origin::Settled::Delivered), 0);
+        assert_eq!(origin.count(crate::core::delivery::Delivery::Delivered), 0);
     }
 }

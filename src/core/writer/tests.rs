@@ -103,7 +103,7 @@ fn envelope(n: u32, destination: &str, key: Option<&str>) -> Envelope<u32> {
         destination: Arc::from(destination),
         sequence_key: key.map(Arc::from),
         serial_key: None,
-        origin: None,
+        handle: None,
     }
 }
 

@@ -871,7 +871,7 @@ impl PubSubMapping {
                     .clone()
             }),
             serial_key: None,
-            origin: None,
+            handle: None,
         })
     }
 

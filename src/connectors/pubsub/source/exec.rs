@@ -3,11 +3,11 @@
 //!
 //! A partition emits at most `datafusion.execution.batch_size` rows a batch, from what has
 //! arrived: it never waits to fill a batch. Before it waits for the next batch it seals the
-//! previous one ([`BatchTicket::seal`]); the ticket of the batch it emits is put in its
+//! previous one ([`Ticket::seal`](crate::core::delivery::ticket::Ticket::seal)); the ticket of the batch it emits is put in its
 //! [`SourceSlot`] first.
 //!
-//! Stopping ([`SourceHandle::stop`]):
-//! - graceful (also what `stop_after_idle` does to one partition): the stream stops reading;
+//! Stopping ([`SourceHandle::stop`], with the statement's [`StopKind`]):
+//! - drain (also what `stop_after_idle` does to one partition): the stream stops reading;
 //!   the messages already received are emitted, the last batch is sealed at the end of the
 //!   stream, and the partition ends;
 //! - abort: the partition ends at once; nothing more is acknowledged or nacked (the service
@@ -36,19 +36,19 @@ use gcloud_sdk::google::pubsub::v1::ReceivedMessage;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::acks::{AckClient, run_settler};
+use super::acks::{AckClient, settler_config};
 use super::decode::{BadMessage, MessageDecoder};
-use super::lease::Outstanding;
 use super::options::{PayloadSource, PubSubSourceOptions};
-use super::pull::{Pulled, Puller, StopKind};
+use super::pull::{Pulled, Puller};
 use super::revisions::Revisions;
-use super::ticket::{AckQueue, BatchTicket, SourceSlot};
-use super::{SourceCounters, SourceCounts};
+use super::{AckQueue, BatchTicket, SourceSlot};
 use crate::connectors::dead_letter::{self, DeadLetterContext, DeadLetterTarget};
 use crate::connectors::pubsub::client::{ClientSettings, PubSubTransport, open_channel};
-use crate::core::FailurePolicy;
 use crate::core::dead_letter::{DeadClass, DeadLetterSink, DeadPayload, DeadRow};
-use crate::core::origin::{OriginCounts, OriginSlot, RowOrigin};
+use crate::core::delivery::lease::Outstanding;
+use crate::core::delivery::settler::run_settler;
+use crate::core::delivery::{DeliveryCounters, DeliveryCounts, DeliveryHandle, DeliveryInput};
+use crate::core::{FailurePolicy, StopKind};
 use crate::error::Error;
 use crate::plan::node::{name_and_properties, no_expressions};
 
@@ -65,10 +65,11 @@ pub struct SourceConfig {
 
 #[derive(Debug)]
 struct HandleInner {
-    stop: watch::Sender<StopKind>,
+    /// `None` while the scan runs.
+    stop: watch::Sender<Option<StopKind>>,
     aborted: Arc<AtomicBool>,
     slots: Vec<Arc<SourceSlot>>,
-    counters: Arc<SourceCounters>,
+    counters: Arc<DeliveryCounters>,
     settlers: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -83,12 +84,12 @@ impl SourceHandle {
     fn new(partitions: usize) -> Self {
         SourceHandle {
             inner: Arc::new(HandleInner {
-                stop: watch::Sender::new(StopKind::Running),
+                stop: watch::Sender::new(None),
                 aborted: Arc::new(AtomicBool::new(false)),
                 slots: (0..partitions)
                     .map(|_| Arc::new(SourceSlot::default()))
                     .collect(),
-                counters: Arc::new(SourceCounters::default()),
+                counters: Arc::new(DeliveryCounters::default()),
                 settlers: Mutex::new(Vec::new()),
             }),
         }
@@ -99,27 +100,25 @@ impl SourceHandle {
         &self.inner.slots
     }
 
-    /// Stops the scan: [`StopKind::Graceful`] stops reading and ends each partition once what
-    /// it read is emitted; [`StopKind::Abort`] ends the partitions at once and acknowledges
-    /// or nacks nothing more. An abort after a graceful stop still aborts.
+    /// Stops the scan, as the statement's [`StopKind`] asks: [`StopKind::Drain`] and
+    /// [`StopKind::Settle`] stop reading and end each partition once what it read is emitted;
+    /// [`StopKind::Abort`] ends the partitions at once and acknowledges or nacks nothing more.
+    /// A later request may only raise the level (an abort after a drain still aborts).
     pub fn stop(&self, kind: StopKind) {
         if kind == StopKind::Abort {
             self.inner.aborted.store(true, Ordering::SeqCst);
         }
-        if kind != StopKind::Running {
-            self.inner.stop.send_if_modified(|current| {
-                let upgrade = *current == StopKind::Running
-                    || (*current == StopKind::Graceful && kind == StopKind::Abort);
-                if upgrade {
-                    *current = kind;
-                }
-                upgrade
-            });
-        }
+        self.inner.stop.send_if_modified(|current| {
+            let upgrade = *current < Some(kind);
+            if upgrade {
+                *current = Some(kind);
+            }
+            upgrade
+        });
     }
 
     /// What the scan did so far.
-    pub fn counts(&self) -> SourceCounts {
+    pub fn counts(&self) -> DeliveryCounts {
         self.inner.counters.snapshot()
     }
 
@@ -145,7 +144,7 @@ impl SourceHandle {
     }
 }
 
-/// One partition of a scan as a writer sees it ([`crate::core::origin`]): the ticket of the
+/// One partition of a scan as a writer sees it ([`crate::core::delivery`]): the ticket of the
 /// batch it emitted last, the scan's stop and counts.
 #[derive(Debug)]
 struct ScanSlot {
@@ -154,23 +153,18 @@ struct ScanSlot {
     subscription: String,
 }
 
-impl OriginSlot for ScanSlot {
-    fn current(&self) -> Option<Arc<dyn RowOrigin>> {
+impl DeliveryInput for ScanSlot {
+    fn current(&self) -> Option<Arc<dyn DeliveryHandle>> {
         let ticket = self.handle.inner.slots.get(self.partition)?.current()?;
         Some(ticket)
     }
 
     fn stop_reading(&self) {
-        self.handle.stop(StopKind::Graceful);
+        self.handle.stop(StopKind::Drain);
     }
 
-    fn counts(&self) -> OriginCounts {
-        let c = self.handle.counts();
-        OriginCounts {
-            read: c.messages_read,
-            acknowledged: c.messages_acked,
-            nacked: c.messages_nacked,
-        }
+    fn counts(&self) -> DeliveryCounts {
+        self.handle.counts()
     }
 
     fn settled(&self) -> BoxFuture<'static, ()> {
@@ -225,14 +219,14 @@ impl PubSubSourceExec {
         &self.handle
     }
 
-    /// The origin slot of `partition` (see [`crate::core::origin`]); `None` out of range.
-    pub fn origin_slot(&self, partition: usize) -> Option<Arc<dyn OriginSlot>> {
+    /// The delivery input of `partition` (see [`crate::core::delivery`]); `None` out of range.
+    pub fn origin_slot(&self, partition: usize) -> Option<Arc<dyn DeliveryInput>> {
         (partition < self.handle.inner.slots.len()).then(|| {
             Arc::new(ScanSlot {
                 handle: self.handle.clone(),
                 partition,
                 subscription: self.config.options.subscription.clone(),
-            }) as Arc<dyn OriginSlot>
+            }) as Arc<dyn DeliveryInput>
         })
     }
 
@@ -399,12 +393,15 @@ impl Start {
         ));
         let (queue, acks) = AckQueue::new(inner.aborted.clone());
         let settler = tokio::spawn(run_settler(
-            AckClient::new(channel.clone(), opts.subscription.clone()),
+            Arc::new(AckClient::new(
+                channel.clone(),
+                opts.subscription.clone(),
+                opts.stream_ack_deadline,
+            )),
+            settler_config(opts.max_lease_duration, opts.stream_ack_deadline),
             acks,
             outstanding.clone(),
             inner.counters.clone(),
-            opts.max_lease_duration,
-            opts.stream_ack_deadline,
         ));
         inner
             .settlers
@@ -490,7 +487,7 @@ struct PartitionReader {
     /// with.
     revisions: Option<TopicRevisions>,
     projection: Option<Vec<usize>>,
-    counters: Arc<SourceCounters>,
+    counters: Arc<DeliveryCounters>,
     slot: Arc<SourceSlot>,
     partition: usize,
     batch_size: usize,
@@ -499,7 +496,7 @@ struct PartitionReader {
     pulled: mpsc::UnboundedReceiver<Pulled>,
     pending: VecDeque<ReceivedMessage>,
     failure: Option<Error>,
-    stop: watch::Receiver<StopKind>,
+    stop: watch::Receiver<Option<StopKind>>,
     idle: watch::Sender<bool>,
     idle_sent: bool,
     last: Option<Arc<BatchTicket>>,
@@ -702,12 +699,12 @@ impl PartitionReader {
                         "dropped (failure_policy = 'drop'): {}",
                         b.describe()
                     );
-                    self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                    DeliveryCounters::add(&self.counters.dropped, 1);
                     ack_ids.push(m.ack_id.clone());
                 }
                 FailurePolicy::DeadLetter => match self.write_dead_letter(m, b).await {
                     Ok(()) => {
-                        self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                        DeliveryCounters::add(&self.counters.dead_lettered, 1);
                         if matches!(
                             self.config.options.dead_letter,
                             Some(DeadLetterTarget::Path { .. })
@@ -738,9 +735,7 @@ impl PartitionReader {
         };
         self.slot.put(ticket.clone());
         self.last = Some(ticket);
-        self.counters
-            .emitted
-            .fetch_add(rows as u64, Ordering::Relaxed);
+        DeliveryCounters::add(&self.counters.emitted, rows as u64);
         Ok(Some(batch))
     }
 
@@ -808,9 +803,9 @@ async fn sleep_or_never(d: Option<Duration>) {
     }
 }
 
-async fn abort_signal(stop: &mut watch::Receiver<StopKind>) {
+async fn abort_signal(stop: &mut watch::Receiver<Option<StopKind>>) {
     loop {
-        if *stop.borrow_and_update() == StopKind::Abort {
+        if *stop.borrow_and_update() == Some(StopKind::Abort) {
             return;
         }
         if stop.changed().await.is_err() {

@@ -3,10 +3,13 @@
 //!
 //! - [`options`]: the source's options ([`options::PubSubSourceOptions`]).
 //! - [`pull`]: one StreamingPull stream per partition, flow control, reconnection.
-//! - [`lease`]: what a partition holds (flow control and lease extension).
-//! - [`acks`]: the settler that acknowledges, nacks and extends leases.
-//! - [`ticket`]: the acknowledgement contract between the source and its consumers
-//!   ([`ticket::BatchTicket`], [`ticket::SourceSlot`]).
+//! - [`lease`]: the ack deadlines of the stream and of lease extensions.
+//! - [`acks`]: the [`Acknowledger`](crate::core::delivery::settler::Acknowledger) of a
+//!   subscription (`Acknowledge`, `ModifyAckDeadline`) that the core's settler drives.
+//!
+//! The acknowledgement contract between the source and its consumers (the ticket of each
+//! batch, its seal, retain and settle), what a partition holds, the settler loop, the counts
+//! and the stop kind are the core's ([`crate::core::delivery`], [`crate::core::StopKind`]).
 //! - [`decode`]: messages to rows (`json` / `raw` / `avro` / `protobuf`, metadata columns).
 //! - [`revisions`]: the other revisions of a topic's schema a scan meets (ADR 0062).
 //! - [`exec`]: the execution plan node ([`exec::PubSubSourceExec`]) and its
@@ -16,14 +19,14 @@
 //! See `docs/pubsub.md` ("Reading a subscription") and ADR 0041 for the acknowledgement rule.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
 use datafusion::physical_plan::ExecutionPlan;
 
 use crate::connectors::descriptor::SourceDescriptor;
-use crate::core::origin::OriginSlot;
+use crate::core::delivery::DeliveryInput;
+use crate::core::delivery::ticket::{Ticket, TicketSlot, Verdicts};
 use crate::options::RawOptions;
 
 pub mod acks;
@@ -34,63 +37,17 @@ pub mod options;
 pub mod pull;
 pub mod revisions;
 pub mod table;
-pub mod ticket;
 
 pub use exec::{PubSubSourceExec, SourceHandle};
-pub use pull::StopKind;
 pub use table::PubSubSourceTable;
-pub use ticket::{BatchTicket, Outcome, SourceSlot};
 
-/// The live counters of one source scan (all partitions).
-#[derive(Debug, Default)]
-pub struct SourceCounters {
-    read: AtomicU64,
-    emitted: AtomicU64,
-    acked: AtomicU64,
-    nacked: AtomicU64,
-    dropped: AtomicU64,
-    dead_lettered: AtomicU64,
-    lease_expired: AtomicU64,
-    reconnects: AtomicU64,
-}
-
-/// What a source scan did so far: a snapshot of its counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SourceCounts {
-    /// Messages received from the service.
-    pub messages_read: u64,
-    /// Rows emitted (one per message that decoded).
-    pub rows_emitted: u64,
-    /// Messages whose acknowledgement the service took.
-    pub messages_acked: u64,
-    /// Messages nacked (deadline set to 0: delivered again at once).
-    pub messages_nacked: u64,
-    /// Messages that did not decode and were dropped (`failure_policy = 'drop'`).
-    pub messages_dropped: u64,
-    /// Messages that did not decode and were dead-lettered.
-    pub messages_dead_lettered: u64,
-    /// Messages held past `max_lease_duration` (left to be delivered again).
-    pub leases_expired: u64,
-    /// Streams opened again after a transient failure.
-    pub reconnects: u64,
-}
-
-impl SourceCounters {
-    /// A snapshot.
-    pub fn snapshot(&self) -> SourceCounts {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        SourceCounts {
-            messages_read: get(&self.read),
-            rows_emitted: get(&self.emitted),
-            messages_acked: get(&self.acked),
-            messages_nacked: get(&self.nacked),
-            messages_dropped: get(&self.dropped),
-            messages_dead_lettered: get(&self.dead_lettered),
-            leases_expired: get(&self.lease_expired),
-            reconnects: get(&self.reconnects),
-        }
-    }
-}
+/// The handle of one emitted batch: a ticket naming its messages' ack ids
+/// ([`crate::core::delivery::ticket`]).
+pub type BatchTicket = Ticket<String>;
+/// Where a partition's tickets send their verdicts (ack ids).
+pub type AckQueue = Verdicts<String>;
+/// The handoff slot of one partition: the ticket of the batch it emitted last.
+pub type SourceSlot = TicketSlot<String>;
 
 /// The source, as the connector's descriptor lists it.
 pub static SOURCE: SourceDescriptor = SourceDescriptor {
@@ -108,7 +65,7 @@ pub fn is_source_node(plan: &dyn ExecutionPlan) -> bool {
     plan.downcast_ref::<exec::PubSubSourceExec>().is_some()
 }
 
-fn origin_slot(plan: &dyn ExecutionPlan, partition: usize) -> Option<Arc<dyn OriginSlot>> {
+fn origin_slot(plan: &dyn ExecutionPlan, partition: usize) -> Option<Arc<dyn DeliveryInput>> {
     plan.downcast_ref::<exec::PubSubSourceExec>()?
         .origin_slot(partition)
 }

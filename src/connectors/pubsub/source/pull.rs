@@ -7,13 +7,13 @@
 //! read is recorded in the partition's [`Outstanding`] set before it is handed on, and no
 //! response is read while that set is full.
 //!
-//! A stream that ends, or fails with a transient status, is opened again after a backoff
-//! ([`RECONNECT_INITIAL_BACKOFF`] doubling up to [`RECONNECT_MAX_BACKOFF`], jittered), for as
-//! long as the source runs; the backoff restarts once a response arrives. A permanent status
+//! A stream that ends, or fails with a transient status ([`retryable_pull_status`]), is opened
+//! again after the core's backoff ([`RECONNECT`], [`Backoff::jittered`]: 100 ms doubling up to
+//! 10 s, each wait between half of that and all of it), for as long as the source runs; the
+//! backoff restarts once a response arrives. A permanent status
 //! ends the partition with an error that names the subscription and the status.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
@@ -22,32 +22,27 @@ use tokio::sync::mpsc::error::SendError;
 use tokio::sync::{mpsc, watch};
 use tonic::Code;
 
-use super::SourceCounters;
-use super::lease::{Outstanding, ack_deadline_seconds};
-use super::ticket::AckQueue;
+use super::AckQueue;
+use super::lease::ack_deadline_seconds;
+pub use crate::connectors::pubsub::client::retryable_pull_status;
+use crate::core::delivery::DeliveryCounters;
+use crate::core::delivery::lease::Outstanding;
+use crate::core::{Backoff, StopKind};
 use crate::error::Error;
 use crate::google::{GrpcChannel, ROUTING_HEADER, Reachability, nothing_listens, routing_value};
 
 /// How often an empty request keeps an idle stream open (the Go subscriber's ping interval).
 pub const HEARTBEAT: Duration = Duration::from_secs(30);
-/// First wait before a stream is opened again.
-pub const RECONNECT_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
-/// Longest wait before a stream is opened again.
-pub const RECONNECT_MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// The wait before a stream is opened again: 100 ms, doubling per failure in a row up to 10 s,
+/// jittered ([`Backoff::jittered`]).
+pub const RECONNECT: Backoff = Backoff {
+    initial: Duration::from_millis(100),
+    max: Duration::from_secs(10),
+    multiplier: 2.0,
+};
 /// Largest StreamingPull response decoded: 64 MiB (one message is at most 10 MB; the bound
 /// only keeps tonic's 4 MiB default from refusing a full response of large messages).
 pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
-
-/// Whether a StreamingPull status is transient: the stream is opened again. These are the
-/// codes the official subscribers reconnect on (the Node.js client's pull retry list,
-/// `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`, `ABORTED`, `INTERNAL`, `UNAVAILABLE`, and the
-/// Python client's `UNKNOWN`), plus `CANCELLED`, which a stream the server closes on its side
-/// reports. The first six are the acknowledgement side's list too
-/// ([`retryable_ack_status`](super::acks::retryable_ack_status)), so the pull side is that list
-/// and `CANCELLED`.
-pub fn retryable_pull_status(code: Code) -> bool {
-    super::acks::retryable_ack_status(code) || code == Code::Cancelled
-}
 
 /// What the puller hands to the partition stream.
 #[derive(Debug)]
@@ -56,18 +51,6 @@ pub enum Pulled {
     Messages(Vec<ReceivedMessage>),
     /// The stream failed permanently.
     Failed(Error),
-}
-
-/// Whether, and how, the source was asked to stop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum StopKind {
-    /// Not asked.
-    #[default]
-    Running,
-    /// Stop pulling; deliver and acknowledge what was read; nack the rest.
-    Graceful,
-    /// Stop at once; acknowledge nothing more.
-    Abort,
 }
 
 /// Everything one puller needs.
@@ -125,14 +108,15 @@ impl Puller {
     pub async fn run(
         self,
         out: mpsc::UnboundedSender<Pulled>,
-        outstanding: Arc<Outstanding>,
-        counters: Arc<SourceCounters>,
-        mut stop: watch::Receiver<StopKind>,
+        outstanding: Arc<Outstanding<String>>,
+        counters: Arc<DeliveryCounters>,
+        mut stop: watch::Receiver<Option<StopKind>>,
         mut idle: watch::Receiver<bool>,
     ) {
-        let mut backoff = RECONNECT_INITIAL_BACKOFF;
-        let stopped = |stop: &watch::Receiver<StopKind>, idle: &watch::Receiver<bool>| {
-            *stop.borrow() != StopKind::Running || *idle.borrow()
+        // Failures in a row: the backoff restarts once a response arrives.
+        let mut failures = 0u32;
+        let stopped = |stop: &watch::Receiver<Option<StopKind>>, idle: &watch::Receiver<bool>| {
+            stop.borrow().is_some() || *idle.borrow()
         };
         'connect: loop {
             if stopped(&stop, &idle) {
@@ -188,17 +172,15 @@ impl Puller {
                         };
                         match next {
                             Ok(Some(response)) => {
-                                backoff = RECONNECT_INITIAL_BACKOFF;
+                                failures = 0;
                                 let messages = response.received_messages;
                                 if messages.is_empty() {
                                     continue;
                                 }
                                 for m in &messages {
-                                    outstanding.add(&m.ack_id, message_bytes(m));
+                                    outstanding.add(m.ack_id.clone(), message_bytes(m));
                                 }
-                                counters
-                                    .read
-                                    .fetch_add(messages.len() as u64, Ordering::Relaxed);
+                                DeliveryCounters::add(&counters.read, messages.len() as u64);
                                 if let Err(SendError(Pulled::Messages(messages))) =
                                     out.send(Pulled::Messages(messages))
                                 {
@@ -222,17 +204,17 @@ impl Puller {
                 let _ = out.send(Pulled::Failed(self.permanent(&status)));
                 return;
             }
-            counters.reconnects.fetch_add(1, Ordering::Relaxed);
+            DeliveryCounters::add(&counters.reconnects, 1);
+            failures = failures.saturating_add(1);
+            let wait = RECONNECT.jittered(failures);
             tracing::debug!(
                 subscription = %self.subscription,
                 code = ?status.code(),
-                "StreamingPull stream of {} ended ({}); opening it again in about {:?}",
+                "StreamingPull stream of {} ended ({}); opening it again in {:?}",
                 self.subscription,
                 status.message(),
-                backoff
+                wait
             );
-            let wait = backoff.mul_f64(0.5 + fastrand::f64() * 0.5);
-            backoff = (backoff * 2).min(RECONNECT_MAX_BACKOFF);
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = changed(&mut stop) => {}
@@ -246,6 +228,15 @@ impl Puller {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reconnects_back_off_from_100_ms_to_10_s() {
+        assert_eq!(RECONNECT.delay(1), Duration::from_millis(100));
+        assert_eq!(RECONNECT.delay(2), Duration::from_millis(200));
+        assert_eq!(RECONNECT.delay(20), Duration::from_secs(10));
+        let wait = RECONNECT.jittered(1);
+        assert!(wait >= Duration::from_millis(50) && wait <= Duration::from_millis(100));
+    }
 
     #[test]
     fn transient_and_permanent_statuses() {

@@ -1,32 +1,32 @@
-//! The acknowledgement contract between the source and whatever consumes its rows.
+//! The handle of one emitted batch ([`Ticket`]), generic over the ids its input names what it
+//! read by, and the queue its verdicts travel on to the input's settler ([`Verdicts`]).
 //!
-//! Every [`RecordBatch`](datafusion::arrow::array::RecordBatch) the source emits has a
-//! [`BatchTicket`] naming the ack ids of the messages it was made from (including messages
-//! that did not decode and were dropped or dead-lettered under the failure policy). The
-//! ticket's messages are acknowledged when, and only when:
+//! A ticket names the ids of everything its batch was made from (including what did not decode
+//! and was dropped or dead-lettered under the failure policy). Its ids are acknowledged when,
+//! and only when:
 //!
-//! 1. the ticket is **sealed**: the source seals batch *k* when its partition stream is polled
-//!    for the next item (or ends). In a synchronous, non-buffering chain between the source and
-//!    the consumer (projection, filter without coalescing, union), a poll of the source for
+//! 1. the ticket is **sealed**: the input seals batch *k* when its partition stream is polled
+//!    for the next item (or ends). In a synchronous, non-buffering chain between the input and
+//!    the consumer (projection, filter without coalescing, union), a poll of the input for
 //!    batch *k+1* happens only after batch *k* went through the chain: every row of batch *k*
 //!    has then reached the consumer or been filtered out; and
-//! 2. every row a consumer **retained** from the batch ([`BatchTicket::retain`], which must
-//!    happen before the consumer polls its input again) has been **settled** positively
-//!    ([`BatchTicket::settle`] with [`Outcome::Delivered`], [`Outcome::DeadLettered`] or
-//!    [`Outcome::Dropped`]).
+//! 2. every row a consumer **retained** from the batch ([`Ticket::retain`], which must happen
+//!    before the consumer polls its input again) has been **settled** positively
+//!    ([`Ticket::settle`] with [`Delivery::Delivered`], [`Delivery::DeadLettered`] or
+//!    [`Delivery::Dropped`]).
 //!
 //! Anything else acknowledges nothing: a row retained and never settled, a row settled as
-//! [`Outcome::Failed`] or marked by [`BatchTicket::fail`], a ticket whose last clone is
-//! dropped before both conditions held. Such a ticket's messages are nacked (a modack of 0:
-//! another reader gets them at once) when its last clone is dropped, unless the source was
-//! aborted, in which case nothing more is sent and the service redelivers them once their lease
-//! lapses. Positive settlement is explicit: dropping a clone never acknowledges.
+//! [`Delivery::Failed`] or marked by [`Ticket::fail`], a ticket whose last clone is dropped
+//! before both conditions held. Such a ticket's ids are nacked (handed back: another reader
+//! gets them) when its last clone is dropped, unless the input was aborted, in which case
+//! nothing more is sent and the service redelivers them once their lease lapses. Positive
+//! settlement is explicit: dropping a clone never acknowledges.
 //!
 //! With no consumer retaining (a plain `SELECT`), sealing alone acknowledges: rows handed to
 //! the client count as delivered.
 //!
-//! A consumer finds the ticket of the batch it just received in the [`SourceSlot`] of the
-//! partition that feeds it ([`SourceSlot::current`]).
+//! A consumer finds the ticket of the batch it just received in the [`TicketSlot`] of the
+//! partition that feeds it ([`TicketSlot::current`]).
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -34,81 +34,71 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::sync::mpsc;
 
+use super::{Delivery, DeliveryHandle, DeliveryId};
 use crate::error::{Error, Result};
 
-/// How a retained row ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The destination has it.
-    Delivered,
-    /// It went to the dead-letter destination, which stored it.
-    DeadLettered,
-    /// The failure policy dropped it (or the query filtered it out after retaining it).
-    Dropped,
-    /// It was not delivered: its batch is never acknowledged.
-    Failed,
-}
-
-impl Outcome {
-    /// Whether the outcome lets the batch be acknowledged.
-    pub fn is_positive(self) -> bool {
-        !matches!(self, Outcome::Failed)
-    }
-}
-
-/// A request to the partition's settler: acknowledge or nack these ack ids.
+/// A request to a partition's settler: acknowledge or nack these ids.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AckCommand {
-    /// `Acknowledge` them.
-    Ack(Vec<String>),
-    /// `ModifyAckDeadline` to 0 (a nack): the service delivers them again at once.
-    Nack(Vec<String>),
+pub enum Verdict<I> {
+    /// Acknowledge them: every row made from them ended positively.
+    Ack(Vec<I>),
+    /// Hand them back (Pub/Sub: a deadline of 0): the service delivers them again.
+    Nack(Vec<I>),
 }
 
-/// Where tickets send their verdicts: the settler of one source partition, and whether the
-/// source was aborted (then dropped tickets nack nothing).
-#[derive(Debug, Clone)]
-pub struct AckQueue {
-    // Unbounded: every command names messages that are outstanding, which the flow control
-    // of the stream bounds (max_outstanding_messages), so the queue cannot grow past that.
-    tx: mpsc::UnboundedSender<AckCommand>,
+/// Where tickets send their verdicts: the settler of one input partition, and whether the
+/// input was aborted (then dropped tickets nack nothing).
+#[derive(Debug)]
+pub struct Verdicts<I> {
+    // Unbounded: every verdict names ids that are outstanding, which the flow control of the
+    // input bounds, so the queue cannot grow past that.
+    tx: mpsc::UnboundedSender<Verdict<I>>,
     aborted: Arc<AtomicBool>,
 }
 
-impl AckQueue {
+impl<I> Clone for Verdicts<I> {
+    fn clone(&self) -> Self {
+        Verdicts {
+            tx: self.tx.clone(),
+            aborted: self.aborted.clone(),
+        }
+    }
+}
+
+impl<I: DeliveryId> Verdicts<I> {
     /// A queue and the receiver its settler reads.
-    pub fn new(aborted: Arc<AtomicBool>) -> (Self, mpsc::UnboundedReceiver<AckCommand>) {
+    pub fn new(aborted: Arc<AtomicBool>) -> (Self, mpsc::UnboundedReceiver<Verdict<I>>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (AckQueue { tx, aborted }, rx)
+        (Verdicts { tx, aborted }, rx)
     }
 
-    /// Whether the source was aborted.
+    /// Whether the input was aborted.
     pub fn is_aborted(&self) -> bool {
         self.aborted.load(Ordering::SeqCst)
     }
 
     /// Asks for `ids` to be acknowledged.
-    pub fn ack(&self, ids: Vec<String>) {
+    pub fn ack(&self, ids: Vec<I>) {
         if !ids.is_empty() {
-            // A closed settler means the source is gone: nothing can be sent any more, and the
+            // A closed settler means the input is gone: nothing can be sent any more, and the
             // service redelivers the messages when their lease lapses.
-            let _ = self.tx.send(AckCommand::Ack(ids));
+            let _ = self.tx.send(Verdict::Ack(ids));
         }
     }
 
-    /// Asks for `ids` to be nacked, unless the source was aborted.
-    pub fn nack(&self, ids: Vec<String>) {
+    /// Asks for `ids` to be nacked, unless the input was aborted.
+    pub fn nack(&self, ids: Vec<I>) {
         if !ids.is_empty() && !self.is_aborted() {
-            let _ = self.tx.send(AckCommand::Nack(ids));
+            let _ = self.tx.send(Verdict::Nack(ids));
         }
     }
 }
 
-/// The acknowledgement ticket of one emitted batch. Shared (`Arc`) between the source, its
-/// [`SourceSlot`] and the consumers that retain rows of the batch.
+/// The delivery handle of one emitted batch. Shared (`Arc`) between the input, its
+/// [`TicketSlot`] and the consumers that retain rows of the batch.
 #[derive(Debug)]
-pub struct BatchTicket {
-    ack_ids: Mutex<Vec<String>>,
+pub struct Ticket<I: DeliveryId> {
+    ids: Mutex<Vec<I>>,
     messages: usize,
     rows: usize,
     retained: AtomicU64,
@@ -116,15 +106,15 @@ pub struct BatchTicket {
     sealed: AtomicBool,
     failed: AtomicBool,
     resolved: AtomicBool,
-    queue: AckQueue,
+    queue: Verdicts<I>,
 }
 
-impl BatchTicket {
-    /// The ticket of a batch of `rows` rows made from the messages `ack_ids`.
-    pub fn new(ack_ids: Vec<String>, rows: usize, queue: AckQueue) -> Self {
-        BatchTicket {
-            messages: ack_ids.len(),
-            ack_ids: Mutex::new(ack_ids),
+impl<I: DeliveryId> Ticket<I> {
+    /// The ticket of a batch of `rows` rows made from the things `ids` names.
+    pub fn new(ids: Vec<I>, rows: usize, queue: Verdicts<I>) -> Self {
+        Ticket {
+            messages: ids.len(),
+            ids: Mutex::new(ids),
             rows,
             retained: AtomicU64::new(0),
             settled: AtomicU64::new(0),
@@ -155,7 +145,7 @@ impl BatchTicket {
         self.settled.load(Ordering::SeqCst)
     }
 
-    /// Whether the source sealed the batch.
+    /// Whether the input sealed the batch.
     pub fn is_sealed(&self) -> bool {
         self.sealed.load(Ordering::SeqCst)
     }
@@ -171,7 +161,7 @@ impl BatchTicket {
     }
 
     /// A consumer keeps `n` rows of the batch, each to be settled later. Must be called before
-    /// the consumer polls its input again (before the source seals the batch); a retain after
+    /// the consumer polls its input again (before the input seals the batch); a retain after
     /// the seal is refused and marks the batch failed, since the rows may already have been
     /// counted as delivered.
     pub fn retain(&self, n: u64) -> Result<()> {
@@ -191,11 +181,11 @@ impl BatchTicket {
         Ok(())
     }
 
-    /// `n` retained rows ended with `outcome`. A positive outcome counts toward the
-    /// acknowledgement; [`Outcome::Failed`] marks the batch failed. Settling more rows than
-    /// were retained marks the batch failed too (the consumer's accounting is broken).
-    pub fn settle(&self, n: u64, outcome: Outcome) {
-        if !outcome.is_positive() {
+    /// `n` retained rows ended as `how`. A positive outcome counts toward the acknowledgement;
+    /// [`Delivery::Failed`] marks the batch failed. Settling more rows than were retained marks
+    /// the batch failed too (the consumer's accounting is broken).
+    pub fn settle(&self, n: u64, how: Delivery) {
+        if !how.is_positive() {
             self.fail();
             return;
         }
@@ -212,20 +202,20 @@ impl BatchTicket {
         self.try_resolve();
     }
 
-    /// Marks the batch failed: its messages are never acknowledged.
+    /// Marks the batch failed: what it was made from is never acknowledged.
     pub fn fail(&self) {
         self.failed.store(true, Ordering::SeqCst);
     }
 
-    /// The source moved past the batch: every row of it reached its consumers or was filtered
+    /// The input moved past the batch: every row of it reached its consumers or was filtered
     /// out.
     pub fn seal(&self) {
         self.sealed.store(true, Ordering::SeqCst);
         self.try_resolve();
     }
 
-    fn take_ids(&self) -> Vec<String> {
-        std::mem::take(&mut *self.ack_ids.lock().unwrap_or_else(|e| e.into_inner()))
+    fn take_ids(&self) -> Vec<I> {
+        std::mem::take(&mut *self.ids.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn try_resolve(&self) {
@@ -239,7 +229,7 @@ impl BatchTicket {
     }
 }
 
-impl Drop for BatchTicket {
+impl<I: DeliveryId> Drop for Ticket<I> {
     fn drop(&mut self) {
         if !self.resolved.swap(true, Ordering::SeqCst) {
             self.queue.nack(self.take_ids());
@@ -247,38 +237,39 @@ impl Drop for BatchTicket {
     }
 }
 
-/// The core's view of a ticket: a writer retains and settles rows of it
-/// ([`crate::core::origin`]).
-impl crate::core::origin::RowOrigin for BatchTicket {
+/// A writer retains and settles rows of a ticket through the core's handle.
+impl<I: DeliveryId> DeliveryHandle for Ticket<I> {
     fn retain(&self, rows: u64) -> Result<()> {
-        BatchTicket::retain(self, rows)
+        Ticket::retain(self, rows)
     }
 
-    fn settle(&self, rows: u64, how: crate::core::origin::Settled) {
-        use crate::core::origin::Settled;
-        let outcome = match how {
-            Settled::Delivered => Outcome::Delivered,
-            Settled::DeadLettered => Outcome::DeadLettered,
-            Settled::Dropped => Outcome::Dropped,
-        };
-        BatchTicket::settle(self, rows, outcome);
+    fn settle(&self, rows: u64, how: Delivery) {
+        Ticket::settle(self, rows, how);
     }
 }
 
-/// The handoff slot of one source partition: the ticket of the batch it emitted last.
-#[derive(Debug, Default)]
-pub struct SourceSlot {
-    current: Mutex<Option<Arc<BatchTicket>>>,
+/// The handoff slot of one input partition: the ticket of the batch it emitted last.
+#[derive(Debug)]
+pub struct TicketSlot<I: DeliveryId> {
+    current: Mutex<Option<Arc<Ticket<I>>>>,
 }
 
-impl SourceSlot {
+impl<I: DeliveryId> Default for TicketSlot<I> {
+    fn default() -> Self {
+        TicketSlot {
+            current: Mutex::new(None),
+        }
+    }
+}
+
+impl<I: DeliveryId> TicketSlot<I> {
     /// The ticket of the batch the partition emitted last, if it still holds one.
-    pub fn current(&self) -> Option<Arc<BatchTicket>> {
+    pub fn current(&self) -> Option<Arc<Ticket<I>>> {
         self.lock().clone()
     }
 
     /// Puts the ticket of the batch about to be emitted.
-    pub fn put(&self, ticket: Arc<BatchTicket>) {
+    pub fn put(&self, ticket: Arc<Ticket<I>>) {
         *self.lock() = Some(ticket);
     }
 
@@ -287,7 +278,7 @@ impl SourceSlot {
         self.lock().take();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<BatchTicket>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<Ticket<I>>>> {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -299,22 +290,25 @@ mod tests {
     fn ticket(
         ids: &[&str],
     ) -> (
-        Arc<BatchTicket>,
-        mpsc::UnboundedReceiver<AckCommand>,
+        Arc<Ticket<String>>,
+        mpsc::UnboundedReceiver<Verdict<String>>,
         Arc<AtomicBool>,
     ) {
         let aborted = Arc::new(AtomicBool::new(false));
-        let (queue, rx) = AckQueue::new(aborted.clone());
+        let (queue, rx) = Verdicts::new(aborted.clone());
         let ids = ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let rows = ids.len();
-        (Arc::new(BatchTicket::new(ids, rows, queue)), rx, aborted)
+        (Arc::new(Ticket::new(ids, rows, queue)), rx, aborted)
     }
 
     /// A ticket for `ids` of which the consumer retained `retained` rows, sealed.
     fn sealed(
         ids: &[&str],
         retained: u64,
-    ) -> (Arc<BatchTicket>, mpsc::UnboundedReceiver<AckCommand>) {
+    ) -> (
+        Arc<Ticket<String>>,
+        mpsc::UnboundedReceiver<Verdict<String>>,
+    ) {
         let (t, rx, _) = ticket(ids);
         t.retain(retained).unwrap();
         t.seal();
@@ -330,7 +324,7 @@ mod tests {
         let (t, mut rx, _) = ticket(&["a", "b"]);
         assert!(rx.try_recv().is_err(), "nothing before the seal");
         t.seal();
-        assert_eq!(rx.try_recv().unwrap(), AckCommand::Ack(ids(&["a", "b"])));
+        assert_eq!(rx.try_recv().unwrap(), Verdict::Ack(ids(&["a", "b"])));
         drop(t);
         assert!(rx.try_recv().is_err(), "one verdict only");
     }
@@ -339,39 +333,36 @@ mod tests {
     fn a_filtered_out_batch_is_acknowledged_at_the_seal() {
         // The consumer saw no row (the filter removed them all) and so retained none.
         let (_t, mut rx) = sealed(&["a"], 0);
-        assert_eq!(rx.try_recv().unwrap(), AckCommand::Ack(ids(&["a"])));
+        assert_eq!(rx.try_recv().unwrap(), Verdict::Ack(ids(&["a"])));
     }
 
     #[test]
     fn retained_rows_are_acknowledged_once_all_are_settled() {
         let (t, mut rx) = sealed(&["a", "b", "c"], 3);
-        t.settle(1, Outcome::Delivered);
-        t.settle(1, Outcome::DeadLettered);
+        t.settle(1, Delivery::Delivered);
+        t.settle(1, Delivery::DeadLettered);
         assert!(rx.try_recv().is_err(), "one row still unsettled");
-        t.settle(1, Outcome::Dropped);
-        assert_eq!(
-            rx.try_recv().unwrap(),
-            AckCommand::Ack(ids(&["a", "b", "c"]))
-        );
+        t.settle(1, Delivery::Dropped);
+        assert_eq!(rx.try_recv().unwrap(), Verdict::Ack(ids(&["a", "b", "c"])));
     }
 
     #[test]
     fn settling_before_the_seal_waits_for_the_seal() {
         let (t, mut rx, _) = ticket(&["a"]);
         t.retain(1).unwrap();
-        t.settle(1, Outcome::Delivered);
+        t.settle(1, Delivery::Delivered);
         assert!(
             rx.try_recv().is_err(),
             "not sealed: another consumer may still get rows"
         );
         t.seal();
-        assert_eq!(rx.try_recv().unwrap(), AckCommand::Ack(ids(&["a"])));
+        assert_eq!(rx.try_recv().unwrap(), Verdict::Ack(ids(&["a"])));
     }
 
     #[test]
     fn an_unsettled_row_means_no_ack_and_a_nack_when_dropped() {
         let (t, mut rx) = sealed(&["a", "b"], 2);
-        t.settle(1, Outcome::Delivered);
+        t.settle(1, Delivery::Delivered);
         let clone = t.clone();
         drop(t);
         assert!(
@@ -379,20 +370,20 @@ mod tests {
             "a clone is still alive; dropping one never acks"
         );
         drop(clone);
-        assert_eq!(rx.try_recv().unwrap(), AckCommand::Nack(ids(&["a", "b"])));
+        assert_eq!(rx.try_recv().unwrap(), Verdict::Nack(ids(&["a", "b"])));
     }
 
     #[test]
     fn a_failed_row_means_no_ack() {
         let (t, mut rx, _) = ticket(&["a", "b"]);
         t.retain(2).unwrap();
-        t.settle(1, Outcome::Failed);
+        t.settle(1, Delivery::Failed);
         t.seal();
-        t.settle(1, Outcome::Delivered);
+        t.settle(1, Delivery::Delivered);
         assert!(rx.try_recv().is_err());
         assert!(t.is_failed());
         drop(t);
-        assert_eq!(rx.try_recv().unwrap(), AckCommand::Nack(ids(&["a", "b"])));
+        assert_eq!(rx.try_recv().unwrap(), Verdict::Nack(ids(&["a", "b"])));
     }
 
     #[test]
@@ -401,7 +392,7 @@ mod tests {
         t.retain(1).unwrap();
         t.fail();
         t.seal();
-        t.settle(1, Outcome::Delivered);
+        t.settle(1, Delivery::Delivered);
         assert!(rx.try_recv().is_err());
     }
 
@@ -409,7 +400,7 @@ mod tests {
     fn a_ticket_dropped_before_its_seal_is_nacked_not_acked() {
         let (t, mut rx, _) = ticket(&["a"]);
         drop(t);
-        assert_eq!(rx.try_recv().unwrap(), AckCommand::Nack(ids(&["a"])));
+        assert_eq!(rx.try_recv().unwrap(), Verdict::Nack(ids(&["a"])));
     }
 
     #[test]
@@ -425,21 +416,21 @@ mod tests {
         let (t, mut rx) = sealed(&["a"], 1);
         let err = t.retain(1).unwrap_err().to_string();
         assert!(err.contains("after the source sealed it"), "{err}");
-        t.settle(1, Outcome::Delivered);
+        t.settle(1, Delivery::Delivered);
         assert!(rx.try_recv().is_err(), "a failed batch is not acknowledged");
     }
 
     #[test]
     fn settling_more_than_retained_fails_the_batch() {
         let (t, mut rx) = sealed(&["a"], 1);
-        t.settle(2, Outcome::Delivered);
+        t.settle(2, Delivery::Delivered);
         assert!(rx.try_recv().is_err());
         assert!(t.is_failed());
     }
 
     #[test]
     fn the_slot_hands_out_the_last_ticket() {
-        let slot = SourceSlot::default();
+        let slot = TicketSlot::<String>::default();
         assert!(slot.current().is_none());
         let (t, _rx, _) = ticket(&["a"]);
         slot.put(t.clone());

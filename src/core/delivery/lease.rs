@@ -1,0 +1,195 @@
+//! What one input partition holds: the ids received and not yet settled (acknowledged or
+//! nacked), for flow control and lease extension. Pure state: the settler
+//! ([`super::settler`]) asks it what is due at each lease tick, and a paused tokio clock tests
+//! it.
+//!
+//! Flow control is client-side, as in the official Pub/Sub subscribers: the input reads
+//! nothing further while the partition holds its bound of ids or of data bytes. An id leaves
+//! when its acknowledgement or nack was sent, or when it was held for the longest lease, after
+//! which the service delivers it again.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::DeliveryId;
+
+#[derive(Debug)]
+struct Held {
+    bytes: u64,
+    received: Instant,
+}
+
+#[derive(Debug)]
+struct State<I> {
+    messages: HashMap<I, Held>,
+    bytes: u64,
+}
+
+/// The ids one partition holds, with its flow-control bounds.
+#[derive(Debug)]
+pub struct Outstanding<I: DeliveryId> {
+    state: Mutex<State<I>>,
+    changed: Notify,
+    max_messages: u64,
+    max_bytes: u64,
+}
+
+impl<I: DeliveryId> Outstanding<I> {
+    /// An empty set bounded by `max_messages` and `max_bytes`.
+    pub fn new(max_messages: u64, max_bytes: u64) -> Self {
+        Outstanding {
+            state: Mutex::new(State {
+                messages: HashMap::new(),
+                bytes: 0,
+            }),
+            changed: Notify::new(),
+            max_messages,
+            max_bytes,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<I>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a received message of `bytes` data bytes.
+    pub fn add(&self, id: I, bytes: u64) {
+        let mut s = self.lock();
+        let held = Held {
+            bytes,
+            received: Instant::now(),
+        };
+        if let Some(old) = s.messages.insert(id, held) {
+            s.bytes -= old.bytes;
+        }
+        s.bytes += bytes;
+    }
+
+    /// Forgets settled messages and wakes a stream waiting for room. Unknown ids (a lease that
+    /// already lapsed) are ignored.
+    pub fn remove(&self, ids: &[I]) {
+        {
+            let mut s = self.lock();
+            for id in ids {
+                if let Some(old) = s.messages.remove(id) {
+                    s.bytes -= old.bytes;
+                }
+            }
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Messages held.
+    pub fn len(&self) -> usize {
+        self.lock().messages.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Data bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.lock().bytes
+    }
+
+    /// Whether another response may be read: below both bounds.
+    pub fn has_room(&self) -> bool {
+        let s = self.lock();
+        (s.messages.len() as u64) < self.max_messages && s.bytes < self.max_bytes
+    }
+
+    /// Waits until [`has_room`](Self::has_room).
+    pub async fn wait_for_room(&self) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.has_room() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// The messages whose lease to extend now, and those held for `max_lease` or longer,
+    /// which are dropped from the set (their lease is left to lapse).
+    pub fn due(&self, max_lease: Duration) -> (Vec<I>, Vec<I>) {
+        let now = Instant::now();
+        let mut extend = Vec::new();
+        let mut expired = Vec::new();
+        {
+            let mut s = self.lock();
+            let mut freed = 0;
+            s.messages.retain(|id, held| {
+                if now.duration_since(held.received) >= max_lease {
+                    expired.push(id.clone());
+                    freed += held.bytes;
+                    false
+                } else {
+                    extend.push(id.clone());
+                    true
+                }
+            });
+            s.bytes -= freed;
+        }
+        if !expired.is_empty() {
+            self.changed.notify_waiters();
+        }
+        (extend, expired)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn room_follows_both_bounds() {
+        let o = Outstanding::<String>::new(2, 100);
+        assert!(o.has_room());
+        o.add("a".to_string(), 10);
+        o.add("b".to_string(), 10);
+        assert!(!o.has_room(), "count bound");
+        o.remove(&["a".to_string()]);
+        assert!(o.has_room());
+        o.add("c".to_string(), 200);
+        assert!(!o.has_room(), "byte bound");
+        assert_eq!(o.bytes(), 210);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_stream_wakes_when_messages_are_settled() {
+        let o = std::sync::Arc::new(Outstanding::<String>::new(1, 100));
+        o.add("a".to_string(), 1);
+        let waiter = {
+            let o = o.clone();
+            tokio::spawn(async move { o.wait_for_room().await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        o.remove(&["a".to_string()]);
+        waiter.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leases_lapse_after_the_maximum() {
+        let o = Outstanding::<String>::new(10, 100);
+        o.add("old".to_string(), 5);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        o.add("new".to_string(), 7);
+        let (extend, expired) = o.due(Duration::from_secs(60));
+        assert_eq!((extend.len(), expired.len()), (2, 0));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let (extend, expired) = o.due(Duration::from_secs(60));
+        assert_eq!(extend, vec!["new".to_string()]);
+        assert_eq!(expired, vec!["old".to_string()]);
+        assert_eq!(o.bytes(), 7);
+        assert_eq!(o.len(), 1);
+    }
+}

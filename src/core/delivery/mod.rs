@@ -1,0 +1,301 @@
+//! One delivery model for every input that must hear how its rows ended: how a row, a message
+//! or a batch ended ([`Delivery`]), what an input did ([`DeliveryCounts`]), and the handle a
+//! batch carries from where it was read to the writer that delivers its rows
+//! ([`DeliveryHandle`], found through a [`DeliveryInput`]).
+//!
+//! The statement, its writers and the plan nodes between an input and the writers speak only
+//! this vocabulary; the generic pieces an input is built from live here too:
+//!
+//! - [`ticket`]: the handle of one emitted batch ([`ticket::Ticket`]): sealed by the input,
+//!   retained and settled by the writers, and resolved into "acknowledge these ids" or "hand
+//!   these ids back" for the input's settler. Generic over the input's ids.
+//! - [`lease`]: the ids an input partition holds, for flow control and lease extension
+//!   ([`lease::Outstanding`]), pure state tested with a paused clock.
+//! - [`settler`]: the loop that gathers a partition's verdicts, sends them in calls of a bounded
+//!   size, extends the leases of what is held and lets overdue ones lapse, through a small port
+//!   the input implements ([`settler::Acknowledger`]); every call is retried through
+//!   [`crate::core::retry`].
+//!
+//! One stop vocabulary serves the statement and its inputs alike: [`crate::core::StopKind`].
+//!
+//! # The writer's contract
+//!
+//! - Right after a batch arrives from its input, and before it asks its input for the next
+//!   one, the writer takes the batch's handle from the [`DeliveryInput`] of its input, and
+//!   [`DeliveryHandle::retain`]s one count for each row it accepted (encoded, or refused by the
+//!   encoder under a policy that keeps the row's fate: drop, dead letter).
+//! - Each such row is later [`DeliveryHandle::settle`]d exactly once, and only positively: when
+//!   the destination acknowledged it ([`Delivery::Delivered`]), when its dead letter was written
+//!   ([`Delivery::DeadLettered`]), or when the failure policy dropped it ([`Delivery::Dropped`]).
+//!   A row that is not delivered (a failed statement, a stop, an abort) is never settled, and
+//!   its batch then acknowledges nothing.
+//!
+//! # Passing handles through a plan node
+//!
+//! There is one way for a plan node to sit between an input that carries delivery handles and
+//! the writers: **hand every input batch on (or drop all of its rows) before polling the input
+//! for the next one, and keep the input's partitions**. The input seals batch *k* when it is
+//! polled for batch *k+1*; by then every row of batch *k* has reached the writer (which retained
+//! it) or was filtered out (which counts as handled). A filter does this today
+//! (`BatchFilterExec` in `sql/lineage.rs`, where DataFusion's own filter would gather several
+//! batches into one); projections and unions do it by nature.
+//!
+//! A node that must hold rows across batches (an aggregate, a window, a lookup join waiting for
+//! its lookups) follows the same rule by taking the handles with it: it keeps the
+//! `Arc<dyn DeliveryHandle>` of every batch it holds rows of, retains those rows on the handle
+//! before it polls its input again (as a writer does), and settles them as
+//! [`Delivery::Dropped`] once the row they fed is emitted and itself retained downstream, or
+//! as [`Delivery::Failed`] when it gives up. The handle of its own output batch is then a new
+//! handle that settles the held ones when it is settled. ADR 0064 records this rule.
+
+pub mod lease;
+pub mod settler;
+pub mod ticket;
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures::future::BoxFuture;
+
+use crate::error::Result;
+
+/// How a row, a message or a batch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// The destination has it.
+    Delivered,
+    /// It went to the dead-letter destination, which stored it.
+    DeadLettered,
+    /// The failure policy dropped it (`failure_policy = 'drop'`), or the query filtered it out.
+    Dropped,
+    /// It was not delivered: its batch is never acknowledged and its ids are handed back.
+    Failed,
+}
+
+impl Delivery {
+    /// Whether the outcome lets the batch be acknowledged (everything but
+    /// [`Delivery::Failed`]).
+    pub fn is_positive(self) -> bool {
+        !matches!(self, Delivery::Failed)
+    }
+}
+
+/// The ids an input names the things it read by (Pub/Sub: ack ids).
+pub trait DeliveryId: Clone + Eq + Hash + Debug + Send + Sync + 'static {}
+
+impl<T: Clone + Eq + Hash + Debug + Send + Sync + 'static> DeliveryId for T {}
+
+/// The delivery handle of a batch of rows (for a subscription: the messages the batch was made
+/// from). See the module docs for the contract.
+pub trait DeliveryHandle: Debug + Send + Sync {
+    /// `rows` more rows of this batch were accepted by a writer, each to be settled once.
+    /// An error (the batch was already sealed, for instance) fails the writer: the plan
+    /// between the input and the writer does not keep the contract.
+    fn retain(&self, rows: u64) -> Result<()>;
+
+    /// `rows` retained rows ended as `how`.
+    fn settle(&self, rows: u64, how: Delivery);
+}
+
+/// Where a writer finds the handle of the batch its input produced last, and how it talks to
+/// the input behind it.
+pub trait DeliveryInput: Debug + Send + Sync {
+    /// The handle of the last batch the input produced, if it has one.
+    fn current(&self) -> Option<Arc<dyn DeliveryHandle>>;
+
+    /// The statement was asked to stop gracefully: the input stops reading, emits what it
+    /// already read, and then ends. The writer keeps reading until then.
+    fn stop_reading(&self);
+
+    /// What the input did so far (its whole scan, every partition).
+    fn counts(&self) -> DeliveryCounts;
+
+    /// Resolves once every acknowledgement and nack the input decided was sent. Await it
+    /// after the input stream was dropped.
+    fn settled(&self) -> BoxFuture<'static, ()>;
+
+    /// The input, for messages (`subscription projects/p/subscriptions/s`).
+    fn describe(&self) -> String;
+}
+
+/// What an input that carries delivery handles did: a snapshot of its [`DeliveryCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeliveryCounts {
+    /// Messages (or records) read.
+    pub messages_read: u64,
+    /// Rows emitted (one per message that decoded).
+    pub rows_emitted: u64,
+    /// Messages acknowledged: every row made from them was delivered, dead-lettered, dropped
+    /// by the failure policy or filtered out, and the acknowledgement was taken.
+    pub messages_acked: u64,
+    /// Messages handed back for another reader (not delivered here).
+    pub messages_nacked: u64,
+    /// Messages that did not decode and were dropped (`failure_policy = 'drop'`).
+    pub messages_dropped: u64,
+    /// Messages that did not decode and were dead-lettered.
+    pub messages_dead_lettered: u64,
+    /// Messages held past the longest lease (left to be delivered again).
+    pub leases_expired: u64,
+    /// Streams opened again after a transient failure.
+    pub reconnects: u64,
+}
+
+/// The live counters of one input (all partitions); [`DeliveryCounters::snapshot`] reads them.
+#[derive(Debug, Default)]
+pub struct DeliveryCounters {
+    /// See [`DeliveryCounts::messages_read`].
+    pub read: AtomicU64,
+    /// See [`DeliveryCounts::rows_emitted`].
+    pub emitted: AtomicU64,
+    /// See [`DeliveryCounts::messages_acked`].
+    pub acked: AtomicU64,
+    /// See [`DeliveryCounts::messages_nacked`].
+    pub nacked: AtomicU64,
+    /// See [`DeliveryCounts::messages_dropped`].
+    pub dropped: AtomicU64,
+    /// See [`DeliveryCounts::messages_dead_lettered`].
+    pub dead_lettered: AtomicU64,
+    /// See [`DeliveryCounts::leases_expired`].
+    pub lease_expired: AtomicU64,
+    /// See [`DeliveryCounts::reconnects`].
+    pub reconnects: AtomicU64,
+}
+
+impl DeliveryCounters {
+    /// Adds `n` to `counter` (one of this struct's fields).
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A snapshot.
+    pub fn snapshot(&self) -> DeliveryCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        DeliveryCounts {
+            messages_read: get(&self.read),
+            rows_emitted: get(&self.emitted),
+            messages_acked: get(&self.acked),
+            messages_nacked: get(&self.nacked),
+            messages_dropped: get(&self.dropped),
+            messages_dead_lettered: get(&self.dead_lettered),
+            leases_expired: get(&self.lease_expired),
+            reconnects: get(&self.reconnects),
+        }
+    }
+}
+
+/// Settles every row of `handles` that has a handle, one call per run of rows sharing one.
+pub(crate) fn settle_all<'a>(
+    handles: impl IntoIterator<Item = Option<&'a Arc<dyn DeliveryHandle>>>,
+    how: Delivery,
+) {
+    let mut run: Option<(&Arc<dyn DeliveryHandle>, u64)> = None;
+    for handle in handles.into_iter().flatten() {
+        match &mut run {
+            Some((current, n)) if Arc::ptr_eq(current, handle) => *n += 1,
+            _ => {
+                if let Some((current, n)) = run.take() {
+                    current.settle(n, how);
+                }
+                run = Some((handle, 1));
+            }
+        }
+    }
+    if let Some((current, n)) = run {
+        current.settle(n, how);
+    }
+}
+
+/// After a writer's input stream was dropped: waits until the input behind it (if it carries
+/// delivery handles) sent every acknowledgement and nack it decided, and logs its counts.
+pub async fn wait_settled(input: Option<&Arc<dyn DeliveryInput>>, writer: usize, writers: usize) {
+    let Some(input) = input else {
+        return;
+    };
+    input.settled().await;
+    let counts = input.counts();
+    tracing::info!(
+        writer = writer + 1,
+        writers,
+        input = %input.describe(),
+        messages_read = counts.messages_read,
+        messages_acknowledged = counts.messages_acked,
+        messages_nacked = counts.messages_nacked,
+        "the writer's input settled"
+    );
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A handle that records what it was told.
+    #[derive(Debug, Default)]
+    pub(crate) struct Recorder {
+        pub(crate) retained: Mutex<u64>,
+        pub(crate) settled: Mutex<Vec<(u64, Delivery)>>,
+    }
+
+    impl Recorder {
+        /// Rows settled as `how`.
+        pub(crate) fn count(&self, how: Delivery) -> u64 {
+            let settled = self.settled.lock().unwrap();
+            settled
+                .iter()
+                .filter(|(_, h)| *h == how)
+                .map(|(n, _)| n)
+                .sum()
+        }
+    }
+
+    impl DeliveryHandle for Recorder {
+        fn retain(&self, rows: u64) -> Result<()> {
+            *self.retained.lock().unwrap() += rows;
+            Ok(())
+        }
+
+        fn settle(&self, rows: u64, how: Delivery) {
+            self.settled.lock().unwrap().push((rows, how));
+        }
+    }
+
+    #[test]
+    fn runs_of_one_handle_are_settled_in_one_call() {
+        let a: Arc<dyn DeliveryHandle> = Arc::new(Recorder::default());
+        let b: Arc<dyn DeliveryHandle> = Arc::new(Recorder::default());
+        let rows = [Some(&a), Some(&a), None, Some(&b), Some(&a)];
+        settle_all(rows, Delivery::Delivered);
+        let calls = |o: &Arc<dyn DeliveryHandle>| format!("{o:?}");
+        assert!(
+            calls(&a).contains("(2, Delivered), (1, Delivered)"),
+            "{}",
+            calls(&a)
+        );
+        assert!(calls(&b).contains("(1, Delivered)"), "{}", calls(&b));
+    }
+
+    #[test]
+    fn only_failed_is_negative() {
+        for d in [
+            Delivery::Delivered,
+            Delivery::DeadLettered,
+            Delivery::Dropped,
+        ] {
+            assert!(d.is_positive(), "{d:?}");
+        }
+        assert!(!Delivery::Failed.is_positive());
+    }
+
+    #[test]
+    fn a_snapshot_reads_every_counter() {
+        let c = DeliveryCounters::default();
+        DeliveryCounters::add(&c.read, 3);
+        DeliveryCounters::add(&c.acked, 2);
+        DeliveryCounters::add(&c.reconnects, 1);
+        let s = c.snapshot();
+        assert_eq!((s.messages_read, s.messages_acked, s.reconnects), (3, 2, 1));
+    }
+}

@@ -1,0 +1,426 @@
+//! The settler of one input partition: sends the verdicts its tickets ask for
+//! ([`super::ticket::Verdict`]) and extends the leases of what the partition holds, through
+//! the small port an input implements ([`Acknowledger`]: acknowledge these ids, nack these
+//! ids, extend these leases).
+//!
+//! After the first verdict of a round the settler gathers what else the tickets ask for during
+//! [`SettlerConfig::gather`] (or until a call is full), as Google's subscribers do: fewer,
+//! fuller calls, for at most that much delay of an acknowledgement. Every call carries at most
+//! [`SettlerConfig::max_ids_per_call`] ids. Every [`SettlerConfig::lease_every`] the leases of
+//! what the partition holds are extended, except those held for [`SettlerConfig::max_lease`]
+//! or longer, which are let go (the service delivers them again).
+//!
+//! Each call is retried through [`crate::core::retry::retry`] under
+//! [`SettlerConfig::retry`], for the statuses [`Acknowledger::retryable`] names; a call that
+//! still fails is logged and left: an acknowledgement that did not take means the service
+//! delivers the message again (a duplicate, never a loss).
+//!
+//! The settler ends once every ticket and the partition's stream are gone (its queue closes),
+//! after sending what was asked for.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use super::lease::Outstanding;
+use super::ticket::Verdict;
+use super::{DeliveryCounters, DeliveryId};
+use crate::core::retry::{RetrySettings, retry};
+
+/// What an input supplies to its settler: one call each, for at most
+/// [`SettlerConfig::max_ids_per_call`] ids.
+#[async_trait]
+pub trait Acknowledger<I: DeliveryId>: Send + Sync + 'static {
+    /// Acknowledges `ids`: the service forgets them.
+    async fn ack(&self, ids: &[I]) -> Result<(), tonic::Status>;
+
+    /// Hands `ids` back: the service delivers them to a reader again.
+    async fn nack(&self, ids: &[I]) -> Result<(), tonic::Status>;
+
+    /// Extends the lease of `ids` (by the input's own deadline).
+    async fn extend(&self, ids: &[I]) -> Result<(), tonic::Status>;
+
+    /// Whether a failed call is worth another attempt.
+    fn retryable(&self, status: &tonic::Status) -> bool;
+
+    /// The input, for logs (`subscription projects/p/subscriptions/s`).
+    fn describe(&self) -> String;
+}
+
+/// How a settler gathers, chunks, retries and leases.
+#[derive(Debug, Clone)]
+pub struct SettlerConfig {
+    /// How long a round gathers verdicts after its first one.
+    pub gather: Duration,
+    /// Most ids in one call (a full round is sent at once).
+    pub max_ids_per_call: usize,
+    /// How often the leases of held ids are extended.
+    pub lease_every: Duration,
+    /// How long an id may be held before its lease is let go.
+    pub max_lease: Duration,
+    /// The retry of each call.
+    pub retry: RetrySettings,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Ack,
+    Nack,
+    Extend,
+}
+
+impl Call {
+    fn name(self) -> &'static str {
+        match self {
+            Call::Ack => "the acknowledgement",
+            Call::Nack => "the nack",
+            Call::Extend => "the lease extension",
+        }
+    }
+}
+
+/// Sends `ids` as `call`, one call per [`SettlerConfig::max_ids_per_call`] ids, each retried;
+/// returns how many ids were not taken.
+async fn send<I: DeliveryId, A: Acknowledger<I> + ?Sized>(
+    port: &A,
+    config: &SettlerConfig,
+    call: Call,
+    ids: &[I],
+) -> usize {
+    let mut failed = 0;
+    for chunk in ids.chunks(config.max_ids_per_call.max(1)) {
+        let (result, attempts) = retry(
+            &config.retry,
+            |status: &tonic::Status| port.retryable(status),
+            |_deadline| async move {
+                match call {
+                    Call::Ack => port.ack(chunk).await,
+                    Call::Nack => port.nack(chunk).await,
+                    Call::Extend => port.extend(chunk).await,
+                }
+            },
+        )
+        .await;
+        if let Err(status) = result {
+            tracing::warn!(
+                input = %port.describe(),
+                messages = chunk.len(),
+                code = ?status.code(),
+                attempts,
+                "{} of {} message(s) of {} failed: {} (the service will deliver them again)",
+                call.name(),
+                chunk.len(),
+                port.describe(),
+                status.message()
+            );
+            failed += chunk.len();
+        }
+    }
+    failed
+}
+
+/// Runs the settler of one partition until its queue closes: sends what the tickets ask for,
+/// and extends the leases of what `outstanding` holds every [`SettlerConfig::lease_every`], up
+/// to [`SettlerConfig::max_lease`].
+pub async fn run_settler<I: DeliveryId>(
+    port: Arc<dyn Acknowledger<I>>,
+    config: SettlerConfig,
+    mut queue: mpsc::UnboundedReceiver<Verdict<I>>,
+    outstanding: Arc<Outstanding<I>>,
+    counters: Arc<DeliveryCounters>,
+) {
+    let every = config.lease_every.max(Duration::from_millis(1));
+    let mut leases = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    leases.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            verdict = queue.recv() => {
+                let Some(first) = verdict else { break };
+                let (acks, nacks, closed) = gather(first, &mut queue, &config).await;
+                if !acks.is_empty() {
+                    let failed = send(port.as_ref(), &config, Call::Ack, &acks).await;
+                    DeliveryCounters::add(&counters.acked, (acks.len() - failed) as u64);
+                    outstanding.remove(&acks);
+                }
+                if !nacks.is_empty() {
+                    let failed = send(port.as_ref(), &config, Call::Nack, &nacks).await;
+                    DeliveryCounters::add(&counters.nacked, (nacks.len() - failed) as u64);
+                    outstanding.remove(&nacks);
+                }
+                if closed {
+                    break;
+                }
+            }
+            _ = leases.tick() => {
+                let (extend, expired) = outstanding.due(config.max_lease);
+                if !expired.is_empty() {
+                    DeliveryCounters::add(&counters.lease_expired, expired.len() as u64);
+                    tracing::warn!(
+                        input = %port.describe(),
+                        messages = expired.len(),
+                        "{} message(s) were held for max_lease_duration ({:?}) without being delivered; their lease lapses and the service delivers them again",
+                        expired.len(),
+                        config.max_lease
+                    );
+                }
+                if !extend.is_empty() {
+                    send(port.as_ref(), &config, Call::Extend, &extend).await;
+                }
+            }
+        }
+    }
+}
+
+/// One round of verdicts, from `first` on: what the tickets ask for during
+/// [`SettlerConfig::gather`], or until [`SettlerConfig::max_ids_per_call`] ids are gathered, or
+/// until the queue closes (the third value).
+async fn gather<I: DeliveryId>(
+    first: Verdict<I>,
+    queue: &mut mpsc::UnboundedReceiver<Verdict<I>>,
+    config: &SettlerConfig,
+) -> (Vec<I>, Vec<I>, bool) {
+    let (mut acks, mut nacks) = (Vec::new(), Vec::new());
+    let deadline = tokio::time::sleep(config.gather);
+    tokio::pin!(deadline);
+    let mut next = Some(first);
+    loop {
+        match next.take() {
+            Some(Verdict::Ack(ids)) => acks.extend(ids),
+            Some(Verdict::Nack(ids)) => nacks.extend(ids),
+            None => {}
+        }
+        if acks.len() + nacks.len() >= config.max_ids_per_call {
+            return (acks, nacks, false);
+        }
+        tokio::select! {
+            verdict = queue.recv() => match verdict {
+                Some(verdict) => next = Some(verdict),
+                None => return (acks, nacks, true),
+            },
+            () = &mut deadline => return (acks, nacks, false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use tokio::time::Instant;
+
+    use super::*;
+
+    const GATHER: Duration = Duration::from_millis(100);
+
+    fn config(max_ids_per_call: usize) -> SettlerConfig {
+        SettlerConfig {
+            gather: GATHER,
+            max_ids_per_call,
+            lease_every: Duration::from_secs(20),
+            max_lease: Duration::from_secs(60),
+            retry: RetrySettings::doubling(3, Duration::from_millis(100), Duration::ZERO),
+        }
+    }
+
+    fn ack(ids: &[&str]) -> Verdict<String> {
+        Verdict::Ack(ids.iter().map(|s| s.to_string()).collect())
+    }
+
+    /// A fake service: records every call with the (paused) time it was made, and fails the
+    /// first `fail_first` calls with `UNAVAILABLE`.
+    #[derive(Default)]
+    struct Fake {
+        calls: Mutex<Vec<(Call, Vec<String>, Duration)>>,
+        fail_first: Mutex<usize>,
+        started: Mutex<Option<Instant>>,
+    }
+
+    impl Fake {
+        fn record(&self, call: Call, ids: &[String]) -> Result<(), tonic::Status> {
+            let started = *self
+                .started
+                .lock()
+                .unwrap()
+                .get_or_insert_with(Instant::now);
+            self.calls
+                .lock()
+                .unwrap()
+                .push((call, ids.to_vec(), started.elapsed()));
+            let mut fail = self.fail_first.lock().unwrap();
+            if *fail > 0 {
+                *fail -= 1;
+                return Err(tonic::Status::unavailable("try again"));
+            }
+            Ok(())
+        }
+
+        fn calls(&self) -> Vec<(Call, Vec<String>, Duration)> {
+            self.calls.lock().unwrap().clone()
+        }
+    }
+
+    #[async_trait]
+    impl Acknowledger<String> for Fake {
+        async fn ack(&self, ids: &[String]) -> Result<(), tonic::Status> {
+            self.record(Call::Ack, ids)
+        }
+        async fn nack(&self, ids: &[String]) -> Result<(), tonic::Status> {
+            self.record(Call::Nack, ids)
+        }
+        async fn extend(&self, ids: &[String]) -> Result<(), tonic::Status> {
+            self.record(Call::Extend, ids)
+        }
+        fn retryable(&self, status: &tonic::Status) -> bool {
+            status.code() == tonic::Code::Unavailable
+        }
+        fn describe(&self) -> String {
+            "a fake input".into()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_round_gathers_what_comes_within_the_gather_delay() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        tx.send(ack(&["b"])).unwrap();
+        let late = tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(GATHER / 2).await;
+            late.send(Verdict::Nack(vec!["c".into()])).unwrap();
+            tokio::time::sleep(GATHER).await;
+            late.send(ack(&["d"])).unwrap();
+        });
+        let (acks, nacks, closed) = gather(ack(&["a"]), &mut rx, &config(2500)).await;
+        assert_eq!(acks, ["a", "b"]);
+        assert_eq!(nacks, ["c"]);
+        assert!(!closed, "the queue is still open");
+        let next = rx.recv().await.unwrap();
+        assert!(
+            matches!(next, Verdict::Ack(ids) if ids == ["d"]),
+            "the next round's"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_call_or_a_closed_queue_ends_the_round_at_once() {
+        let max = 2500;
+        let (tx, mut rx) = mpsc::unbounded_channel::<Verdict<String>>();
+        let many: Vec<String> = (0..max).map(|i| i.to_string()).collect();
+        let started = Instant::now();
+        let (acks, _, closed) = gather(Verdict::Ack(many), &mut rx, &config(max)).await;
+        assert_eq!(acks.len(), max);
+        assert!(!closed);
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "a full call waits for nothing"
+        );
+        drop(tx);
+        let (acks, _, closed) = gather(ack(&["x"]), &mut rx, &config(max)).await;
+        assert_eq!(acks, ["x"]);
+        assert!(closed, "the queue closed: the settler sends and ends");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn verdicts_are_chunked_per_call_and_counted() {
+        let fake = Arc::new(Fake::default());
+        let outstanding = Arc::new(Outstanding::<String>::new(100, 1000));
+        for id in ["a", "b", "c", "n"] {
+            outstanding.add(id.to_string(), 1);
+        }
+        let counters = Arc::new(DeliveryCounters::default());
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(ack(&["a", "b", "c"])).unwrap();
+        tx.send(Verdict::Nack(vec!["n".to_string()])).unwrap();
+        drop(tx);
+        run_settler(
+            fake.clone(),
+            config(2),
+            rx,
+            outstanding.clone(),
+            counters.clone(),
+        )
+        .await;
+        let calls: Vec<(Call, Vec<String>)> = fake
+            .calls()
+            .into_iter()
+            .map(|(c, ids, _)| (c, ids))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                (Call::Ack, vec!["a".to_string(), "b".to_string()]),
+                (Call::Ack, vec!["c".to_string()]),
+                (Call::Nack, vec!["n".to_string()]),
+            ]
+        );
+        let counts = counters.snapshot();
+        assert_eq!((counts.messages_acked, counts.messages_nacked), (3, 1));
+        assert!(outstanding.is_empty(), "settled ids leave the held set");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transient_failure_is_retried_with_backoff_and_a_lasting_one_is_left() {
+        let fake = Arc::new(Fake::default());
+        *fake.fail_first.lock().unwrap() = 2;
+        let counters = Arc::new(DeliveryCounters::default());
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(ack(&["a"])).unwrap();
+        drop(tx);
+        let outstanding = Arc::new(Outstanding::<String>::new(10, 10));
+        run_settler(fake.clone(), config(10), rx, outstanding, counters.clone()).await;
+        let at: Vec<Duration> = fake.calls().into_iter().map(|(_, _, t)| t).collect();
+        // Three attempts: the retry delays are 100 ms, then 200 ms.
+        assert_eq!(
+            at,
+            [
+                Duration::ZERO,
+                Duration::from_millis(100),
+                Duration::from_millis(300)
+            ]
+        );
+        assert_eq!(counters.snapshot().messages_acked, 1);
+
+        // Failing every attempt: three calls, then the ids are left (not counted).
+        let fake = Arc::new(Fake::default());
+        *fake.fail_first.lock().unwrap() = 10;
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(ack(&["a"])).unwrap();
+        drop(tx);
+        let counters = Arc::new(DeliveryCounters::default());
+        let outstanding = Arc::new(Outstanding::<String>::new(10, 10));
+        run_settler(fake.clone(), config(10), rx, outstanding, counters.clone()).await;
+        assert_eq!(fake.calls().len(), 3);
+        assert_eq!(counters.snapshot().messages_acked, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn held_ids_are_extended_each_tick_until_their_lease_is_let_go() {
+        let fake = Arc::new(Fake::default());
+        let outstanding = Arc::new(Outstanding::<String>::new(10, 100));
+        outstanding.add("held".to_string(), 1);
+        let counters = Arc::new(DeliveryCounters::default());
+        let (tx, rx) = mpsc::unbounded_channel::<Verdict<String>>();
+        let settler = tokio::spawn(run_settler(
+            fake.clone(),
+            config(10),
+            rx,
+            outstanding.clone(),
+            counters.clone(),
+        ));
+        // Ticks at 20 s and 40 s extend; at 60 s the lease is let go.
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        let extends: Vec<Duration> = fake
+            .calls()
+            .into_iter()
+            .filter(|(c, _, _)| *c == Call::Extend)
+            .map(|(_, _, t)| t)
+            .collect();
+        assert_eq!(extends, [Duration::ZERO, Duration::from_secs(20)]);
+        assert_eq!(counters.snapshot().leases_expired, 1);
+        assert!(outstanding.is_empty());
+        drop(tx);
+        settler.await.unwrap();
+    }
+}
