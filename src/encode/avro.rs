@@ -50,7 +50,7 @@ use serde_json::{Map as JsonMap, Value as Json};
 use super::schema::{PayloadSchema, RowPayload, SchemaEncoding, arrow_type_name};
 use crate::error::{Error, Result};
 
-pub mod read;
+pub mod decode;
 
 /// A checked Avro schema bound to a table's payload columns; see the module docs.
 #[derive(Debug, Clone)]

@@ -1145,5 +1145,7 @@ impl ValueEncoder for DictionaryEncoder<'_> {
     }
 }
 
+pub mod decode;
+
 #[cfg(test)]
 mod tests;

@@ -43,7 +43,7 @@ use super::avro::Direction;
 use super::schema::{PayloadSchema, RowPayload, SchemaEncoding, arrow_type_name};
 use crate::error::{Error, Result};
 
-pub mod read;
+pub mod decode;
 
 /// The file name the inline schema is compiled under.
 const SCHEMA_FILE: &str = "schema.proto";

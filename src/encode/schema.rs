@@ -11,9 +11,10 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::Schema;
 
 use super::avro::AvroRowEncoder;
-use super::avro::read::{AvroRowDecoder, JsonPayload};
+use super::avro::decode::AvroRowDecoder;
 use super::protobuf::ProtoRowEncoder;
-use super::protobuf::read::ProtoRowDecoder;
+use super::protobuf::decode::ProtoRowDecoder;
+use super::rows::DecodedRows;
 use crate::error::Result;
 
 /// The schema language.
@@ -177,8 +178,8 @@ impl SchemaRowEncoder {
 }
 
 /// A payload decoder for a [`PayloadSchema`], checked against a table's payload columns: the
-/// reading side of [`SchemaRowEncoder`], used by the Pub/Sub source. Each payload becomes one
-/// JSON object that the source's JSON decoder reads into the columns (ADR 0052).
+/// reading side of [`SchemaRowEncoder`], used by the Pub/Sub source. Payloads decode straight
+/// into the columns' Arrow arrays (ADR 0065).
 #[derive(Debug, Clone)]
 pub enum SchemaRowDecoder {
     /// Avro.
@@ -208,12 +209,21 @@ impl SchemaRowDecoder {
         }
     }
 
-    /// Each payload, in the encoding given for it, as one JSON object (or why it does not
-    /// decode, naming the field and never the data), in order.
-    pub fn to_json(&self, datas: &[&[u8]], encodings: &[SchemaEncoding]) -> Vec<JsonPayload> {
+    /// The table columns this decoder fills, in the order it was given them.
+    pub fn targets(&self) -> &[arrow::datatypes::FieldRef] {
         match self {
-            SchemaRowDecoder::Avro(a) => a.to_json(datas, encodings),
-            SchemaRowDecoder::Protobuf(p) => p.to_json(datas, encodings),
+            SchemaRowDecoder::Avro(a) => a.targets(),
+            SchemaRowDecoder::Protobuf(p) => p.targets(),
+        }
+    }
+
+    /// Decodes each payload, in the encoding given for it, into the bound columns: the rows
+    /// that decode, and why each other one does not (naming the column or the field, never
+    /// the data). The outer error is an internal fault only.
+    pub fn decode(&self, datas: &[&[u8]], encodings: &[SchemaEncoding]) -> Result<DecodedRows> {
+        match self {
+            SchemaRowDecoder::Avro(a) => a.decode(datas, encodings),
+            SchemaRowDecoder::Protobuf(p) => p.decode(datas, encodings),
         }
     }
 }

@@ -5,11 +5,13 @@
 //! (a missing member is NULL; numbers and booleans are accepted into string columns; a
 //! timestamp column takes RFC 3339 text or a number). `format = 'raw'`: the data fills
 //! `data_column` as it is, bytes into a binary column, UTF-8 text into a string column.
-//! `format = 'avro'` / `'protobuf'` ([`MessageDecoder::with_schema`]): each payload is first
-//! turned into the JSON object of its fields by the schema's decoder
-//! ([`SchemaRowDecoder`]), then decoded as under `json` (ADR 0052). The
-//! metadata columns are filled from the message (`message_id`, `publish_time`,
-//! `ordering_key`, `attributes`, `delivery_attempt`).
+//! `format = 'avro'` / `'protobuf'` ([`MessageDecoder::with_schema`]): the schema's decoder
+//! ([`SchemaRowDecoder`], in the formats layer) turns the payloads straight into the columns'
+//! Arrow arrays (ADR 0065). The payload decoders live in [`crate::encode`]; this module keeps
+//! what is Pub/Sub's: the metadata columns filled from the message (`message_id`,
+//! `publish_time`, `ordering_key`, `attributes`, `delivery_attempt`), the encoding and the
+//! schema revision Pub/Sub stamps on a message, and a bad message per payload that does not
+//! decode.
 //!
 //! With a topic's schema, a message Pub/Sub stamped with another revision of it is read with
 //! that revision's [`RevisionReader`] ([`MessageDecoder::decode_with`]; the readers are kept by
@@ -17,7 +19,7 @@
 //!
 //! A message that does not decode is reported as a [`BadMessage`] naming its message id and,
 //! where one can be singled out, the column; never the data. The whole response decodes in one
-//! pass; only when that pass fails is each message decoded alone to find the bad ones.
+//! pass; only when that pass fails is each payload decoded alone to find the bad ones.
 
 use std::sync::Arc;
 
@@ -27,11 +29,12 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
-use datafusion::arrow::json::ReaderBuilder;
+use datafusion::arrow::datatypes::{DataType, Fields, SchemaRef};
 use gcloud_sdk::google::pubsub::v1::ReceivedMessage;
 
 use super::options::{DATA_COLUMN, SourceColumns};
+use crate::encode::json::decode::JsonRowDecoder;
+use crate::encode::rows::{DecodedRows, RowFault, null_columns};
 use crate::encode::schema::{PayloadSchema, SchemaEncoding, SchemaRowDecoder};
 use crate::error::{Error, Result};
 use crate::options::PayloadFormat;
@@ -69,7 +72,8 @@ pub enum RevisionReader {
 /// Where one column's values come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Filler {
-    /// The JSON member of the column's name (index in the JSON schema).
+    /// The payload's field or JSON member of the column's name (index among the payload
+    /// columns).
     Json(usize),
     /// The message data (raw).
     Data,
@@ -119,13 +123,14 @@ pub struct Decoded {
 #[derive(Debug, Clone)]
 pub struct MessageDecoder {
     schema: SchemaRef,
-    json_schema: SchemaRef,
+    /// The columns decoded from the payload: with `format = 'json'`, from its members.
+    json: JsonRowDecoder,
     fillers: Vec<Filler>,
     payload: Option<Arc<SchemaPayload>>,
 }
 
-/// `format = 'avro' | 'protobuf'`: the schema's decoder, which turns each payload into the JSON
-/// object the JSON columns are decoded from.
+/// `format = 'avro' | 'protobuf'`: the schema's decoder, which turns the payloads into the
+/// payload columns.
 #[derive(Debug)]
 struct SchemaPayload {
     decoder: SchemaRowDecoder,
@@ -172,34 +177,6 @@ fn string_map(t: &DataType) -> Option<(&Fields, bool)> {
         return Some((fields, *sorted));
     }
     None
-}
-
-fn json_decoder(
-    schema: SchemaRef,
-    rows: usize,
-) -> Result<datafusion::arrow::json::reader::Decoder> {
-    Ok(ReaderBuilder::new(schema)
-        .with_batch_size(rows + 1)
-        .with_coerce_primitive(true)
-        .build_decoder()?)
-}
-
-/// Decodes `datas` (one JSON object each) into one batch; `Err` when any does not decode or
-/// is not exactly one value. The error carries no data.
-fn decode_all(schema: &SchemaRef, datas: &[&[u8]]) -> std::result::Result<RecordBatch, ()> {
-    let mut decoder = json_decoder(schema.clone(), datas.len()).map_err(drop)?;
-    for data in datas {
-        let before = decoder.len();
-        let used = decoder.decode(data).map_err(drop)?;
-        if used != data.len() || decoder.has_partial_record() || decoder.len() != before + 1 {
-            return Err(());
-        }
-    }
-    match decoder.flush().map_err(drop)? {
-        Some(batch) if batch.num_rows() == datas.len() => Ok(batch),
-        None if datas.is_empty() => Ok(RecordBatch::new_empty(schema.clone())),
-        _ => Err(()),
-    }
 }
 
 impl MessageDecoder {
@@ -284,8 +261,7 @@ impl MessageDecoder {
                         ));
                     }
                     PayloadFormat::Json => {
-                        let single = Arc::new(Schema::new(vec![field.as_ref().clone()]));
-                        if let Err(e) = json_decoder(single, 1) {
+                        if let Err(e) = JsonRowDecoder::check(field) {
                             return Err(Error::schema(
                                 name,
                                 format!(
@@ -294,7 +270,7 @@ impl MessageDecoder {
                                 ),
                             ));
                         }
-                        json_fields.push(field.as_ref().clone());
+                        json_fields.push(field.clone());
                         Filler::Json(json_fields.len() - 1)
                     }
                 },
@@ -303,7 +279,7 @@ impl MessageDecoder {
         }
         Ok(MessageDecoder {
             schema,
-            json_schema: Arc::new(Schema::new(json_fields)),
+            json: JsonRowDecoder::new(json_fields),
             fillers,
             payload: None,
         })
@@ -387,48 +363,6 @@ impl MessageDecoder {
         m.message.as_ref().map_or("", |m| m.message_id.as_str())
     }
 
-    /// Why one message's JSON does not decode: the first column that fails alone, else the
-    /// whole object.
-    fn diagnose(&self, index: usize, m: &ReceivedMessage, data: &[u8]) -> BadMessage {
-        let probe = Arc::new(Schema::new(vec![Field::new(
-            "\u{0}gcp_sql_probe",
-            DataType::Utf8,
-            true,
-        )]));
-        let (column, reason) = if decode_all(&probe, &[data]).is_err() {
-            (None, "the data is not one JSON object".to_string())
-        } else {
-            let column = self.json_schema.fields().iter().find(|f| {
-                let single = Arc::new(Schema::new(vec![f.as_ref().clone()]));
-                decode_all(&single, &[data]).is_err()
-            });
-            match column {
-                Some(f) => (
-                    Some(f.name().clone()),
-                    format!(
-                        "its {} does not decode as {}{} (a value of another type, out of range, or missing)",
-                        match &self.payload {
-                            Some(p) => format!("{} field", p.format),
-                            None => "JSON member".to_string(),
-                        },
-                        f.data_type(),
-                        if f.is_nullable() { "" } else { " NOT NULL" }
-                    ),
-                ),
-                None => (
-                    None,
-                    "the JSON object does not decode into the declared columns".into(),
-                ),
-            }
-        };
-        BadMessage {
-            index,
-            message_id: Self::message_id(m).to_string(),
-            column,
-            reason,
-        }
-    }
-
     /// Decodes `messages`: one row per message that decodes, and the ones that do not.
     pub fn decode(&self, messages: &[ReceivedMessage]) -> Result<Decoded> {
         self.decode_with(messages, |_| None)
@@ -463,111 +397,14 @@ impl MessageDecoder {
                 }
             });
         }
-        // `avro` / `protobuf`: each payload becomes the JSON object the columns decode from.
-        let mut objects: Vec<Vec<u8>> = Vec::new();
-        if let Some(p) = self
-            .payload
-            .as_ref()
-            .filter(|_| !self.json_schema.fields().is_empty())
-        {
-            objects = vec![Vec::new(); messages.len()];
-            // The messages of each decoder (this one's first), in order.
-            let mut groups: Vec<(&SchemaRowDecoder, Option<&str>, Vec<usize>)> =
-                vec![(&p.decoder, None, Vec::new())];
-            for &i in &good {
-                let (decoder, label) = match revision(&messages[i]) {
-                    None => (&p.decoder, None),
-                    Some(RevisionReader::Decoder { decoder, label }) => {
-                        (decoder, Some(label.as_str()))
-                    }
-                    Some(RevisionReader::Refused { column, reason }) => {
-                        bad.push(BadMessage {
-                            index: i,
-                            message_id: Self::message_id(&messages[i]).to_string(),
-                            column: column.clone(),
-                            reason: reason.clone(),
-                        });
-                        continue;
-                    }
-                };
-                match groups.iter_mut().find(|g| std::ptr::eq(g.0, decoder)) {
-                    Some(group) => group.2.push(i),
-                    None => groups.push((decoder, label, vec![i])),
-                }
-            }
-            let mut kept = Vec::with_capacity(good.len());
-            for (decoder, label, members) in groups {
-                let datas: Vec<&[u8]> = members.iter().map(|&i| Self::data(&messages[i])).collect();
-                let encodings: Vec<SchemaEncoding> = members
-                    .iter()
-                    .map(|&i| p.encoding_of(&messages[i]))
-                    .collect();
-                let converted = decoder.to_json(&datas, &encodings);
-                for ((i, object), encoding) in members.into_iter().zip(converted).zip(encodings) {
-                    match object {
-                        Ok(object) => {
-                            objects[i] = object;
-                            kept.push(i);
-                        }
-                        Err(reason) => bad.push(BadMessage {
-                            index: i,
-                            message_id: Self::message_id(&messages[i]).to_string(),
-                            column: None,
-                            reason: format!(
-                                "format '{}' ({}{}{}): {reason}",
-                                p.format,
-                                encoding.name(),
-                                if label.is_some() { ", " } else { "" },
-                                label.unwrap_or_default()
-                            ),
-                        }),
-                    }
-                }
-            }
-            kept.sort_unstable();
-            good = kept;
-        }
-        let payload = |i: usize| -> &[u8] {
-            if objects.is_empty() {
-                Self::data(&messages[i])
-            } else {
-                &objects[i]
-            }
-        };
-        let json = if self.json_schema.fields().is_empty() {
-            None
-        } else {
-            let datas: Vec<&[u8]> = good.iter().map(|&i| payload(i)).collect();
-            match decode_all(&self.json_schema, &datas) {
-                Ok(batch) => Some(batch),
-                Err(()) => {
-                    good.retain(|&i| {
-                        if decode_all(&self.json_schema, &[payload(i)]).is_ok() {
-                            true
-                        } else {
-                            bad.push(self.diagnose(i, &messages[i], payload(i)));
-                            false
-                        }
-                    });
-                    let datas: Vec<&[u8]> = good.iter().map(|&i| payload(i)).collect();
-                    Some(decode_all(&self.json_schema, &datas).map_err(|()| {
-                        Error::Unsupported(
-                            "internal: messages that decode alone do not decode together".into(),
-                        )
-                    })?)
-                }
-            }
-        };
+        let (good, payload_columns) = self.decode_payloads(messages, good, &revision, &mut bad)?;
         bad.sort_by_key(|b| b.index);
         let rows: Vec<&ReceivedMessage> = good.iter().map(|&i| &messages[i]).collect();
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.fillers.len());
         for (field, filler) in self.schema.fields().iter().zip(&self.fillers) {
             let t = field.data_type();
             let built: ArrayRef = match filler {
-                Filler::Json(j) => json
-                    .as_ref()
-                    .map(|b| b.column(*j).clone())
-                    .unwrap_or_else(|| datafusion::arrow::array::new_null_array(t, 0)),
+                Filler::Json(j) => payload_columns[*j].clone(),
                 Filler::Data => {
                     let bytes = BinaryArray::from_iter_values(rows.iter().map(|m| Self::data(m)));
                     if is_string(t) {
@@ -626,6 +463,114 @@ impl MessageDecoder {
         )?;
         Ok(Decoded { batch, bad })
     }
+
+    /// The payload columns of the `good` messages: decoded by the schema's decoders (each
+    /// message by its revision's, ADR 0062), or from JSON objects. The messages that do not
+    /// decode join `bad`; the rest are returned in order with one array per payload column.
+    fn decode_payloads<'r>(
+        &self,
+        messages: &[ReceivedMessage],
+        good: Vec<usize>,
+        revision: &impl Fn(&ReceivedMessage) -> Option<&'r RevisionReader>,
+        bad: &mut Vec<BadMessage>,
+    ) -> Result<(Vec<usize>, Vec<ArrayRef>)> {
+        let fields = self.json.fields();
+        if fields.is_empty() {
+            return Ok((good, Vec::new()));
+        }
+        let Some(p) = &self.payload else {
+            let datas: Vec<&[u8]> = messages.iter().map(Self::data).collect();
+            let decoded = self.json.decode(good, &datas, "JSON member")?;
+            for (i, fault) in decoded.faults {
+                bad.push(Self::bad_message(i, &messages[i], fault, |r| r));
+            }
+            return Ok((decoded.rows, decoded.columns));
+        };
+        // The messages of each decoder (this one's first), in order.
+        let mut groups: Vec<(&SchemaRowDecoder, Option<&str>, Vec<usize>)> =
+            vec![(&p.decoder, None, Vec::new())];
+        for i in good {
+            let (decoder, label) = match revision(&messages[i]) {
+                None => (&p.decoder, None),
+                Some(RevisionReader::Decoder { decoder, label }) => (decoder, Some(label.as_str())),
+                Some(RevisionReader::Refused { column, reason }) => {
+                    bad.push(BadMessage {
+                        index: i,
+                        message_id: Self::message_id(&messages[i]).to_string(),
+                        column: column.clone(),
+                        reason: reason.clone(),
+                    });
+                    continue;
+                }
+            };
+            match groups.iter_mut().find(|g| std::ptr::eq(g.0, decoder)) {
+                Some(group) => group.2.push(i),
+                None => groups.push((decoder, label, vec![i])),
+            }
+        }
+        let mut parts = Vec::with_capacity(groups.len());
+        for (decoder, label, members) in groups {
+            if members.is_empty() {
+                continue;
+            }
+            let datas: Vec<&[u8]> = members.iter().map(|&i| Self::data(&messages[i])).collect();
+            let encodings: Vec<SchemaEncoding> = members
+                .iter()
+                .map(|&i| p.encoding_of(&messages[i]))
+                .collect();
+            let decoded = decoder.decode(&datas, &encodings)?;
+            for (local, fault) in decoded.faults {
+                let i = members[local];
+                bad.push(Self::bad_message(i, &messages[i], fault, |reason| {
+                    format!(
+                        "format '{}' ({}{}{}): {reason}",
+                        p.format,
+                        encodings[local].name(),
+                        if label.is_some() { ", " } else { "" },
+                        label.unwrap_or_default()
+                    )
+                }));
+            }
+            // A revision's decoder fills the columns whose fields it has; the others are NULL.
+            let mut columns = null_columns(fields, decoded.rows.len());
+            for (target, array) in decoder.targets().iter().zip(decoded.columns) {
+                if let Some(j) = fields.iter().position(|f| f.name() == target.name()) {
+                    columns[j] = array;
+                }
+            }
+            parts.push(DecodedRows {
+                rows: decoded
+                    .rows
+                    .into_iter()
+                    .map(|local| members[local])
+                    .collect(),
+                columns,
+                faults: Vec::new(),
+            });
+        }
+        let merged = DecodedRows::merge(parts, fields)?;
+        Ok((merged.rows, merged.columns))
+    }
+
+    /// The bad message of `fault`; `payload` words the reason of a payload that does not
+    /// decode at all.
+    fn bad_message(
+        index: usize,
+        m: &ReceivedMessage,
+        fault: RowFault,
+        payload: impl FnOnce(String) -> String,
+    ) -> BadMessage {
+        let (column, reason) = match fault {
+            RowFault::Payload(reason) => (None, payload(reason)),
+            RowFault::Column { column, reason } => (Some(column), reason),
+        };
+        BadMessage {
+            index,
+            message_id: Self::message_id(m).to_string(),
+            column,
+            reason,
+        }
+    }
 }
 
 /// The attributes of `rows` as a map column of type `t` (checked to be a string map), keys in
@@ -673,7 +618,7 @@ fn unreachable_map<T>() -> Result<T> {
 mod tests {
     use super::*;
     use datafusion::arrow::array::{Array, AsArray};
-    use datafusion::arrow::datatypes::{Int64Type, TimeUnit};
+    use datafusion::arrow::datatypes::{Field, Int64Type, Schema, TimeUnit};
     use gcloud_sdk::google::pubsub::v1::PubsubMessage;
 
     fn message(id: &str, data: &[u8]) -> ReceivedMessage {

@@ -1,34 +1,43 @@
-//! Avro payloads back to rows: each datum becomes one JSON object whose members the source's
-//! JSON decoder reads into the declared columns (ADR 0052).
+//! Avro payloads back to rows (ADR 0065): the reading side of
+//! [`AvroRowEncoder`](super::AvroRowEncoder).
 //!
-//! `binary`: a bare datum per message, decoded by `arrow-avro`. Its `Decoder` reads framed
-//! datums only, so each datum is handed to it behind the single-object header (`C3 01` and the
-//! schema's Rabin fingerprint) of the one writer schema registered in its store; the rows it
-//! builds are written out as JSON objects by Arrow's JSON writer. `json`: Avro's JSON encoding,
-//! which no library here reads, is unwrapped by [`AvroRowDecoder`] itself (union branches,
-//! bytes as code points, logical types). Both give a value the form the JSON decoder takes for
-//! the column: timestamps and dates as RFC 3339 text, decimals as their exact digits, bytes as
-//! hex.
+//! `binary`: a bare datum per message, decoded straight into Arrow arrays by `arrow-avro`. Its
+//! `Decoder` reads framed datums only, so each datum is handed to it behind the single-object
+//! header (`C3 01` and the schema's Rabin fingerprint) of the one writer schema registered in
+//! its store; the arrays it builds, in the schema's own Arrow types (an enum as a dictionary, a
+//! decimal as `Decimal128`, a timestamp in its unit), are then made into the columns' types by
+//! [`conform`](crate::encode::conform). `json`: Avro's JSON encoding, which no library here
+//! reads, is unwrapped by [`AvroRowDecoder`] itself (union branches, bytes as code points,
+//! logical types) into the JSON object Arrow's JSON decoder reads into the columns: timestamps
+//! and dates as RFC 3339 text, decimals as their exact digits, bytes as hex.
 
 use std::sync::Arc;
 
-use arrow::datatypes::Schema;
+use arrow::array::RecordBatch;
+use arrow::datatypes::{FieldRef, Schema};
 use arrow_avro::reader::ReaderBuilder;
 use arrow_avro::schema::{AvroSchema, Fingerprint, SINGLE_OBJECT_MAGIC, SchemaStore};
 use chrono::{DateTime, NaiveTime};
 use serde_json::{Map as JsonMap, Value as Json};
 
 use super::{Direction, FieldSlot, Slot, Ty, bind_columns, parse_record};
+use crate::encode::json::decode::JsonRowDecoder;
+use crate::encode::rows::{DecodedRows, RowFault, conform_rows, null_columns, targets};
 use crate::encode::schema::{PayloadSchema, SchemaEncoding};
 use crate::error::{Error, Result};
 
-/// One payload as a JSON object, or why it does not decode (naming the field, never data).
-pub type JsonPayload = std::result::Result<Vec<u8>, String>;
+/// One Avro JSON payload as the JSON object Arrow's JSON decoder reads, or why it is not one
+/// (naming the field, never data).
+type JsonPayload = std::result::Result<Vec<u8>, String>;
 
-/// A checked Avro schema that turns payloads into JSON objects; see the module docs.
+/// A checked Avro schema that turns payloads into rows; see the module docs.
 #[derive(Debug, Clone)]
 pub struct AvroRowDecoder {
     fields: Arc<[FieldSlot]>,
+    /// The bound columns, in the order given.
+    targets: Arc<[FieldRef]>,
+    /// The reader of Avro JSON payloads once unwrapped.
+    json: JsonRowDecoder,
     store: SchemaStore,
     fingerprint: Fingerprint,
     prefix: Vec<u8>,
@@ -52,8 +61,11 @@ impl AvroRowDecoder {
         };
         let mut prefix = SINGLE_OBJECT_MAGIC.to_vec();
         prefix.extend_from_slice(&rabin.to_le_bytes());
+        let targets = targets(table, columns);
         let decoder = AvroRowDecoder {
             fields,
+            json: JsonRowDecoder::new(targets.iter().cloned()),
+            targets,
             store,
             fingerprint,
             prefix,
@@ -77,42 +89,92 @@ impl AvroRowDecoder {
             .build_decoder()
     }
 
-    /// Each payload (in `encodings[i]`) as one JSON object, in order.
-    pub fn to_json(&self, datas: &[&[u8]], encodings: &[SchemaEncoding]) -> Vec<JsonPayload> {
-        let binary: Vec<usize> = (0..datas.len())
-            .filter(|&i| encodings[i] == SchemaEncoding::Binary)
-            .collect();
-        let mut out: Vec<JsonPayload> = datas
-            .iter()
-            .zip(encodings)
-            .map(|(data, encoding)| match encoding {
-                SchemaEncoding::Json => self.avro_json_object(data),
-                SchemaEncoding::Binary => Ok(Vec::new()),
-            })
-            .collect();
-        let picked: Vec<&[u8]> = binary.iter().map(|&i| datas[i]).collect();
-        let decoded = match self.binary_to_json(&picked) {
-            Ok(all) => all.into_iter().map(Ok).collect(),
-            // One datum spoils a batch: decode each alone to single out the bad ones.
-            Err(_) => picked
-                .iter()
-                .map(|d| {
-                    self.binary_to_json(&[d])
-                        .map(|mut one| one.pop().unwrap_or_default())
-                })
-                .collect::<Vec<_>>(),
-        };
-        for (i, payload) in binary.into_iter().zip(decoded) {
-            out[i] = payload;
-        }
-        out
+    /// The columns this decoder fills, in the order it was given them.
+    pub fn targets(&self) -> &[FieldRef] {
+        &self.targets
     }
 
-    /// Decodes bare datums with arrow-avro and writes each row as a JSON object.
-    fn binary_to_json(&self, datas: &[&[u8]]) -> std::result::Result<Vec<Vec<u8>>, String> {
-        if datas.is_empty() {
-            return Ok(Vec::new());
+    /// Decodes each payload (in `encodings[i]`) into the bound columns: binary datums straight
+    /// into Arrow by arrow-avro and then made into the columns' types, Avro JSON through
+    /// Arrow's JSON decoder. A payload that is not a datum of the schema, or whose value does
+    /// not fit its column, is a fault naming the schema or the column, never the data.
+    pub fn decode(&self, datas: &[&[u8]], encodings: &[SchemaEncoding]) -> Result<DecodedRows> {
+        let (binary, json): (Vec<usize>, Vec<usize>) =
+            (0..datas.len()).partition(|&i| encodings[i] == SchemaEncoding::Binary);
+        let mut parts = Vec::with_capacity(2);
+        if !binary.is_empty() {
+            parts.push(self.decode_binary(binary, datas)?);
         }
+        if !json.is_empty() {
+            let mut faults = Vec::new();
+            let mut objects: Vec<Vec<u8>> = vec![Vec::new(); datas.len()];
+            let mut rows = Vec::with_capacity(json.len());
+            for i in json {
+                match self.avro_json_object(datas[i]) {
+                    Ok(object) => {
+                        objects[i] = object;
+                        rows.push(i);
+                    }
+                    Err(reason) => faults.push((i, RowFault::Payload(reason))),
+                }
+            }
+            let objects: Vec<&[u8]> = objects.iter().map(Vec::as_slice).collect();
+            let mut part = self.json.decode(rows, &objects, "avro field")?;
+            part.faults.extend(faults);
+            part.faults.sort_by_key(|f| f.0);
+            parts.push(part);
+        }
+        DecodedRows::merge(parts, &self.targets)
+    }
+
+    /// Binary datums: one arrow-avro batch for all of them (each datum alone only when that
+    /// fails, to single out the ones that are not datums), its columns made into the table's.
+    fn decode_binary(&self, rows: Vec<usize>, datas: &[&[u8]]) -> Result<DecodedRows> {
+        let picked: Vec<&[u8]> = rows.iter().map(|&i| datas[i]).collect();
+        let (rows, batch, faults) = match self.binary_batch(&picked) {
+            Ok(batch) => (rows, batch, Vec::new()),
+            Err(_) => {
+                let mut good = Vec::with_capacity(rows.len());
+                let mut faults = Vec::new();
+                for i in rows {
+                    match self.binary_batch(&[datas[i]]) {
+                        Ok(_) => good.push(i),
+                        Err(reason) => faults.push((i, RowFault::Payload(reason))),
+                    }
+                }
+                if good.is_empty() {
+                    return Ok(DecodedRows {
+                        rows: good,
+                        columns: null_columns(&self.targets, 0),
+                        faults,
+                    });
+                }
+                let picked: Vec<&[u8]> = good.iter().map(|&i| datas[i]).collect();
+                let batch = self.binary_batch(&picked).map_err(|reason| {
+                    Error::Unsupported(format!(
+                        "internal: datums that decode alone do not decode together: {reason}"
+                    ))
+                })?;
+                (good, batch, faults)
+            }
+        };
+        let natural = self
+            .targets
+            .iter()
+            .map(|f| {
+                batch.column_by_name(f.name()).cloned().ok_or_else(|| {
+                    Error::Unsupported(format!(
+                        "internal: arrow-avro gave no column for field '{}'",
+                        f.name()
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        conform_rows(rows, natural, &self.targets, faults, "avro field")
+    }
+
+    /// Decodes bare datums with arrow-avro into one batch in the schema's own Arrow types.
+    fn binary_batch(&self, datas: &[&[u8]]) -> std::result::Result<RecordBatch, String> {
         let refused = |e: &dyn std::fmt::Display| {
             format!(
                 "the data is not a datum of the Avro schema ({}): {e}",
@@ -134,10 +196,10 @@ impl AvroRowDecoder {
                 )));
             }
         }
-        let batch = decoder
-            .flush()
-            .map_err(|e| refused(&e))?
-            .ok_or_else(|| refused(&"no row"))?;
+        let batch = match decoder.flush().map_err(|e| refused(&e))? {
+            Some(batch) => batch,
+            None => return Err(refused(&"no row")),
+        };
         if batch.num_rows() != datas.len() {
             return Err(refused(&format!(
                 "{} rows from {} datums",
@@ -145,22 +207,7 @@ impl AvroRowDecoder {
                 datas.len()
             )));
         }
-        let mut text = Vec::new();
-        let mut writer = arrow::json::LineDelimitedWriter::new(&mut text);
-        writer
-            .write(&batch)
-            .and_then(|()| writer.finish())
-            .map_err(|e| refused(&e))?;
-        drop(writer);
-        let lines: Vec<Vec<u8>> = text
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(<[u8]>::to_vec)
-            .collect();
-        if lines.len() != datas.len() {
-            return Err(refused(&"internal: rows and JSON lines differ"));
-        }
-        Ok(lines)
+        Ok(batch)
     }
 
     /// One Avro JSON datum as the JSON object the source decodes.
