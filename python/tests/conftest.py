@@ -3,6 +3,7 @@ Google's own Python clients pointed at them, to read back what the sinks wrote."
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 
@@ -47,6 +48,12 @@ def pubsub(emulator_env):
             self.publisher.create_topic(name=topic)
             self.subscriber.create_subscription(name=sub, topic=topic)
             return topic, sub
+
+        def publish_json(self, topic, rows):
+            """Publishes each row as one JSON message and waits until every one is published."""
+            futures = [self.publisher.publish(topic, json.dumps(row).encode()) for row in rows]
+            for future in futures:
+                future.result()
 
         def pull_all(self, sub, expected):
             """Pulls (and acknowledges) until `expected` messages came, or three pulls in a
