@@ -55,21 +55,32 @@ def pubsub(emulator_env):
             for future in futures:
                 future.result()
 
+        def is_empty(self, sub):
+            """Whether one pull, waiting up to 10 s for a message, brings none (it acknowledges
+            what it brings)."""
+            return not self.pull_once(sub)
+
+        def pull_once(self, sub):
+            """One pull of up to 1,000 messages, acknowledged; its received messages."""
+            resp = self.subscriber.pull(subscription=sub, max_messages=1000, timeout=10)
+            if resp.received_messages:
+                self.subscriber.acknowledge(
+                    subscription=sub,
+                    ack_ids=[m.ack_id for m in resp.received_messages],
+                )
+            return resp.received_messages
+
         def pull_all(self, sub, expected):
             """Pulls (and acknowledges) until `expected` messages came, or three pulls in a
             row brought none."""
             got, empty = [], 0
             while len(got) < expected and empty < 3:
-                resp = self.subscriber.pull(subscription=sub, max_messages=1000, timeout=10)
-                if not resp.received_messages:
+                received = self.pull_once(sub)
+                if not received:
                     empty += 1
                     continue
                 empty = 0
-                self.subscriber.acknowledge(
-                    subscription=sub,
-                    ack_ids=[m.ack_id for m in resp.received_messages],
-                )
-                got.extend(m.message for m in resp.received_messages)
+                got.extend(m.message for m in received)
             return got
 
     return PubSub()

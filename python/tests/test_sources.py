@@ -6,13 +6,18 @@ clients against the real emulators."""
 from __future__ import annotations
 
 import _thread
+import json
 import threading
 import time
 
+import pyarrow as pa
 import pytest
 
 import gcp_sql
-from stopping import STOP_BOUND_S, when_writing
+from stopping import when_writing
+
+# How long the Ctrl-C test waits for the messages not acknowledged to come back.
+REDELIVERY_BOUND_S = 300
 
 
 def _source(ctx, name, sub, options=""):
@@ -64,7 +69,7 @@ def test_both_declaration_forms_read_a_subscription(ctx, pubsub, unique):
     # count as delivered, so the messages are acknowledged.
     got = ctx.sql("SELECT id, n FROM native_form").to_arrow_table()
     assert sorted(got.column("n").to_pylist()) == [0, 1, 2]
-    assert pubsub.pull_all(sub, 1) == []
+    assert pubsub.is_empty(sub)
     # The WITH form's table reads the same subscription: nothing is left.
     assert gcp_sql.sql(ctx, "SELECT id FROM with_form").num_rows == 0
 
@@ -102,7 +107,7 @@ def test_a_subscription_into_bigtable_with_stop_after_idle(ctx, pubsub, bigtable
     assert report["source_messages_acked"] == 200, report
     assert report["source_messages_nacked"] == 0, report
     assert report["records_acked"] == 100, report
-    assert pubsub.pull_all(sub, 1) == []
+    assert pubsub.is_empty(sub)
 
 
 def test_ctrl_c_drains_a_pipeline_and_the_rest_is_redelivered(ctx, pubsub, bigtable, unique):
@@ -133,37 +138,22 @@ def test_ctrl_c_drains_a_pipeline_and_the_rest_is_redelivered(ctx, pubsub, bigta
     assert 0 < count <= n and len(landed) == count, (count, len(landed))
     assert 0 < acked <= n, report
     # What was not acknowledged is delivered again (nacked, or never read): every message is
-    # either acknowledged or in the subscription, and each acknowledged one landed.
-    again, deadline = set(), time.monotonic() + STOP_BOUND_S
+    # either acknowledged or in the subscription, and each acknowledged one landed. The bound
+    # is for liveness only: the emulator has taken over 120 s to hand back some messages.
+    again, deadline = set(), time.monotonic() + REDELIVERY_BOUND_S
     while len(again) < n - acked and time.monotonic() < deadline:
-        again |= {m.message.data for m in _pull_once(pubsub, sub)}
-    again = {_id(data) for data in again}
+        again |= {m.message.data for m in pubsub.pull_once(sub)}
+    again = {json.loads(data)["id"] for data in again}
     assert len(again) == n - acked, (len(again), n, report)
+    assert again.isdisjoint(landed)
     acknowledged = {r["id"] for r in _rows(n)} - again
     assert acknowledged <= set(landed), sorted(acknowledged - set(landed))[:5]
     assert all(landed[k] == int(k[1:]) for k in landed)
 
 
-def _pull_once(pubsub, sub):
-    resp = pubsub.subscriber.pull(subscription=sub, max_messages=1000, timeout=10)
-    if resp.received_messages:
-        pubsub.subscriber.acknowledge(
-            subscription=sub, ack_ids=[m.ack_id for m in resp.received_messages]
-        )
-    return resp.received_messages
-
-
-def _id(data):
-    import json
-
-    return json.loads(data)["id"]
-
-
 def test_an_insert_from_a_subscription_through_the_host_is_refused_up_front(
     ctx, pubsub, bigtable, unique
 ):
-    import pyarrow as pa
-
     topic, sub = pubsub.topic_with_subscription(f"refused-{unique}")
     _, name = bigtable.table(f"refused-{unique}")
     pubsub.publish_json(topic, _rows(3))
