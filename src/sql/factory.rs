@@ -428,6 +428,40 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn one_factory_makes_a_connectors_sinks_and_its_sources() {
+        let ctx = crate::sql::new_context();
+        crate::sql::run(
+            &ctx,
+            "CREATE UNBOUNDED EXTERNAL TABLE src (data VARCHAR) STORED AS PUBSUB \
+             LOCATION 'projects/p/subscriptions/clicks';
+             CREATE TABLE src2 (data VARCHAR) WITH (connector = 'pubsub', \
+             subscription = 'projects/p/subscriptions/clicks');
+             CREATE EXTERNAL TABLE out (data VARCHAR) STORED AS PUBSUB \
+             LOCATION 'projects/p/topics/clicks'",
+        )
+        .await
+        .unwrap();
+        let pubsub = crate::connectors::pubsub::KIND;
+        let source = pubsub.descriptor().source.unwrap();
+        for name in ["src", "src2"] {
+            let table = ctx.table_provider(name).await.unwrap();
+            assert!((source.is_table)(table.as_ref()), "{name}");
+        }
+        let sink = ctx.table_provider("out").await.unwrap();
+        assert!(sink.downcast_ref::<SinkTable>().is_some());
+        assert!(!(source.is_table)(sink.as_ref()));
+
+        // The one question every caller asks: is this declaration a source's?
+        let none = RawOptions::from_pairs(Vec::<(String, String)>::new()).unwrap();
+        let typed = RawOptions::from_pairs([("type".to_string(), "source".to_string())]).unwrap();
+        assert!(pubsub.source_declared(None, &typed).is_some());
+        assert!(pubsub.source_declared(None, &none).is_none());
+        let bigtable = crate::connectors::bigtable::KIND;
+        let table = Some("projects/p/instances/i/tables/subscriptions");
+        assert!(bigtable.source_declared(table, &typed).is_none());
+    }
+
     #[test]
     fn every_option_is_in_force_once_with_a_value_or_its_default() {
         let raw =
