@@ -1,4 +1,5 @@
-"""Google Cloud Pub/Sub, Cloud Tasks and Bigtable as table sinks in a datafusion-python session.
+"""Google Cloud Pub/Sub, Cloud Tasks and Bigtable as table sinks, and Pub/Sub subscriptions as
+sources, in a datafusion-python session.
 
     import datafusion, gcp_sql
     ctx = datafusion.SessionContext()
@@ -15,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from typing import Any, Iterator
+import weakref
+from typing import Any, Callable, Iterator
 
 from . import _native
 from ._native import GcpSqlError, SinkTable
@@ -25,6 +27,7 @@ __all__ = [
     "SinkTable",
     "register",
     "sql",
+    "last_report",
     "error_from",
     "pubsub_sink",
     "cloud_tasks_sink",
@@ -35,10 +38,29 @@ __all__ = [
 ]
 
 
+# The package's own session of each registered context (gcp_sql._native.Session): it holds
+# the tables the factories declared for that context, and runs an INSERT that reads a
+# subscription (docs/adr/0067).
+_sessions: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
 def register(ctx: Any) -> None:
-    """Installs ``STORED AS PUBSUB | CLOUD_TASKS | BIGTABLE`` into a ``datafusion.SessionContext``."""
-    for factory in _native.factories():
+    """Installs ``STORED AS PUBSUB | CLOUD_TASKS | BIGTABLE`` (sinks, and Pub/Sub subscriptions
+    as sources) into a ``datafusion.SessionContext``."""
+    session = _native.Session()
+    _sessions[ctx] = session
+    for factory in session.factories():
         ctx.register_table_factory(factory.stored_as, factory)
+
+
+def last_report(ctx: Any) -> dict[str, int] | None:
+    """The report of the last INSERT that read a subscription ``gcp_sql.sql`` ran on ``ctx``
+    (also when it failed): each metric summed over its plan, the sink's (``records_sent``,
+    ``records_acked``, ``records_dropped``, ...) and the source's (``source_messages_read``,
+    ``source_messages_acked``, ``source_messages_nacked``). ``None`` before the first."""
+    session = _sessions.get(ctx)
+    report = session.last_report() if session is not None else None
+    return dict(report) if report is not None else None
 
 
 def error_from(exception: BaseException) -> GcpSqlError | None:
@@ -57,15 +79,20 @@ def sql(ctx: Any, text: str) -> Any:
     own SQL, and raises a sink's failure as ``GcpSqlError`` (with the counts of a failed
     INSERT). ``register(ctx)`` must have been called.
 
+    An INSERT that reads a subscription (and an ``EXPLAIN`` of one) is planned and run by the
+    package itself, as the ``gcp-sql`` tool runs it, so that a message is acknowledged only
+    after every row made from it landed; ``last_report(ctx)`` then has its counts.
+
     Ctrl-C while an INSERT writes to a sink stops it as the ``gcp-sql`` tool does: the first
-    drains it (no more input is read, everything admitted is delivered) and the statement
-    returns its count; a second aborts it; a third gives up waiting and raises
-    ``KeyboardInterrupt``.
+    drains it (no more input is read, everything admitted is delivered; a subscription stops
+    reading and acknowledges what landed) and the statement returns its count; a second
+    aborts it; a third gives up waiting and raises ``KeyboardInterrupt``.
     """
     result = None
+    session = _sessions.get(ctx)
     for statement in _native.native_statements(text):
         try:
-            result = _run(ctx, statement)
+            result = _run(_runner(ctx, session, statement))
         except GcpSqlError:
             raise
         except Exception as exc:  # datafusion raises its own exception types
@@ -76,7 +103,27 @@ def sql(ctx: Any, text: str) -> Any:
     return result
 
 
-def _run(ctx: Any, statement: str) -> Any:
+def _runner(ctx: Any, session: Any, statement: str) -> Callable[[], Any]:
+    """How one statement runs: an INSERT that reads a subscription of this context in the
+    package's session, anything else in ``ctx``."""
+    tables = session.pipeline_tables(statement) if session is not None else None
+    if tables is not None and all(ctx.table_exist(name) for name in tables):
+        return lambda: _arrow(session.run(statement))
+    return lambda: ctx.sql(statement).to_arrow_table()
+
+
+def _arrow(columns: list[tuple[str, list[Any], bool]]) -> Any:
+    import pyarrow
+
+    return pyarrow.table(
+        {
+            name: pyarrow.array(values, pyarrow.uint64() if is_count else pyarrow.string())
+            for name, values, is_count in columns
+        }
+    )
+
+
+def _run(work_of: Callable[[], Any]) -> Any:
     """One statement, in a worker thread, so that Ctrl-C reaches this thread as a stop
     request instead of dropping the statement in the middle."""
     outcome: dict[str, Any] = {}
@@ -86,7 +133,7 @@ def _run(ctx: Any, statement: str) -> Any:
 
     def work() -> None:
         try:
-            outcome["result"] = ctx.sql(statement).to_arrow_table()
+            outcome["result"] = work_of()
         except BaseException as exc:  # handed to the caller's thread
             outcome["error"] = exc
         finally:

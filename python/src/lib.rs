@@ -1,13 +1,15 @@
 //! `gcp_sql._native`: the Rust half of the Python package `gcp_sql` (python/gcp_sql is the
 //! other). It hands the sinks of the `gcp-sql` crate to a datafusion-python session through
 //! DataFusion's FFI: the `STORED AS` factories, typed sink tables, the `WITH` form's rewrite,
-//! errors with their counts, the emulator launcher, and (for python/bench) the null servers.
+//! errors with their counts, the INSERTs from a subscription (run on this side, `pipeline`),
+//! the emulator launcher, and (for python/bench) the null servers.
 //! docs/python.md says how to use it.
 
 mod emulators;
 mod exec;
 mod failures;
 mod null_servers;
+mod pipeline;
 mod provider;
 mod runtime;
 mod statements;
@@ -25,7 +27,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-use provider::{PySinkFactory, PySinkTable};
+use provider::{PyConnectorFactory, PySinkTable};
 
 pyo3::create_exception!(
     gcp_sql,
@@ -103,10 +105,13 @@ fn sink_table(
     declared.map(PySinkTable::new).map_err(|e| to_py(py, &e))
 }
 
-/// The `STORED AS` factories, one per connector, in the registry's order.
+/// The `STORED AS` factories, one per connector, in the registry's order, with no session of
+/// their own (an INSERT from a source they declare cannot run: `Session.factories` has one).
 #[pyfunction]
-fn factories() -> Vec<PySinkFactory> {
-    registry::kinds().map(PySinkFactory::new).collect()
+fn factories() -> Vec<PyConnectorFactory> {
+    registry::kinds()
+        .map(|kind| PyConnectorFactory::new(kind, None))
+        .collect()
 }
 
 /// The recorded sink failure whose message the text of `exception` (an exception the host
@@ -121,7 +126,8 @@ fn error_from(py: Python<'_>, exception: &Bound<'_, PyAny>) -> PyResult<Option<P
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("GcpSqlError", m.py().get_type::<GcpSqlError>())?;
     m.add_class::<PySinkTable>()?;
-    m.add_class::<PySinkFactory>()?;
+    m.add_class::<PyConnectorFactory>()?;
+    m.add_class::<pipeline::PySession>()?;
     m.add_class::<emulators::PyEmulators>()?;
     m.add_class::<null_servers::PyNullServer>()?;
     m.add_function(wrap_pyfunction!(sink_table, m)?)?;

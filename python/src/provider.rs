@@ -1,4 +1,6 @@
-//! The sink tables and factories as datafusion-python receives them through DataFusion's FFI.
+//! The tables and factories as datafusion-python receives them through DataFusion's FFI: sink
+//! tables whose INSERT is planned when it runs, and source tables (a subscription) as the
+//! crate makes them.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -11,17 +13,19 @@ use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{CreateExternalTable, Expr};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::ExecutionPlanProperties;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion_ffi::proto::logical_extension_codec::FFI_LogicalExtensionCodec;
 use datafusion_ffi::table_provider::FFI_TableProvider;
 use datafusion_ffi::table_provider_factory::FFI_TableProviderFactory;
 use gcp_sql::connectors::ConnectorKind;
-use gcp_sql::sql::{SinkTable, SinkTableFactory};
+use gcp_sql::sql::{ConnectorTableFactory, SinkTable};
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use crate::exec::SealedInsertExec;
 use crate::failures;
+use crate::pipeline::NativeSession;
 
 /// A sink table whose INSERT is planned as one [`SealedInsertExec`] (see [`crate::exec`]).
 #[derive(Debug, Clone)]
@@ -65,6 +69,12 @@ impl TableProvider for HostedSinkTable {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        if gcp_sql::sql::lineage::reads_source(&input) {
+            return Err(DataFusionError::Plan(source_through_the_host(
+                self.table.name(),
+                input.output_partitioning().partition_count(),
+            )));
+        }
         // Plans the INSERT once over a stand-in of the input, so that what the table refuses
         // (OVERWRITE, REPLACE, a column count) fails here, at planning, as in Rust.
         let stand_in = Arc::new(EmptyExec::new(input.schema()));
@@ -82,14 +92,31 @@ impl TableProvider for HostedSinkTable {
     }
 }
 
-/// The `STORED AS` factory of one connector, handing out [`HostedSinkTable`]s.
+/// Why an INSERT that reads a source is refused when the host plans it, and what to do.
+fn source_through_the_host(table: &str, partitions: usize) -> String {
+    format!(
+        "gcp_sql (the Python package): INSERT INTO '{table}' reads a source (a Pub/Sub \
+         subscription, {partitions} partition(s)) through datafusion-python's planner, which \
+         cannot keep the source's promise across DataFusion's FFI (a message is acknowledged \
+         only after every row made from it landed, and the host's filters and repartitions \
+         between the source and the sink are opaque to gcp_sql); run the statement with \
+         gcp_sql.sql(ctx, \"INSERT ...\"), which plans and runs it on gcp_sql's side, with \
+         the source and the sink declared by CREATE statements (STORED AS or WITH (connector = \
+         ...)) in a context set up by gcp_sql.register(ctx)"
+    )
+}
+
+/// The `STORED AS` factory of one connector for a host: [`HostedSinkTable`]s for sinks, the
+/// source's own table for a source; each declared in the context's [`NativeSession`] too,
+/// when it has one.
 #[derive(Debug)]
-pub struct HostedSinkFactory {
-    inner: SinkTableFactory,
+pub struct HostedFactory {
+    inner: ConnectorTableFactory,
+    session: Option<Arc<NativeSession>>,
 }
 
 #[async_trait]
-impl TableProviderFactory for HostedSinkFactory {
+impl TableProviderFactory for HostedFactory {
     async fn create(
         &self,
         state: &dyn Session,
@@ -100,10 +127,15 @@ impl TableProviderFactory for HostedSinkFactory {
             .create(state, cmd)
             .await
             .map_err(failures::record)?;
-        let table = provider.downcast_ref::<SinkTable>().ok_or_else(|| {
-            DataFusionError::Internal("the sink factory made a table that is not a sink".into())
-        })?;
-        Ok(Arc::new(HostedSinkTable::new(table.clone())))
+        if let Some(session) = &self.session {
+            session.mirror(&cmd.name, provider.clone());
+        }
+        if let Some(table) = provider.downcast_ref::<SinkTable>() {
+            return Ok(Arc::new(HostedSinkTable::new(table.clone())));
+        }
+        // A source's scan runs on this side as it is (the FFI hands the host its batches);
+        // only an INSERT from it needs this side's planning (crate::pipeline).
+        Ok(provider)
     }
 }
 
@@ -174,20 +206,21 @@ impl PySinkTable {
 }
 
 /// The `STORED AS` factory of one connector, for `SessionContext.register_table_factory`.
-#[pyclass(frozen, name = "SinkFactory", module = "gcp_sql._native")]
-pub struct PySinkFactory {
+#[pyclass(frozen, name = "ConnectorFactory", module = "gcp_sql._native")]
+pub struct PyConnectorFactory {
     kind: ConnectorKind,
+    session: Option<Arc<NativeSession>>,
 }
 
-impl PySinkFactory {
-    /// The factory of `kind`.
-    pub fn new(kind: ConnectorKind) -> Self {
-        Self { kind }
+impl PyConnectorFactory {
+    /// The factory of `kind`, declaring its tables in `session` too when there is one.
+    pub fn new(kind: ConnectorKind, session: Option<Arc<NativeSession>>) -> Self {
+        Self { kind, session }
     }
 }
 
 #[pymethods]
-impl PySinkFactory {
+impl PyConnectorFactory {
     /// The factory as DataFusion's FFI carries it.
     fn __datafusion_table_provider_factory__<'py>(
         &self,
@@ -195,8 +228,9 @@ impl PySinkFactory {
         codec: Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         let codec = host_codec(codec)?;
-        let factory = Arc::new(HostedSinkFactory {
-            inner: SinkTableFactory::new(self.kind),
+        let factory = Arc::new(HostedFactory {
+            inner: ConnectorTableFactory::new(self.kind),
+            session: self.session.clone(),
         }) as Arc<dyn TableProviderFactory + Send>;
         let factory = FFI_TableProviderFactory::new_with_ffi_codec(
             factory,

@@ -43,6 +43,11 @@ fn check_duplicates(c: &CreateExternalTable) -> Result<(), gcp_sql::Error> {
     if gcp_sql::connectors::registry::kind_named(&c.file_type).is_err() {
         return Ok(()); // not one of ours
     }
+    raw_options(c).map(drop)
+}
+
+/// The options of `c` as the crate reads them (an option given twice is an error).
+fn raw_options(c: &CreateExternalTable) -> Result<gcp_sql::options::RawOptions, gcp_sql::Error> {
     let pairs = c.options.iter().map(|(k, v)| {
         let text = match v {
             Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
@@ -50,7 +55,7 @@ fn check_duplicates(c: &CreateExternalTable) -> Result<(), gcp_sql::Error> {
         };
         (k.clone(), text)
     });
-    gcp_sql::options::RawOptions::from_pairs(pairs).map(drop)
+    gcp_sql::options::RawOptions::from_pairs(pairs)
 }
 
 /// A `CREATE EXTERNAL TABLE` of the `WITH` rewrite as SQL text with its columns and options
@@ -58,8 +63,9 @@ fn check_duplicates(c: &CreateExternalTable) -> Result<(), gcp_sql::Error> {
 ///
 /// The rewrite leaves `LOCATION` empty and the destination in its option; DataFusion's FFI
 /// cannot carry an empty `LOCATION` to the factory (its plan encoding refuses one), so the
-/// fixed destination is repeated there (the sink accepts both when they agree). A table with
-/// no fixed destination (`topic_column`, ...) cannot cross that way: the error says what does.
+/// fixed destination is repeated there (the sink accepts both when they agree), and a source's
+/// resource likewise (`subscription`). A table with no fixed destination (`topic_column`, ...)
+/// cannot cross that way: the error says what does.
 fn render(c: &CreateExternalTable) -> Result<String, gcp_sql::Error> {
     let mut sql = String::from("CREATE ");
     if c.or_replace {
@@ -78,19 +84,27 @@ fn render(c: &CreateExternalTable) -> Result<String, gcp_sql::Error> {
     let mut location = c.locations.first().cloned().unwrap_or_default();
     if location.is_empty() {
         let kind = gcp_sql::connectors::registry::kind_named(&c.file_type)?;
-        let destination = kind.descriptor().destination;
+        // What LOCATION names: a source's resource (a subscription) or the sink's destination.
+        let source = kind.source_declared(None, &raw_options(c)?);
+        let destination = source.map_or(kind.descriptor().destination, |s| s.location);
         let fixed = c.options.iter().find_map(|(k, v)| match v {
             Value::SingleQuotedString(v) if k == destination => Some(v.clone()),
             _ => None,
         });
+        let instead = match source {
+            Some(_) => String::new(),
+            None => format!(
+                ", or declare a per-row {destination} with gcp_sql.{}_sink(schema, ...) and \
+                 ctx.register_table",
+                kind.name()
+            ),
+        };
         location = fixed.ok_or_else(|| {
             gcp_sql::Error::Unsupported(format!(
                 "table '{}' names no {destination}: in a datafusion-python session DataFusion's \
                  FFI cannot carry a declaration without one (an empty LOCATION); give \
-                 {destination} = '...', or declare a per-row {destination} with \
-                 gcp_sql.{}_sink(schema, ...) and ctx.register_table",
-                c.name,
-                kind.name()
+                 {destination} = '...'{instead}",
+                c.name
             ))
         })?;
     }

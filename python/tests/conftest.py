@@ -3,6 +3,7 @@ Google's own Python clients pointed at them, to read back what the sinks wrote."
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 
@@ -48,21 +49,38 @@ def pubsub(emulator_env):
             self.subscriber.create_subscription(name=sub, topic=topic)
             return topic, sub
 
+        def publish_json(self, topic, rows):
+            """Publishes each row as one JSON message and waits until every one is published."""
+            futures = [self.publisher.publish(topic, json.dumps(row).encode()) for row in rows]
+            for future in futures:
+                future.result()
+
+        def is_empty(self, sub):
+            """Whether one pull, waiting up to 10 s for a message, brings none (it acknowledges
+            what it brings)."""
+            return not self.pull_once(sub)
+
+        def pull_once(self, sub):
+            """One pull of up to 1,000 messages, acknowledged; its received messages."""
+            resp = self.subscriber.pull(subscription=sub, max_messages=1000, timeout=10)
+            if resp.received_messages:
+                self.subscriber.acknowledge(
+                    subscription=sub,
+                    ack_ids=[m.ack_id for m in resp.received_messages],
+                )
+            return resp.received_messages
+
         def pull_all(self, sub, expected):
             """Pulls (and acknowledges) until `expected` messages came, or three pulls in a
             row brought none."""
             got, empty = [], 0
             while len(got) < expected and empty < 3:
-                resp = self.subscriber.pull(subscription=sub, max_messages=1000, timeout=10)
-                if not resp.received_messages:
+                received = self.pull_once(sub)
+                if not received:
                     empty += 1
                     continue
                 empty = 0
-                self.subscriber.acknowledge(
-                    subscription=sub,
-                    ack_ids=[m.ack_id for m in resp.received_messages],
-                )
-                got.extend(m.message for m in resp.received_messages)
+                got.extend(m.message for m in received)
             return got
 
     return PubSub()

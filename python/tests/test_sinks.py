@@ -6,13 +6,13 @@ from __future__ import annotations
 import _thread
 import json
 import threading
-import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import gcp_sql
+from stopping import when_writing
 
 
 def parquet_of(tmp_path, n):
@@ -205,39 +205,10 @@ def _long_insert(ctx, pubsub, unique, name):
     return sub, f"INSERT INTO {name} SELECT value AS id FROM generate_series(1, 50000000)"
 
 
-# How long a stopped INSERT may take to return before the test calls it a hang: a drain
-# delivers only what was admitted (a few thousand rows), so this is a liveness bound, far from
-# any speed. Without it a missed stop writes 50,000,000 rows into the emulator, which runs out
-# of heap and leaves the suite waiting.
-_STOP_BOUND_S = 120
-
-
-def _when_writing(action, returned):
-    """Runs `action` once the INSERT writes; if the statement has not returned (`returned` is
-    set) `_STOP_BOUND_S` after it, aborts it and returns what was seen, so the test fails
-    naming the hang instead of waiting for it."""
-    hung: list[str] = []
-
-    def wait_then_act():
-        while gcp_sql._native.running_writers() == 0:
-            time.sleep(0.05)
-        time.sleep(1.0)
-        action()
-        if not returned.wait(_STOP_BOUND_S):
-            hung.append(
-                f"the INSERT had not returned {_STOP_BOUND_S} s after the stop "
-                f"({gcp_sql._native.running_writers()} writer(s) running); aborted"
-            )
-            gcp_sql.stop(abort=True)
-
-    threading.Thread(target=wait_then_act, daemon=True).start()
-    return hung
-
-
 def test_stop_drains_a_running_insert_with_its_count(ctx, pubsub, unique):
     sub, insert = _long_insert(ctx, pubsub, unique, "stopped")
     returned = threading.Event()
-    hung = _when_writing(gcp_sql.stop, returned)
+    hung = when_writing(gcp_sql.stop, returned)
     try:
         count = count_of(ctx.sql(insert).collect())
     except Exception as exc:
@@ -256,7 +227,7 @@ def test_stop_drains_a_running_insert_with_its_count(ctx, pubsub, unique):
 def test_ctrl_c_in_sql_drains_the_insert(ctx, pubsub, unique):
     sub, insert = _long_insert(ctx, pubsub, unique, "interrupted")
     returned = threading.Event()
-    hung = _when_writing(_thread.interrupt_main, returned)
+    hung = when_writing(_thread.interrupt_main, returned)
     try:
         result = gcp_sql.sql(ctx, insert)
     except Exception as exc:

@@ -223,6 +223,20 @@ impl ConnectorKind {
         self.parse_options_of((self.0.options)(), raw)
     }
 
+    /// The connector's source when a declaration (its `LOCATION`, `None` or non-empty, and its
+    /// options) is of a source table rather than a sink: the one test the table factory, the
+    /// option checks and the Python package ask. `None` for a sink, and for a connector
+    /// without a source.
+    pub fn source_declared(
+        self,
+        location: Option<&str>,
+        raw: &RawOptions,
+    ) -> Option<&'static SourceDescriptor> {
+        self.0
+            .source
+            .filter(|source| (source.declares_source)(location, raw))
+    }
+
     /// [`parse_options`](Self::parse_options) against another list of this connector's
     /// options (a source's, for instance).
     pub fn parse_options_of(

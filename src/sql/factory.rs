@@ -1,4 +1,5 @@
-//! `STORED AS PUBSUB | CLOUD_TASKS | BIGTABLE`: the [`TableProviderFactory`] of each connector.
+//! `STORED AS PUBSUB | CLOUD_TASKS | BIGTABLE`: the [`TableProviderFactory`] of each connector,
+//! which makes its sink tables and, for a connector with a source, its source tables.
 
 use std::sync::Arc;
 
@@ -17,15 +18,30 @@ use crate::options::{ConnectionOptions, DefaultValue, OptionSpec, RawOptions, co
 use super::spec::SinkSpec;
 use super::table::SinkTable;
 
-/// Creates sink tables of one connector from `CREATE EXTERNAL TABLE` statements.
+/// Creates the tables of one connector from `CREATE EXTERNAL TABLE` statements (and the
+/// `WITH` form rewritten into one): a [`SinkTable`], or, when the connector has a source and
+/// the declaration names one ([`ConnectorKind::source_declared`]: a subscription), the table
+/// its [`SourceDescriptor`](crate::connectors::SourceDescriptor) declares.
 ///
 /// Constructing the table checks every option and the schema, and contacts no service.
+///
+/// ```
+/// use gcp_sql::connectors::registry;
+/// use gcp_sql::options::RawOptions;
+/// use gcp_sql::sql::ConnectorTableFactory;
+///
+/// let pubsub = ConnectorTableFactory::new(registry::kind_named("pubsub")?);
+/// let raw = RawOptions::from_pairs(Vec::<(String, String)>::new())?;
+/// assert!(pubsub.kind().source_declared(Some("projects/p/subscriptions/s"), &raw).is_some());
+/// assert!(pubsub.kind().source_declared(Some("projects/p/topics/t"), &raw).is_none());
+/// # Ok::<(), gcp_sql::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
-pub struct SinkTableFactory {
+pub struct ConnectorTableFactory {
     kind: ConnectorKind,
 }
 
-impl SinkTableFactory {
+impl ConnectorTableFactory {
     /// A factory for `kind`.
     pub fn new(kind: ConnectorKind) -> Self {
         Self { kind }
@@ -36,7 +52,20 @@ impl SinkTableFactory {
         self.kind
     }
 
-    fn create_table(&self, cmd: &CreateExternalTable) -> Result<SinkTable> {
+    /// The table `cmd` declares: the connector's source table when the declaration names a
+    /// source, else its sink table.
+    pub fn create_table(&self, cmd: &CreateExternalTable) -> Result<Arc<dyn TableProvider>> {
+        let (location, raw) = declared(cmd)?;
+        match self.kind.source_declared(location, &raw) {
+            Some(source) => {
+                let schema = Arc::new(cmd.schema.as_arrow().clone());
+                (source.declare)(&cmd.name.to_string(), schema, location, &raw)
+            }
+            None => Ok(Arc::new(self.create_sink(cmd)?)),
+        }
+    }
+
+    fn create_sink(&self, cmd: &CreateExternalTable) -> Result<SinkTable> {
         // DataFusion hands the options over as a map, in which `k` and `format.k` may already
         // have collapsed into one entry (the last one wins). Statements that go through
         // `crate::sql` are checked for that before planning (`check_raw_option_names`); the
@@ -221,25 +250,13 @@ fn shown_value(spec: &'static OptionSpec, value: &str) -> String {
 }
 
 #[async_trait]
-impl TableProviderFactory for SinkTableFactory {
+impl TableProviderFactory for ConnectorTableFactory {
     async fn create(
         &self,
         _state: &dyn Session,
         cmd: &CreateExternalTable,
     ) -> DFResult<Arc<dyn TableProvider>> {
-        if let Some(source) = self.kind.descriptor().source {
-            let (location, raw) = declared(cmd)?;
-            if (source.declares_source)(location, &raw) {
-                let schema = Arc::new(cmd.schema.as_arrow().clone());
-                return Ok((source.declare)(
-                    &cmd.name.to_string(),
-                    schema,
-                    location,
-                    &raw,
-                )?);
-            }
-        }
-        Ok(Arc::new(self.create_table(cmd)?))
+        Ok(self.create_table(cmd)?)
     }
 }
 
@@ -281,11 +298,11 @@ pub(crate) fn check_raw_option_names(
     };
     let raw = RawOptions::from_pairs(options.iter().map(|(k, v)| (k.clone(), value_text(v))))?;
     if factory_skipped {
-        match kind.descriptor().source {
-            Some(source) if (source.declares_source)(None, &raw) => {
+        match kind.source_declared(None, &raw) {
+            Some(source) => {
                 kind.parse_options_of((source.options)(), &raw)?;
             }
-            _ => {
+            None => {
                 connectors::catalog::parse_options(kind, &raw)?;
             }
         }
@@ -409,6 +426,40 @@ mod tests {
             native.destination().as_deref(),
             Some("table projects/p/instances/i/tables/t")
         );
+    }
+
+    #[tokio::test]
+    async fn one_factory_makes_a_connectors_sinks_and_its_sources() {
+        let ctx = crate::sql::new_context();
+        crate::sql::run(
+            &ctx,
+            "CREATE UNBOUNDED EXTERNAL TABLE src (data VARCHAR) STORED AS PUBSUB \
+             LOCATION 'projects/p/subscriptions/clicks';
+             CREATE TABLE src2 (data VARCHAR) WITH (connector = 'pubsub', \
+             subscription = 'projects/p/subscriptions/clicks');
+             CREATE EXTERNAL TABLE out (data VARCHAR) STORED AS PUBSUB \
+             LOCATION 'projects/p/topics/clicks'",
+        )
+        .await
+        .unwrap();
+        let pubsub = crate::connectors::pubsub::KIND;
+        let source = pubsub.descriptor().source.unwrap();
+        for name in ["src", "src2"] {
+            let table = ctx.table_provider(name).await.unwrap();
+            assert!((source.is_table)(table.as_ref()), "{name}");
+        }
+        let sink = ctx.table_provider("out").await.unwrap();
+        assert!(sink.downcast_ref::<SinkTable>().is_some());
+        assert!(!(source.is_table)(sink.as_ref()));
+
+        // The one question every caller asks: is this declaration a source's?
+        let none = RawOptions::from_pairs(Vec::<(String, String)>::new()).unwrap();
+        let typed = RawOptions::from_pairs([("type".to_string(), "source".to_string())]).unwrap();
+        assert!(pubsub.source_declared(None, &typed).is_some());
+        assert!(pubsub.source_declared(None, &none).is_none());
+        let bigtable = crate::connectors::bigtable::KIND;
+        let table = Some("projects/p/instances/i/tables/subscriptions");
+        assert!(bigtable.source_declared(table, &typed).is_none());
     }
 
     #[test]

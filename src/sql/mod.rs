@@ -5,7 +5,10 @@
 //! * the Arroyo-style `CREATE TABLE t (...) WITH (connector = 'pubsub', ...)`, which DataFusion
 //!   rejects natively, so [`statement_to_dataframe`] rewrites it into the native form; and
 //! * DataFusion's own `CREATE EXTERNAL TABLE t (...) STORED AS PUBSUB LOCATION '...'
-//!   OPTIONS (...)`, served by the [`SinkTableFactory`] that [`register`] installs.
+//!   OPTIONS (...)`, served by the [`ConnectorTableFactory`] that [`register`] installs.
+//!
+//! Both declare a source as well (a Pub/Sub subscription): the factory makes the connector's
+//! source table when the declaration names one.
 //!
 //! ```no_run
 //! # async fn demo() -> gcp_sql::Result<()> {
@@ -46,11 +49,12 @@ use crate::error::{Error, Result};
 
 pub use control::StatementControl;
 pub use exec::{SinkCountExec, SinkWriterExec};
-pub use factory::{OptionInForce, SinkDeclaration, SinkTableFactory};
+pub use factory::{ConnectorTableFactory, OptionInForce, SinkDeclaration};
 pub use spec::SinkSpec;
 pub use table::SinkTable;
 
-/// Installs the three sink factories (`STORED AS PUBSUB | CLOUD_TASKS | BIGTABLE`) into an
+/// Installs the three connector table factories (`STORED AS PUBSUB | CLOUD_TASKS | BIGTABLE`:
+/// sinks, and the Pub/Sub source) into an
 /// existing context. Nothing else of the session changes: the emulator helpers of
 /// [`register_inspection`] are not installed.
 ///
@@ -64,7 +68,7 @@ pub fn register(ctx: &SessionContext) {
     for kind in registry::kinds() {
         state.table_factories_mut().insert(
             kind.stored_as().to_string(),
-            Arc::new(SinkTableFactory::new(kind)),
+            Arc::new(ConnectorTableFactory::new(kind)),
         );
     }
 }
@@ -103,7 +107,7 @@ fn inspection_functions() -> crate::plan::inspect::InspectionFunctions {
         .collect()
 }
 
-/// Adds the three sink factories to a [`SessionStateBuilder`] (as [`register`] does; the
+/// Adds the three connector table factories to a [`SessionStateBuilder`] (as [`register`] does; the
 /// inspection functions are not added, see [`register_inspection`]).
 ///
 /// ```
@@ -115,7 +119,7 @@ pub fn with_gcp_sinks(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     for kind in registry::kinds() {
         builder = builder.with_table_factory(
             kind.stored_as().to_string(),
-            Arc::new(SinkTableFactory::new(kind)),
+            Arc::new(ConnectorTableFactory::new(kind)),
         );
     }
     builder

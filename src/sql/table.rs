@@ -40,6 +40,11 @@ impl SinkTable {
         }
     }
 
+    /// The table's name (as declared; used in messages).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Keeps the SQL declaration the table was created from (what `\d NAME` shows).
     pub fn with_declaration(mut self, declaration: SinkDeclaration) -> Self {
         self.declaration = Some(Arc::new(declaration));
