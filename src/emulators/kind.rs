@@ -20,7 +20,7 @@ use super::spec::{EmulatorSpec, PipPackage};
 /// use gcp_sql::emulators::EmulatorKind;
 ///
 /// let names: Vec<&str> = registry::emulators().map(|k| k.name()).collect();
-/// assert_eq!(names, ["Pub/Sub", "Bigtable", "Cloud Tasks"]);
+/// assert_eq!(names, ["Pub/Sub", "Cloud Tasks", "Bigtable"]);
 /// assert_eq!(EmulatorKind::Bigtable.env_var(), "BIGTABLE_EMULATOR_HOST");
 /// ```
 #[derive(Clone, Copy)]
