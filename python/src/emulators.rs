@@ -34,7 +34,9 @@ impl PyEmulators {
 /// stops those that started.
 #[pyfunction]
 pub fn start_emulators(py: Python<'_>) -> PyResult<PyEmulators> {
-    let (started, failed) = py.detach(|| crate::runtime::runtime().block_on(start_all()));
+    let (started, failed) = py.detach(|| {
+        crate::runtime::runtime().block_on(start_all(gcp_sql::connectors::registry::emulators()))
+    });
     if !failed.is_empty() {
         let reasons: Vec<String> = failed
             .iter()
