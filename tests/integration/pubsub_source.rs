@@ -610,6 +610,38 @@ impl Fixture {
     }
 }
 
+/// Runs `statements` (ending with an INSERT into Bigtable `table`) and checks what landed: the
+/// statement's count and the table's rows are exactly `expected` (row key, value of the cell
+/// `qualifier`), read back with the Bigtable client.
+async fn assert_lands_in_bigtable(
+    ctx: &SessionContext,
+    statements: &str,
+    bt: &crate::support::bigtable::Bigtable,
+    table: &str,
+    qualifier: &str,
+    expected: impl Iterator<Item = (String, String)>,
+) {
+    let expected: Vec<(String, String)> = expected.collect();
+    let out = gcp_sql::sql::run(ctx, statements).await.expect("INSERT");
+    let count = out[0]
+        .column(0)
+        .as_primitive::<arrow::datatypes::UInt64Type>();
+    assert_eq!(
+        count.value(0),
+        expected.len() as u64,
+        "rows acknowledged by Bigtable"
+    );
+    let rows = bt.read(table).await;
+    assert_eq!(rows.len(), expected.len(), "rows in Bigtable");
+    for (key, value) in &expected {
+        let cell = rows[key.as_bytes()]
+            .iter()
+            .find(|c| c.qualifier == qualifier.as_bytes())
+            .unwrap_or_else(|| panic!("{qualifier} cell of row {key}"));
+        assert_eq!(cell.value, value.as_bytes(), "row {key}");
+    }
+}
+
 /// The pipeline users run, in SQL: a subscription read through a filter and scalar functions
 /// into Bigtable. Every kept row lands (read back with the Bigtable client), and only then is
 /// every message acknowledged: the filtered-out ones too, nothing comes back.
@@ -637,21 +669,10 @@ async fn a_subscription_into_bigtable_lands_every_row_and_acknowledges_every_mes
             &[("row_key", "id"), ("column_family", "c")]
         ),
     );
-    let out = gcp_sql::sql::run(&ctx, &statements).await.expect("INSERT");
-    let count = out[0]
-        .column(0)
-        .as_primitive::<arrow::datatypes::UInt64Type>();
-    assert_eq!(count.value(0), 2700, "rows acknowledged by Bigtable");
-    let rows = bt.read(&table).await;
-    assert_eq!(rows.len(), 2700, "rows in Bigtable");
-    for i in (0..3000).filter(|i| i % 10 != 0) {
-        let cells = &rows[format!("{i}").as_bytes()];
-        let url = cells
-            .iter()
-            .find(|c| c.qualifier == b"url")
-            .expect("url cell");
-        assert_eq!(url.value, format!("/P/{i}").into_bytes(), "row {i}");
-    }
+    let expected = (0..3000)
+        .filter(|i| i % 10 != 0)
+        .map(|i| (i.to_string(), format!("/P/{i}")));
+    assert_lands_in_bigtable(&ctx, &statements, &bt, &table, "url", expected).await;
     assert!(
         f.left_over_after_deadline().await.is_empty(),
         "every message, filtered out or delivered, was acknowledged"
@@ -699,21 +720,8 @@ async fn an_attribute_looked_up_by_name_in_a_pipeline_lands_in_the_sink() {
             &[("row_key", "id"), ("column_family", "c")]
         ),
     );
-    let out = gcp_sql::sql::run(&ctx, &statements).await.expect("INSERT");
-    let count = out[0]
-        .column(0)
-        .as_primitive::<arrow::datatypes::UInt64Type>();
-    assert_eq!(count.value(0), 30, "rows acknowledged by Bigtable");
-    let rows = bt.read(&table).await;
-    assert_eq!(rows.len(), 30, "rows in Bigtable");
-    for i in 0..30 {
-        let cells = &rows[format!("{i}").as_bytes()];
-        let cell = cells
-            .iter()
-            .find(|c| c.qualifier == b"origin")
-            .expect("origin cell");
-        assert_eq!(cell.value, origin(i).as_bytes(), "row {i}");
-    }
+    let expected = (0..30).map(|i| (i.to_string(), origin(i).to_string()));
+    assert_lands_in_bigtable(&ctx, &statements, &bt, &table, "origin", expected).await;
     assert!(
         f.left_over_after_deadline().await.is_empty(),
         "every message was acknowledged"
