@@ -188,6 +188,15 @@ pub enum Error {
         /// What went wrong (a status, an object store error).
         message: String,
     },
+    /// The progress marker of a windowed pipeline (ADR 0068) could not be read, created or
+    /// written: the statement fails, since its windows would otherwise be unaccounted for.
+    #[error("progress marker {marker}: {message}")]
+    Progress {
+        /// The marker's URL.
+        marker: String,
+        /// What went wrong.
+        message: String,
+    },
     /// Connecting or authenticating failed.
     #[error("cannot connect to {endpoint}: {message}")]
     Connect {

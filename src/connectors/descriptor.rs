@@ -29,6 +29,7 @@ use crate::core::run::WriterContext;
 use crate::emulators::kind::EmulatorKind;
 use crate::error::{Error, Result};
 use crate::options::docs::FixedBudget;
+use crate::options::event_time::EventTimeOptions;
 use crate::options::{
     ConnectionOptions, EnvLookup, OptionGroup, OptionSpec, ParsedOptions, RawOptions, Service,
 };
@@ -70,6 +71,36 @@ pub struct SourceDescriptor {
     /// The delivery input of partition `p` of a scan node; `None` for another node or a
     /// partition out of range.
     pub origin_slot: fn(&dyn ExecutionPlan, usize) -> Option<Arc<dyn DeliveryInput>>,
+    /// The event-time settings of a source table (`None` for another table), for planning
+    /// windows before the scan exists.
+    pub table_event_time: fn(&dyn TableProvider) -> Option<EventTimeOptions>,
+    /// What windows over a scan node need of its source (`None` for another node): ADR 0068.
+    pub windows: fn(&dyn ExecutionPlan) -> Option<WindowedSource>,
+}
+
+/// What a windowed aggregate over a source needs of it (ADR 0068): its event time and
+/// progress marker, what a late row does, and how long a message may be held.
+#[derive(Debug, Clone)]
+pub struct WindowedSource {
+    /// The source table's name.
+    pub table: String,
+    /// The source, for messages (`subscription projects/p/subscriptions/s`).
+    pub describe: String,
+    /// A stable name of what is read, safe in an object name (`p.s`): the progress marker's
+    /// name starts with it.
+    pub key: String,
+    /// The connector, for dead letters.
+    pub connector: ConnectorKind,
+    /// Event time, lateness, idleness, progress marker.
+    pub event_time: EventTimeOptions,
+    /// What a late row does.
+    pub failure_policy: crate::core::FailurePolicy,
+    /// Where late rows go under `failure_policy = 'dead_letter'`.
+    pub dead_letter: Option<crate::connectors::dead_letter::DeadLetterTarget>,
+    /// The longest a message may be held (its lease lapses after it).
+    pub max_lease_duration: std::time::Duration,
+    /// The most messages one stream keeps in flight, for the held capacity it asks for.
+    pub max_outstanding_messages: u64,
 }
 
 impl fmt::Debug for SourceDescriptor {

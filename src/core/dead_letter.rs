@@ -23,6 +23,8 @@ pub enum DeadClass {
     Encoding,
     /// The service refused the record, confirmed by sending it alone.
     Rejected,
+    /// The row arrived for a window that was already emitted (ADR 0068).
+    Late,
 }
 
 impl DeadClass {
@@ -31,6 +33,7 @@ impl DeadClass {
         match self {
             DeadClass::Encoding => "encoding",
             DeadClass::Rejected => "rejected",
+            DeadClass::Late => "late",
         }
     }
 }

@@ -54,6 +54,8 @@ use crate::connectors::registry;
 use crate::core::delivery::DeliveryInput;
 use crate::error::{Error, Result};
 use crate::plan::node::{name_and_properties, with_new_children_by_replace};
+use crate::sql::window::WindowAggregateExec;
+use crate::sql::window::plan::plan_window;
 
 /// The source descriptor whose scan `plan` is, if it is one.
 fn source_of(plan: &dyn ExecutionPlan) -> Option<&'static SourceDescriptor> {
@@ -68,7 +70,7 @@ pub fn reads_source(plan: &Arc<dyn ExecutionPlan>) -> bool {
 }
 
 /// A description of the first source `plan` reads, for messages.
-fn first_source(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
+pub(crate) fn first_source(plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
     match source_of(plan.as_ref()) {
         Some(source) => (source.origin_slot)(plan.as_ref(), 0).map(|input| input.describe()),
         None => plan.children().into_iter().find_map(first_source),
@@ -83,8 +85,11 @@ pub fn connect(plan: Arc<dyn ExecutionPlan>, table: &str) -> Result<Arc<dyn Exec
     if !reads_source(&plan) {
         return Ok(plan);
     }
-    if source_of(plan.as_ref()).is_some() {
+    if source_of(plan.as_ref()).is_some() || plan.is::<WindowAggregateExec>() {
         return Ok(plan);
+    }
+    if let Some(window) = plan_window(&plan, table, &|input| connect(input, table))? {
+        return Ok(window);
     }
     let any = plan.as_ref();
     if let Some(repartition) = any.downcast_ref::<RepartitionExec>()
@@ -160,6 +165,9 @@ pub fn delivery_input(
 ) -> Option<Arc<dyn DeliveryInput>> {
     if let Some(source) = source_of(plan.as_ref()) {
         return (source.origin_slot)(plan.as_ref(), partition);
+    }
+    if let Some(window) = plan.downcast_ref::<WindowAggregateExec>() {
+        return (partition == 0).then(|| window.delivery_input());
     }
     if plan.is::<UnionExec>() {
         // A union's partitions are its children's, one after the other.
@@ -258,6 +266,16 @@ pub struct BatchFilterExec {
 }
 
 impl BatchFilterExec {
+    /// The columns the filter keeps, if it projects.
+    pub fn projection(&self) -> Option<&[usize]> {
+        self.projection.as_deref()
+    }
+
+    /// The filter's input.
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+
     fn try_new(
         predicate: Arc<dyn PhysicalExpr>,
         projection: Option<Arc<[usize]>>,

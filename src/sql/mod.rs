@@ -31,6 +31,7 @@ pub mod map_columns;
 pub mod order;
 mod spec;
 mod table;
+pub mod window;
 mod with;
 
 use std::sync::Arc;
@@ -63,14 +64,19 @@ pub use table::SinkTable;
 /// gcp_sql::sql::register(&ctx);
 /// ```
 pub fn register(ctx: &SessionContext) {
-    let state = ctx.state_ref();
-    let mut state = state.write();
-    for kind in registry::kinds() {
-        state.table_factories_mut().insert(
-            kind.stored_as().to_string(),
-            Arc::new(ConnectorTableFactory::new(kind)),
-        );
+    {
+        let state = ctx.state_ref();
+        let mut state = state.write();
+        for kind in registry::kinds() {
+            state.table_factories_mut().insert(
+                kind.stored_as().to_string(),
+                Arc::new(ConnectorTableFactory::new(kind)),
+            );
+        }
     }
+    ctx.register_udf(window::udf::tumble());
+    ctx.register_udf(window::udf::hop());
+    ctx.add_analyzer_rule(Arc::new(window::udf::EventTimeArgument));
 }
 
 /// Installs the inspection table functions: `pubsub_subscribe(topic, subscription)` and
@@ -123,6 +129,13 @@ pub fn with_gcp_sinks(mut builder: SessionStateBuilder) -> SessionStateBuilder {
         );
     }
     builder
+        .scalar_functions()
+        .get_or_insert_with(Vec::new)
+        .extend([
+            Arc::new(window::udf::tumble()),
+            Arc::new(window::udf::hop()),
+        ]);
+    builder.with_analyzer_rule(Arc::new(window::udf::EventTimeArgument))
 }
 
 /// A state builder with DataFusion's defaults and the three sinks (no inspection functions).

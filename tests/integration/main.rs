@@ -72,6 +72,7 @@ mod pubsub_source_schema;
 mod pubsub_transport;
 // Feeds a FIFO (Unix only).
 mod streaming;
+mod windows;
 // Runs the `gcp-sql` binary: the quickstart and the inspection functions.
 #[cfg(feature = "cli")]
 mod quickstart;

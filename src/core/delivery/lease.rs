@@ -21,12 +21,17 @@ use super::DeliveryId;
 struct Held {
     bytes: u64,
     received: Instant,
+    /// Held by a node that waits for a window to close: not counted by flow control.
+    parked: bool,
 }
 
 #[derive(Debug)]
 struct State<I> {
     messages: HashMap<I, Held>,
+    /// Data bytes of the messages in flight (parked ones count none).
     bytes: u64,
+    /// Messages parked.
+    parked: u64,
 }
 
 /// The ids one partition holds, with its flow-control bounds.
@@ -38,6 +43,17 @@ pub struct Outstanding<I: DeliveryId> {
     max_bytes: u64,
 }
 
+impl<I> State<I> {
+    /// Takes a message that left out of the totals.
+    fn forget(&mut self, old: &Held) {
+        if old.parked {
+            self.parked -= 1;
+        } else {
+            self.bytes -= old.bytes;
+        }
+    }
+}
+
 impl<I: DeliveryId> Outstanding<I> {
     /// An empty set bounded by `max_messages` and `max_bytes`.
     pub fn new(max_messages: u64, max_bytes: u64) -> Self {
@@ -45,6 +61,7 @@ impl<I: DeliveryId> Outstanding<I> {
             state: Mutex::new(State {
                 messages: HashMap::new(),
                 bytes: 0,
+                parked: 0,
             }),
             changed: Notify::new(),
             max_messages,
@@ -62,11 +79,40 @@ impl<I: DeliveryId> Outstanding<I> {
         let held = Held {
             bytes,
             received: Instant::now(),
+            parked: false,
         };
         if let Some(old) = s.messages.insert(id, held) {
-            s.bytes -= old.bytes;
+            s.forget(&old);
         }
         s.bytes += bytes;
+    }
+
+    /// Parks messages a node holds until a window closes: they stay leased, but flow control
+    /// no longer counts them (nor their bytes, which the holder no longer keeps). Unknown ids
+    /// are ignored.
+    pub fn park(&self, ids: &[I]) {
+        {
+            let mut s = self.lock();
+            let mut freed = 0;
+            let mut parked = 0;
+            for id in ids {
+                if let Some(held) = s.messages.get_mut(id)
+                    && !held.parked
+                {
+                    held.parked = true;
+                    freed += held.bytes;
+                    parked += 1;
+                }
+            }
+            s.bytes -= freed;
+            s.parked += parked;
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Messages parked ([`park`](Self::park)).
+    pub fn parked(&self) -> u64 {
+        self.lock().parked
     }
 
     /// Forgets settled messages and wakes a stream waiting for room. Unknown ids (a lease that
@@ -76,7 +122,7 @@ impl<I: DeliveryId> Outstanding<I> {
             let mut s = self.lock();
             for id in ids {
                 if let Some(old) = s.messages.remove(id) {
-                    s.bytes -= old.bytes;
+                    s.forget(&old);
                 }
             }
         }
@@ -93,15 +139,16 @@ impl<I: DeliveryId> Outstanding<I> {
         self.len() == 0
     }
 
-    /// Data bytes held.
+    /// Data bytes held in flight.
     pub fn bytes(&self) -> u64 {
         self.lock().bytes
     }
 
-    /// Whether another response may be read: below both bounds.
+    /// Whether another response may be read: the messages in flight (held, not parked) below
+    /// both bounds.
     pub fn has_room(&self) -> bool {
         let s = self.lock();
-        (s.messages.len() as u64) < self.max_messages && s.bytes < self.max_bytes
+        (s.messages.len() as u64 - s.parked) < self.max_messages && s.bytes < self.max_bytes
     }
 
     /// Waits until [`has_room`](Self::has_room).
@@ -125,11 +172,15 @@ impl<I: DeliveryId> Outstanding<I> {
         let mut expired = Vec::new();
         {
             let mut s = self.lock();
-            let mut freed = 0;
+            let (mut freed, mut unparked) = (0, 0);
             s.messages.retain(|id, held| {
                 if now.duration_since(held.received) >= max_lease {
                     expired.push(id.clone());
-                    freed += held.bytes;
+                    if held.parked {
+                        unparked += 1;
+                    } else {
+                        freed += held.bytes;
+                    }
                     false
                 } else {
                     extend.push(id.clone());
@@ -137,6 +188,7 @@ impl<I: DeliveryId> Outstanding<I> {
                 }
             });
             s.bytes -= freed;
+            s.parked -= unparked;
         }
         if !expired.is_empty() {
             self.changed.notify_waiters();
@@ -175,6 +227,28 @@ mod tests {
         assert!(!waiter.is_finished());
         o.remove(&["a".to_string()]);
         waiter.await.unwrap();
+    }
+
+    #[test]
+    fn parked_messages_leave_flow_control_but_stay_leased() {
+        let o = Outstanding::<String>::new(2, 100);
+        o.add("a".to_string(), 60);
+        o.add("b".to_string(), 30);
+        assert!(!o.has_room());
+        o.park(&["a".to_string(), "b".to_string(), "unknown".to_string()]);
+        assert!(o.has_room(), "parked messages are not in flight");
+        assert_eq!((o.parked(), o.bytes(), o.len()), (2, 0, 2));
+        let (extend, expired) = o.due(Duration::from_secs(60));
+        assert_eq!(
+            (extend.len(), expired.len()),
+            (2, 0),
+            "their leases are still extended"
+        );
+        o.remove(&["a".to_string()]);
+        assert_eq!((o.parked(), o.len()), (1, 1));
+        o.add("c".to_string(), 10);
+        o.add("d".to_string(), 10);
+        assert!(!o.has_room(), "two in flight again");
     }
 
     #[tokio::test(start_paused = true)]

@@ -97,6 +97,11 @@ pub trait DeliveryHandle: Debug + Send + Sync {
 
     /// `rows` retained rows ended as `how`.
     fn settle(&self, rows: u64, how: Delivery);
+
+    /// The consumer will hold this batch's retained rows until a window closes (minutes, not
+    /// the moment a send takes): the input may stop counting what the batch was made from
+    /// against its flow control, while it keeps their leases. Nothing by default.
+    fn hold(&self) {}
 }
 
 /// Where a writer finds the handle of the batch its input produced last, and how it talks to
@@ -118,6 +123,14 @@ pub trait DeliveryInput: Debug + Send + Sync {
 
     /// The input, for messages (`subscription projects/p/subscriptions/s`).
     fn describe(&self) -> String;
+
+    /// Called before the input is first polled by a consumer that holds batches
+    /// ([`DeliveryHandle::hold`]) of up to `messages` messages in all: an input whose service
+    /// bounds what it sends (Pub/Sub's server-side flow control) raises that bound by as many.
+    /// Nothing by default.
+    fn expect_held(&self, messages: u64) {
+        let _ = messages;
+    }
 }
 
 /// What an input that carries delivery handles did: a snapshot of its [`DeliveryCounters`].
@@ -140,6 +153,8 @@ pub struct DeliveryCounts {
     pub leases_expired: u64,
     /// Streams opened again after a transient failure.
     pub reconnects: u64,
+    /// Messages held now by a node that waits for a window to close (a gauge).
+    pub messages_held: u64,
 }
 
 /// The live counters of one input (all partitions); [`DeliveryCounters::snapshot`] reads them.
@@ -161,6 +176,8 @@ pub struct DeliveryCounters {
     pub lease_expired: AtomicU64,
     /// See [`DeliveryCounts::reconnects`].
     pub reconnects: AtomicU64,
+    /// See [`DeliveryCounts::messages_held`].
+    pub held: AtomicU64,
 }
 
 impl DeliveryCounters {
@@ -181,6 +198,7 @@ impl DeliveryCounters {
             messages_dead_lettered: get(&self.dead_lettered),
             leases_expired: get(&self.lease_expired),
             reconnects: get(&self.reconnects),
+            messages_held: get(&self.held),
         }
     }
 }

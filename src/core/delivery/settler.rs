@@ -138,7 +138,11 @@ pub async fn run_settler<I: DeliveryId>(
         tokio::select! {
             verdict = queue.recv() => {
                 let Some(first) = verdict else { break };
-                let (acks, nacks, closed) = gather(first, &mut queue, &config).await;
+                let (acks, nacks, holds, closed) = gather(first, &mut queue, &config).await;
+                if !holds.is_empty() {
+                    outstanding.park(&holds);
+                    counters.held.store(outstanding.parked(), std::sync::atomic::Ordering::Relaxed);
+                }
                 if !acks.is_empty() {
                     let failed = send(port.as_ref(), &config, Call::Ack, &acks).await;
                     DeliveryCounters::add(&counters.acked, (acks.len() - failed) as u64);
@@ -149,6 +153,7 @@ pub async fn run_settler<I: DeliveryId>(
                     DeliveryCounters::add(&counters.nacked, (nacks.len() - failed) as u64);
                     outstanding.remove(&nacks);
                 }
+                counters.held.store(outstanding.parked(), std::sync::atomic::Ordering::Relaxed);
                 if closed {
                     break;
                 }
@@ -173,15 +178,19 @@ pub async fn run_settler<I: DeliveryId>(
     }
 }
 
+/// What one round gathered: ids to acknowledge, to nack and to park, and whether the queue
+/// closed.
+type Round<I> = (Vec<I>, Vec<I>, Vec<I>, bool);
+
 /// One round of verdicts, from `first` on: what the tickets ask for during
 /// [`SettlerConfig::gather`], or until [`SettlerConfig::max_ids_per_call`] ids are gathered, or
-/// until the queue closes (the third value).
+/// until the queue closes.
 async fn gather<I: DeliveryId>(
     first: Verdict<I>,
     queue: &mut mpsc::UnboundedReceiver<Verdict<I>>,
     config: &SettlerConfig,
-) -> (Vec<I>, Vec<I>, bool) {
-    let (mut acks, mut nacks) = (Vec::new(), Vec::new());
+) -> Round<I> {
+    let (mut acks, mut nacks, mut holds) = (Vec::new(), Vec::new(), Vec::new());
     let deadline = tokio::time::sleep(config.gather);
     tokio::pin!(deadline);
     let mut next = Some(first);
@@ -189,17 +198,18 @@ async fn gather<I: DeliveryId>(
         match next.take() {
             Some(Verdict::Ack(ids)) => acks.extend(ids),
             Some(Verdict::Nack(ids)) => nacks.extend(ids),
+            Some(Verdict::Hold(ids)) => holds.extend(ids),
             None => {}
         }
         if acks.len() + nacks.len() >= config.max_ids_per_call {
-            return (acks, nacks, false);
+            return (acks, nacks, holds, false);
         }
         tokio::select! {
             verdict = queue.recv() => match verdict {
                 Some(verdict) => next = Some(verdict),
-                None => return (acks, nacks, true),
+                None => return (acks, nacks, holds, true),
             },
-            () = &mut deadline => return (acks, nacks, false),
+            () = &mut deadline => return (acks, nacks, holds, false),
         }
     }
 }
@@ -291,7 +301,7 @@ mod tests {
             tokio::time::sleep(GATHER).await;
             late.send(ack(&["d"])).unwrap();
         });
-        let (acks, nacks, closed) = gather(ack(&["a"]), &mut rx, &config(2500)).await;
+        let (acks, nacks, _, closed) = gather(ack(&["a"]), &mut rx, &config(2500)).await;
         assert_eq!(acks, ["a", "b"]);
         assert_eq!(nacks, ["c"]);
         assert!(!closed, "the queue is still open");
@@ -308,7 +318,7 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel::<Verdict<String>>();
         let many: Vec<String> = (0..max).map(|i| i.to_string()).collect();
         let started = Instant::now();
-        let (acks, _, closed) = gather(Verdict::Ack(many), &mut rx, &config(max)).await;
+        let (acks, _, _, closed) = gather(Verdict::Ack(many), &mut rx, &config(max)).await;
         assert_eq!(acks.len(), max);
         assert!(!closed);
         assert_eq!(
@@ -317,7 +327,7 @@ mod tests {
             "a full call waits for nothing"
         );
         drop(tx);
-        let (acks, _, closed) = gather(ack(&["x"]), &mut rx, &config(max)).await;
+        let (acks, _, _, closed) = gather(ack(&["x"]), &mut rx, &config(max)).await;
         assert_eq!(acks, ["x"]);
         assert!(closed, "the queue closed: the settler sends and ends");
     }

@@ -44,6 +44,9 @@ pub enum Verdict<I> {
     Ack(Vec<I>),
     /// Hand them back (Pub/Sub: a deadline of 0): the service delivers them again.
     Nack(Vec<I>),
+    /// A downstream node holds them until a window closes: the input's flow control stops
+    /// counting them as in flight (their leases are still extended).
+    Hold(Vec<I>),
 }
 
 /// Where tickets send their verdicts: the settler of one input partition, and whether the
@@ -86,6 +89,13 @@ impl<I: DeliveryId> Verdicts<I> {
         }
     }
 
+    /// Says `ids` are held by a node that waits for a window to close.
+    pub fn hold(&self, ids: Vec<I>) {
+        if !ids.is_empty() {
+            let _ = self.tx.send(Verdict::Hold(ids));
+        }
+    }
+
     /// Asks for `ids` to be nacked, unless the input was aborted.
     pub fn nack(&self, ids: Vec<I>) {
         if !ids.is_empty() && !self.is_aborted() {
@@ -106,6 +116,7 @@ pub struct Ticket<I: DeliveryId> {
     sealed: AtomicBool,
     failed: AtomicBool,
     resolved: AtomicBool,
+    held: AtomicBool,
     queue: Verdicts<I>,
 }
 
@@ -121,6 +132,7 @@ impl<I: DeliveryId> Ticket<I> {
             sealed: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             resolved: AtomicBool::new(false),
+            held: AtomicBool::new(false),
             queue,
         }
     }
@@ -202,6 +214,15 @@ impl<I: DeliveryId> Ticket<I> {
         self.try_resolve();
     }
 
+    /// The consumer holds the batch's rows until a window closes: the input stops counting
+    /// its messages against its flow control (they stay leased). Sent at most once per ticket.
+    pub fn hold(&self) {
+        if !self.held.swap(true, Ordering::SeqCst) && !self.is_resolved() {
+            let ids = self.ids.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            self.queue.hold(ids);
+        }
+    }
+
     /// Marks the batch failed: what it was made from is never acknowledged.
     pub fn fail(&self) {
         self.failed.store(true, Ordering::SeqCst);
@@ -245,6 +266,10 @@ impl<I: DeliveryId> DeliveryHandle for Ticket<I> {
 
     fn settle(&self, rows: u64, how: Delivery) {
         Ticket::settle(self, rows, how);
+    }
+
+    fn hold(&self) {
+        Ticket::hold(self);
     }
 }
 

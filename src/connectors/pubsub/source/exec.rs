@@ -71,6 +71,9 @@ struct HandleInner {
     slots: Vec<Arc<SourceSlot>>,
     counters: Arc<DeliveryCounters>,
     settlers: Mutex<Vec<JoinHandle<()>>>,
+    /// Messages a consumer may hold until windows close ([`DeliveryInput::expect_held`]):
+    /// the streams ask the service for as many more.
+    held_capacity: std::sync::atomic::AtomicU64,
 }
 
 /// The control side of one source scan: stop it, read its counts, find its partitions'
@@ -91,6 +94,7 @@ impl SourceHandle {
                     .collect(),
                 counters: Arc::new(DeliveryCounters::default()),
                 settlers: Mutex::new(Vec::new()),
+                held_capacity: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -175,6 +179,13 @@ impl DeliveryInput for ScanSlot {
     fn describe(&self) -> String {
         format!("subscription {}", self.subscription)
     }
+
+    fn expect_held(&self, messages: u64) {
+        self.handle
+            .inner
+            .held_capacity
+            .fetch_max(messages, Ordering::SeqCst);
+    }
 }
 
 /// The source node: `parallel_pull_count` partitions, unbounded, incremental.
@@ -228,6 +239,11 @@ impl PubSubSourceExec {
                 subscription: self.config.options.subscription.clone(),
             }) as Arc<dyn DeliveryInput>
         })
+    }
+
+    /// What every partition of the scan shares.
+    pub fn config(&self) -> &Arc<SourceConfig> {
+        &self.config
     }
 
     /// The subscription read.
@@ -425,6 +441,7 @@ impl Start {
             ),
             max_outstanding_messages: opts.max_outstanding_messages,
             max_outstanding_bytes: opts.max_outstanding_bytes,
+            held_capacity: inner.held_capacity.load(Ordering::SeqCst),
             ack_deadline: opts.stream_ack_deadline,
             returns: queue.clone(),
         };

@@ -24,7 +24,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::TableProvider;
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::connectors::descriptor::SourceDescriptor;
+use crate::connectors::descriptor::{SourceDescriptor, WindowedSource};
 use crate::core::delivery::DeliveryInput;
 use crate::core::delivery::ticket::{Ticket, TicketSlot, Verdicts};
 use crate::options::RawOptions;
@@ -58,7 +58,34 @@ pub static SOURCE: SourceDescriptor = SourceDescriptor {
     is_table: |table| table.downcast_ref::<PubSubSourceTable>().is_some(),
     is_node: is_source_node,
     origin_slot,
+    table_event_time: |table| {
+        let table = table.downcast_ref::<PubSubSourceTable>()?;
+        Some(table.options().event_time.clone())
+    },
+    windows,
 };
+
+fn windows(plan: &dyn ExecutionPlan) -> Option<WindowedSource> {
+    let exec = plan.downcast_ref::<exec::PubSubSourceExec>()?;
+    let config = exec.config();
+    let opts = &config.options;
+    let mut parts = opts.subscription.split('/');
+    let key = match (parts.nth(1), parts.nth(1)) {
+        (Some(project), Some(subscription)) => format!("{project}.{subscription}"),
+        _ => opts.subscription.replace('/', "."),
+    };
+    Some(WindowedSource {
+        table: config.table.clone(),
+        describe: format!("subscription {}", opts.subscription),
+        key,
+        connector: super::KIND,
+        event_time: opts.event_time.clone(),
+        failure_policy: opts.failure_policy,
+        dead_letter: opts.dead_letter.clone(),
+        max_lease_duration: opts.max_lease_duration,
+        max_outstanding_messages: opts.max_outstanding_messages,
+    })
+}
 
 /// Whether `plan` is a subscription's plan node ([`exec::PubSubSourceExec`]).
 pub fn is_source_node(plan: &dyn ExecutionPlan) -> bool {

@@ -40,6 +40,7 @@ use crate::core::FailurePolicy;
 use crate::encode::schema::{PayloadSchema, SchemaLocation};
 use crate::error::{Error, Result};
 use crate::options::common;
+use crate::options::event_time::{self, EventTimeOptions};
 use crate::options::{
     Bound, ConnectionOptions, DefaultValue, EnvLookup, OptionGroup, OptionKind, OptionSpec,
     PayloadFormat, RawOptions,
@@ -286,6 +287,11 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &MAX_LEASE_DURATION,
             &ACK_DEADLINE,
             &STOP_AFTER_IDLE,
+            &event_time::EVENT_TIME_FIELD,
+            &event_time::ALLOWED_LATENESS,
+            &event_time::IDLE_TIMEOUT,
+            &event_time::PROGRESS_PATH,
+            &event_time::PROGRESS_START,
         ]
     });
     &OPTIONS
@@ -379,6 +385,9 @@ pub struct PubSubSourceOptions {
     /// [`STREAM_ACK_DEADLINE`](super::lease::STREAM_ACK_DEADLINE) by default). Clamped to the
     /// service's 10–600 s. A killed reader's messages come back within it.
     pub stream_ack_deadline: Duration,
+    /// Event time, lateness, idleness and the progress marker of windows over the table
+    /// (ADR 0068).
+    pub event_time: EventTimeOptions,
 }
 
 impl PubSubSourceOptions {
@@ -405,6 +414,7 @@ impl PubSubSourceOptions {
             max_lease_duration: DEFAULT_MAX_LEASE_DURATION,
             stop_after_idle: None,
             stream_ack_deadline: super::lease::STREAM_ACK_DEADLINE,
+            event_time: EventTimeOptions::default(),
         }
     }
 
@@ -525,6 +535,7 @@ impl PubSubSourceOptions {
         let int = |spec: &OptionSpec, default: i64| -> Result<i64> {
             Ok(p.int(spec)?.unwrap_or(default))
         };
+        let event_time = EventTimeOptions::from_parsed(&p, columns.publish_time.as_deref())?;
         Ok(PubSubSourceOptions {
             connection,
             subscription,
@@ -557,6 +568,7 @@ impl PubSubSourceOptions {
             stream_ack_deadline: p
                 .duration(&ACK_DEADLINE)?
                 .unwrap_or(super::lease::STREAM_ACK_DEADLINE),
+            event_time,
         })
     }
 }

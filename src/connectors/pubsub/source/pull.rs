@@ -68,6 +68,10 @@ pub struct Puller {
     pub max_outstanding_messages: u64,
     /// Flow control, sent to the service too.
     pub max_outstanding_bytes: u64,
+    /// Messages a consumer may hold until windows close, beyond the flow control: the service
+    /// is asked for as many more messages, and for no bound on bytes (held messages keep their
+    /// leases but not their data). Zero when nothing holds.
+    pub held_capacity: u64,
     /// The stream's ack deadline.
     pub ack_deadline: Duration,
     /// Where what the stream still brings once its reader is gone is nacked, so that it is
@@ -126,10 +130,17 @@ impl Puller {
                 subscription: self.subscription.clone(),
                 stream_ack_deadline_seconds: ack_deadline_seconds(self.ack_deadline),
                 client_id: self.client_id.clone(),
-                max_outstanding_messages: i64::try_from(self.max_outstanding_messages)
-                    .unwrap_or(i64::MAX),
-                max_outstanding_bytes: i64::try_from(self.max_outstanding_bytes)
-                    .unwrap_or(i64::MAX),
+                max_outstanding_messages: i64::try_from(
+                    self.max_outstanding_messages
+                        .saturating_add(self.held_capacity),
+                )
+                .unwrap_or(i64::MAX),
+                // Zero is "no bound" to the service.
+                max_outstanding_bytes: if self.held_capacity > 0 {
+                    0
+                } else {
+                    i64::try_from(self.max_outstanding_bytes).unwrap_or(i64::MAX)
+                },
                 ..Default::default()
             };
             let heartbeats = futures::stream::unfold((), |()| async {

@@ -37,8 +37,12 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::decode::MessageDecoder;
 use super::exec::{PubSubSourceExec, SourceConfig, SourceHandle};
+use super::options::PUBLISH_TIME_COLUMN;
 use super::options::{PayloadSource, PubSubSourceOptions};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::options::event_time::EVENT_TIME_FIELD;
+use crate::options::schema_types::column_type;
+use datafusion::arrow::datatypes::DataType;
 
 /// A Pub/Sub subscription as a table: every scan is a [`PubSubSourceExec`].
 #[derive(Debug)]
@@ -56,6 +60,20 @@ impl PubSubSourceTable {
         schema: SchemaRef,
         options: PubSubSourceOptions,
     ) -> Result<Self> {
+        if let Some(column) = &options.event_time.column {
+            let option = match options.columns.publish_time.as_deref() {
+                Some(p) if p == column => PUBLISH_TIME_COLUMN.name,
+                _ => EVENT_TIME_FIELD.name,
+            };
+            let ty = column_type(&schema, column, option)?;
+            if !matches!(ty, DataType::Timestamp(..)) {
+                return Err(Error::invalid(
+                    option,
+                    column,
+                    format!("the event time must be a TIMESTAMP column; '{column}' is {ty}"),
+                ));
+            }
+        }
         let mut decoder = MessageDecoder::new(schema, options.format, &options.columns)?;
         if let PayloadSource::Schema(payload) = &options.schema {
             decoder = decoder.with_schema(payload)?;

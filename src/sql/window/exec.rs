@@ -1,0 +1,1071 @@
+//! The windowed aggregate's plan node ([`WindowAggregateExec`]) and its run: it reads every
+//! partition of its input (one source's streams), holds each row's delivery handle until the
+//! windows the row falls in were emitted, delivered and recorded in the progress marker, and
+//! emits each window's rows once the watermark passes its end plus the allowed lateness
+//! (ADR 0068).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, RecordBatch, StructArray, TimestampNanosecondArray,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{
+    DataType, Fields, SchemaRef, TimeUnit, TimestampNanosecondType,
+};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result as DFResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{
+    Boundedness, EmissionType, ReplaceChildrenOptions,
+};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+};
+use futures::future::BoxFuture;
+use futures::stream::{SelectAll, Stream, StreamExt};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::progress::Marker;
+use super::state::{Aggregation, Emitted, OpenWindows, WindowShape};
+use crate::connectors::dead_letter::{self, DeadLetterContext};
+use crate::connectors::descriptor::WindowedSource;
+use crate::core::FailurePolicy;
+use crate::core::dead_letter::{DeadClass, DeadLetterSink, DeadPayload, DeadRow};
+use crate::core::delivery::{Delivery, DeliveryCounts, DeliveryHandle, DeliveryInput};
+use crate::error::{Error, Result};
+use crate::plan::node::{name_and_properties, with_new_children_by_replace};
+
+/// Messages each input stream may hold until windows close, beyond its flow control: what
+/// the node asks the source to let it hold ([`DeliveryInput::expect_held`]).
+pub const HELD_PER_STREAM: u64 = 1_000_000;
+
+/// How the window appears among the aggregate's group columns.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WindowValue {
+    /// The window's start, of this type (`date_bin`).
+    Start(DataType),
+    /// A struct of the window's `start` and `end`, of these fields (`tumble`, `hop`).
+    Bounds(Fields),
+}
+
+/// The window of a windowed aggregate: the event-time expression, the windows' shape, and
+/// where and how the window is a group column of the output.
+#[derive(Debug, Clone)]
+pub struct WindowColumn {
+    /// The event time, over the node's input.
+    pub time: Arc<dyn PhysicalExpr>,
+    /// The input column the event time is (for messages).
+    pub time_column: String,
+    /// Tumbling or hopping, width, slide, origin.
+    pub shape: WindowShape,
+    /// How the window is written into its group column.
+    pub value: WindowValue,
+    /// Its position among the group columns.
+    pub position: usize,
+    /// How the query wrote it, for `EXPLAIN` (`tumble(60s)`, `date_bin(60s, pt)`).
+    pub written: String,
+}
+
+/// What one node counted: windows and rows emitted, rows late, rows covered by the marker.
+#[derive(Debug, Default)]
+pub struct WindowCounters {
+    /// Windows emitted.
+    pub windows: AtomicU64,
+    /// Rows emitted (one per key and window).
+    pub rows: AtomicU64,
+    /// Rows that arrived for windows already emitted (late).
+    pub late: AtomicU64,
+    /// Rows of windows the progress marker already covers, acknowledged without being counted
+    /// (redelivered after a restart).
+    pub covered: AtomicU64,
+}
+
+/// An emission round: the windows closed at one close point, and how many of its output
+/// batches are not yet settled.
+#[derive(Debug, Default)]
+struct Round {
+    pending: usize,
+    failed: bool,
+}
+
+/// Rows held under one handle: the handle and how many.
+type Held = Vec<(Arc<dyn DeliveryHandle>, u64)>;
+
+#[derive(Debug, Default)]
+struct RunState {
+    /// Held rows by release.
+    held: BTreeMap<i64, Held>,
+    /// Emission rounds by close point, oldest first, until delivered.
+    rounds: BTreeMap<i64, Round>,
+    /// Every window ending at or before this was delivered.
+    delivered: Option<i64>,
+    /// What the marker says.
+    recorded: Option<i64>,
+    /// The node's stream ended.
+    finished: bool,
+    /// The marker could not be written: the stream fails with it.
+    error: Option<String>,
+}
+
+/// What the node's stream, its output tickets and its delivery input share.
+#[derive(Debug)]
+struct Run {
+    state: Mutex<RunState>,
+    changed: Notify,
+    /// The delivery input of each input partition.
+    inputs: Vec<Arc<dyn DeliveryInput>>,
+    /// The ticket of the batch emitted last.
+    current: Mutex<Option<Arc<WindowTicket>>>,
+    keeper: Mutex<Option<JoinHandle<()>>>,
+    counters: WindowCounters,
+    source: String,
+}
+
+impl Run {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A batch of round `close` was settled (`ok`) or dropped unsettled.
+    fn batch_done(&self, close: i64, ok: bool) {
+        {
+            let mut s = self.lock();
+            if let Some(round) = s.rounds.get_mut(&close) {
+                round.pending = round.pending.saturating_sub(1);
+                round.failed |= !ok;
+            }
+            advance_delivered(&mut s);
+        }
+        self.changed.notify_waiters();
+    }
+
+    fn open_round(&self, close: i64, batches: usize) {
+        {
+            let mut s = self.lock();
+            s.rounds.insert(
+                close,
+                Round {
+                    pending: batches,
+                    failed: false,
+                },
+            );
+            advance_delivered(&mut s);
+        }
+        self.changed.notify_waiters();
+    }
+}
+
+/// Moves the delivered frontier past every leading round whose batches were all settled.
+fn advance_delivered(s: &mut RunState) {
+    while let Some(entry) = s.rounds.first_entry() {
+        let round = entry.get();
+        if round.pending > 0 || round.failed {
+            return;
+        }
+        let close = *entry.key();
+        entry.remove();
+        s.delivered = Some(s.delivered.map_or(close, |d| d.max(close)));
+    }
+}
+
+/// The delivery handle of one output batch: settled by the sink's writer; once sealed and
+/// every retained row was settled positively, its round may be recorded.
+#[derive(Debug)]
+struct WindowTicket {
+    close: i64,
+    retained: AtomicU64,
+    settled: AtomicU64,
+    sealed: AtomicBool,
+    failed: AtomicBool,
+    resolved: AtomicBool,
+    run: Weak<Run>,
+}
+
+impl WindowTicket {
+    fn new(close: i64, run: &Arc<Run>) -> Self {
+        WindowTicket {
+            close,
+            retained: AtomicU64::new(0),
+            settled: AtomicU64::new(0),
+            sealed: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            resolved: AtomicBool::new(false),
+            run: Arc::downgrade(run),
+        }
+    }
+
+    fn seal(&self) {
+        self.sealed.store(true, Ordering::SeqCst);
+        self.try_resolve();
+    }
+
+    fn try_resolve(&self) {
+        if self.sealed.load(Ordering::SeqCst)
+            && !self.failed.load(Ordering::SeqCst)
+            && self.settled.load(Ordering::SeqCst) == self.retained.load(Ordering::SeqCst)
+            && !self.resolved.swap(true, Ordering::SeqCst)
+            && let Some(run) = self.run.upgrade()
+        {
+            run.batch_done(self.close, true);
+        }
+    }
+}
+
+impl DeliveryHandle for WindowTicket {
+    fn retain(&self, rows: u64) -> Result<()> {
+        if self.sealed.load(Ordering::SeqCst) {
+            self.failed.store(true, Ordering::SeqCst);
+            return Err(Error::Unsupported(format!(
+                "a consumer retained {rows} row(s) of a window's output after it was sealed"
+            )));
+        }
+        self.retained.fetch_add(rows, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn settle(&self, rows: u64, how: Delivery) {
+        if !how.is_positive() {
+            self.failed.store(true, Ordering::SeqCst);
+            return;
+        }
+        self.settled.fetch_add(rows, Ordering::SeqCst);
+        self.try_resolve();
+    }
+}
+
+impl Drop for WindowTicket {
+    fn drop(&mut self) {
+        if !self.resolved.swap(true, Ordering::SeqCst)
+            && let Some(run) = self.run.upgrade()
+        {
+            run.batch_done(self.close, false);
+        }
+    }
+}
+
+/// The node's delivery input, as the sink's writer sees it.
+#[derive(Debug)]
+struct WindowInput {
+    run: Arc<Run>,
+}
+
+impl DeliveryInput for WindowInput {
+    fn current(&self) -> Option<Arc<dyn DeliveryHandle>> {
+        let current = self.run.current.lock().unwrap_or_else(|e| e.into_inner());
+        current.clone().map(|t| t as Arc<dyn DeliveryHandle>)
+    }
+
+    fn stop_reading(&self) {
+        for input in &self.run.inputs {
+            input.stop_reading();
+        }
+    }
+
+    fn counts(&self) -> DeliveryCounts {
+        self.run
+            .inputs
+            .first()
+            .map(|i| i.counts())
+            .unwrap_or_default()
+    }
+
+    fn settled(&self) -> BoxFuture<'static, ()> {
+        let run = self.run.clone();
+        Box::pin(async move {
+            let keeper = run.keeper.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(keeper) = keeper {
+                let _ = keeper.await;
+            }
+            // What is still held belongs to windows that were not emitted (a stop): dropping
+            // the handles hands those messages back.
+            let held = std::mem::take(&mut run.lock().held);
+            let messages: u64 = held.values().flatten().map(|(_, n)| n).sum();
+            if messages > 0 {
+                tracing::info!(
+                    source = %run.source,
+                    rows = messages,
+                    "the statement stopped with windows open: their rows' messages go back to the subscription, and the next run computes those windows"
+                );
+            }
+            drop(held);
+            for input in &run.inputs {
+                input.settled().await;
+            }
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("windows over {}", self.run.source)
+    }
+}
+
+/// What a windowed aggregate computes, from what, and where its progress goes.
+#[derive(Debug, Clone)]
+pub struct WindowQuery {
+    /// The window.
+    pub window: WindowColumn,
+    /// The keys and aggregates.
+    pub aggregation: Aggregation,
+    /// The source read.
+    pub source: WindowedSource,
+    /// The progress marker's name.
+    pub pipeline: String,
+    /// The table the INSERT writes, for messages.
+    pub table: String,
+    /// The output (the aggregate's schema).
+    pub schema: SchemaRef,
+}
+
+/// A windowed aggregate between a source and a sink (ADR 0068). Built by the planner from
+/// DataFusion's aggregate (see `super::plan`); one output partition.
+#[derive(Debug)]
+pub struct WindowAggregateExec {
+    input: Arc<dyn ExecutionPlan>,
+    query: WindowQuery,
+    properties: Arc<PlanProperties>,
+    run: Arc<Run>,
+}
+
+impl WindowAggregateExec {
+    /// The node over `input` (already connected: every partition carries delivery handles,
+    /// found in `inputs`), emitting `schema` (the aggregate's output).
+    pub fn try_new(
+        input: Arc<dyn ExecutionPlan>,
+        inputs: Vec<Arc<dyn DeliveryInput>>,
+        query: WindowQuery,
+    ) -> DFResult<Self> {
+        let schema = query.schema.clone();
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Unbounded {
+                requires_infinite_memory: false,
+            },
+        );
+        let run = Arc::new(Run {
+            state: Mutex::new(RunState::default()),
+            changed: Notify::new(),
+            inputs,
+            current: Mutex::new(None),
+            keeper: Mutex::new(None),
+            counters: WindowCounters::default(),
+            source: query.source.describe.clone(),
+        });
+        Ok(WindowAggregateExec {
+            input,
+            query,
+            properties: Arc::new(properties),
+            run,
+        })
+    }
+
+    /// The node's delivery input: where the sink's writer finds the handle of each output
+    /// batch.
+    pub fn delivery_input(&self) -> Arc<dyn DeliveryInput> {
+        Arc::new(WindowInput {
+            run: self.run.clone(),
+        })
+    }
+
+    /// The name of the pipeline's progress marker.
+    pub fn pipeline(&self) -> &str {
+        &self.query.pipeline
+    }
+
+    /// What the node counted so far: windows, rows, late rows, covered rows.
+    pub fn counters(&self) -> &WindowCounters {
+        &self.run.counters
+    }
+}
+
+impl DisplayAs for WindowAggregateExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = &self.query.source.event_time;
+        let keys: Vec<String> = self
+            .query
+            .aggregation
+            .keys
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        let aggregates: Vec<&str> = self
+            .query
+            .aggregation
+            .aggregates
+            .iter()
+            .map(|a| a.name())
+            .collect();
+        write!(
+            f,
+            "WindowAggregateExec: window={}, event_time={}, allowed_lateness={:?}, idle_timeout={:?}, keys=[{}], aggr=[{}], watermark=min over {} stream(s) of {}, progress={}/{}.json",
+            self.query.window.written,
+            self.query.window.time_column,
+            e.allowed_lateness,
+            e.idle_timeout,
+            keys.join(", "),
+            aggregates.join(", "),
+            self.input.output_partitioning().partition_count(),
+            self.query.source.describe,
+            e.progress.as_ref().map_or(String::new(), |p| p
+                .folder
+                .as_str()
+                .trim_end_matches('/')
+                .to_string()),
+            self.query.pipeline,
+        )
+    }
+}
+
+impl ExecutionPlan for WindowAggregateExec {
+    name_and_properties!("WindowAggregateExec");
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DFResult<TreeNodeRecursion>,
+    ) -> DFResult<TreeNodeRecursion> {
+        let mut exprs = vec![&self.query.window.time];
+        exprs.extend(self.query.aggregation.keys.iter());
+        for e in exprs {
+            if f(e)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let [input] = <[_; 1]>::try_from(children).map_err(|c| {
+            DataFusionError::Internal(format!(
+                "WindowAggregateExec has one child, given {}",
+                c.len()
+            ))
+        })?;
+        if Arc::ptr_eq(&input, &self.input) {
+            return Ok(self);
+        }
+        // An optimizer rule rewrote the input: connect it again (what it added that would mix
+        // or gather batches is taken out, or refused) and find its partitions' handles anew.
+        let input = crate::sql::lineage::connect(input, &self.query.table)?;
+        let partitions = input.output_partitioning().partition_count();
+        let inputs = (0..partitions)
+            .map(|p| {
+                crate::sql::lineage::delivery_input(&input, p).ok_or_else(|| {
+                    DataFusionError::Plan(format!(
+                        "the windows of INSERT INTO '{}' lost the delivery handles of input \
+                         partition {p}",
+                        self.query.table
+                    ))
+                })
+            })
+            .collect::<DFResult<Vec<_>>>()?;
+        Ok(Arc::new(WindowAggregateExec::try_new(
+            input,
+            inputs,
+            self.query.clone(),
+        )?))
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        // Every input partition is read as it is (one per stream of the source).
+        vec![false]
+    }
+
+    with_new_children_by_replace!();
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        let c = &self.run.counters;
+        let set = ExecutionPlanMetricsSet::new();
+        for (name, value) in [
+            ("windows_emitted", &c.windows),
+            ("window_rows_emitted", &c.rows),
+            ("rows_late", &c.late),
+            ("rows_covered_by_progress", &c.covered),
+        ] {
+            MetricBuilder::new(&set)
+                .global_counter(name)
+                .add(usize::try_from(value.load(Ordering::Relaxed)).unwrap_or(usize::MAX));
+        }
+        Some(set.clone_inner())
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "WindowAggregateExec has one partition, asked for {partition}"
+            )));
+        }
+        let Some(progress) = self.query.source.event_time.progress.clone() else {
+            return Err(DataFusionError::Plan(format!(
+                "the windows over {} need 'progress_path'",
+                self.query.source.describe
+            )));
+        };
+        let marker = Marker::open(
+            &progress,
+            &self.query.pipeline,
+            Some(&context.runtime_env()),
+        )?;
+        let partitions = self.input.output_partitioning().partition_count();
+        for input in &self.run.inputs {
+            input.expect_held(HELD_PER_STREAM);
+        }
+        let mut streams: SelectAll<Tagged> = SelectAll::new();
+        for p in 0..partitions {
+            let stream = self.input.execute(p, context.clone())?;
+            streams.push(Box::pin(stream.map(move |b| (p, b))));
+        }
+        let mut driver = Driver {
+            window: self.query.window.clone(),
+            open: OpenWindows::new(self.query.window.shape, self.query.aggregation.clone()),
+            source: self.query.source.clone(),
+            schema: self.query.schema.clone(),
+            run: self.run.clone(),
+            marker: None,
+            streams,
+            marks: vec![Mark::default(); partitions],
+            started_at: Instant::now(),
+            closed: i64::MIN,
+            covered_through: None,
+            pending: VecDeque::new(),
+            last: None,
+            inputs_done: false,
+            dead_letter: None,
+            dead_lettered: Vec::new(),
+            statement: format!(
+                "windows-{}-{}",
+                self.query.pipeline,
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis()
+            ),
+            runtime: context.runtime_env(),
+            tick: tokio::time::interval(tick_every(self.query.source.event_time.idle_timeout)),
+            keys: self.query.aggregation.keys.len(),
+            marker_url: marker.url().to_string(),
+        };
+        driver.marker = Some(marker);
+        let stream = futures::stream::unfold(driver, |mut d| async move {
+            d.next().await.map(|item| (item, d))
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.query.schema.clone(),
+            stream,
+        )))
+    }
+}
+
+fn tick_every(idle: Duration) -> Duration {
+    (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
+
+type Tagged = Pin<Box<dyn Stream<Item = (usize, DFResult<RecordBatch>)> + Send>>;
+
+/// What one input partition delivered: its greatest event time, and when it last delivered.
+#[derive(Debug, Clone, Copy, Default)]
+struct Mark {
+    max: Option<i64>,
+    seen: Option<Instant>,
+}
+
+/// The node's running stream.
+struct Driver {
+    window: WindowColumn,
+    open: OpenWindows,
+    source: WindowedSource,
+    schema: SchemaRef,
+    run: Arc<Run>,
+    marker: Option<Marker>,
+    streams: SelectAll<Tagged>,
+    marks: Vec<Mark>,
+    started_at: Instant,
+    /// The greatest close point emitted (every window ending at or before it was emitted).
+    closed: i64,
+    /// What the marker said when the run started: rows of windows at or before it were
+    /// counted by an earlier run.
+    covered_through: Option<i64>,
+    pending: VecDeque<(RecordBatch, Arc<WindowTicket>)>,
+    last: Option<Arc<WindowTicket>>,
+    inputs_done: bool,
+    dead_letter: Option<Arc<dyn DeadLetterSink>>,
+    /// Late rows written to a dead-letter path: settled once its object is completed.
+    dead_lettered: Vec<(Arc<dyn DeliveryHandle>, u64)>,
+    statement: String,
+    runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
+    tick: tokio::time::Interval,
+    /// Group columns besides the window.
+    keys: usize,
+    /// The marker's URL, for errors.
+    marker_url: String,
+}
+
+enum Wake {
+    Input(Option<(usize, DFResult<RecordBatch>)>),
+    Tick,
+}
+
+impl Driver {
+    async fn next(&mut self) -> Option<DFResult<RecordBatch>> {
+        if let Some(t) = self.last.take() {
+            t.seal();
+        }
+        if let Some(marker) = self.marker.take()
+            && let Err(e) = self.start(marker).await
+        {
+            self.inputs_done = true;
+            self.finish();
+            return Some(Err(e.into()));
+        }
+        loop {
+            let error = self.run.lock().error.take();
+            if let Some(error) = error {
+                self.finish();
+                return Some(Err(DataFusionError::External(Box::new(Error::Progress {
+                    marker: self.marker_url.clone(),
+                    message: error,
+                }))));
+            }
+            if let Some((batch, ticket)) = self.pending.pop_front() {
+                *self.run.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(ticket.clone());
+                self.last = Some(ticket);
+                return Some(Ok(batch));
+            }
+            if self.inputs_done {
+                let completed = self.complete_dead_letters().await;
+                self.finish();
+                return completed.err().map(|e| Err(e.into()));
+            }
+            let wake = tokio::select! {
+                item = self.streams.next() => Wake::Input(item),
+                _ = self.tick.tick() => Wake::Tick,
+            };
+            let step = match wake {
+                Wake::Input(None) => {
+                    self.inputs_done = true;
+                    Ok(())
+                }
+                Wake::Input(Some((_, Err(e)))) => {
+                    self.finish();
+                    return Some(Err(e));
+                }
+                Wake::Input(Some((p, Ok(batch)))) => self.take(p, batch).await,
+                Wake::Tick => Ok(()),
+            };
+            if let Err(e) = step.and_then(|()| self.advance()) {
+                self.finish();
+                return Some(Err(e.into()));
+            }
+        }
+    }
+
+    /// Reads the marker and starts the task that keeps it.
+    async fn start(&mut self, marker: Marker) -> Result<()> {
+        let progress = marker.start().await?;
+        if let Some(f) = progress.frontier_ns {
+            self.closed = f;
+            self.covered_through = Some(f);
+            let mut s = self.run.lock();
+            s.delivered = Some(f);
+            s.recorded = Some(f);
+        }
+        tracing::info!(
+            source = %self.source.describe,
+            marker = %marker.url(),
+            frontier_ns = ?progress.frontier_ns,
+            "windows start from their progress marker"
+        );
+        let keeper = tokio::spawn(keep(self.run.clone(), marker));
+        *self.run.keeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(keeper);
+        Ok(())
+    }
+
+    /// The stream ends: nothing more is emitted, and the marker's keeper may end once every
+    /// emitted batch was settled or dropped.
+    fn finish(&mut self) {
+        self.pending.clear();
+        self.run
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        self.run.lock().finished = true;
+        self.run.changed.notify_waiters();
+    }
+
+    /// Takes one input batch of partition `p`: late rows follow the failure policy, the others
+    /// join their windows and are held (retained on the batch's handle) until recorded.
+    async fn take(&mut self, p: usize, batch: RecordBatch) -> Result<()> {
+        let rows = batch.num_rows();
+        if rows == 0 {
+            return Ok(());
+        }
+        let handle = self.run.inputs.get(p).and_then(|i| i.current());
+        let times = event_times(&self.window, &batch)?;
+        let mark = &mut self.marks[p];
+        mark.seen = Some(Instant::now());
+        let batch_max = times.iter().flatten().max().copied();
+        if let Some(m) = batch_max {
+            mark.max = Some(mark.max.map_or(m, |old| old.max(m)));
+        }
+        let shape = self.window.shape;
+        let mut on_time: Vec<u32> = Vec::with_capacity(rows);
+        let mut on_time_times: Vec<i64> = Vec::with_capacity(rows);
+        let mut releases: BTreeMap<i64, u64> = BTreeMap::new();
+        let mut late: Vec<(usize, &'static str)> = Vec::new();
+        let mut covered = 0u64;
+        for (i, t) in times.iter().enumerate() {
+            let Some(t) = *t else {
+                late.push((i, "its event time is NULL"));
+                continue;
+            };
+            let release = shape.release(t);
+            if release <= self.closed {
+                if self.covered_through.is_some_and(|c| release <= c) {
+                    covered += 1;
+                } else {
+                    late.push((i, "late: its windows were already emitted"));
+                }
+                continue;
+            }
+            on_time.push(i as u32);
+            on_time_times.push(t);
+            *releases.entry(release).or_default() += 1;
+        }
+        self.open
+            .add(&batch, &on_time, &on_time_times, self.closed)?;
+        self.run
+            .counters
+            .covered
+            .fetch_add(covered, Ordering::Relaxed);
+        if let Some(handle) = &handle {
+            let held = on_time.len() as u64;
+            if held > 0 {
+                handle.retain(held)?;
+                let mut s = self.run.lock();
+                for (release, n) in releases {
+                    s.held.entry(release).or_default().push((handle.clone(), n));
+                }
+                drop(s);
+                handle.hold();
+            }
+        }
+        if !late.is_empty() {
+            self.late(&batch, &late, handle.as_ref()).await?;
+        }
+        Ok(())
+    }
+
+    /// Late rows (and rows without an event time) follow the source's failure policy.
+    async fn late(
+        &mut self,
+        batch: &RecordBatch,
+        rows: &[(usize, &'static str)],
+        handle: Option<&Arc<dyn DeliveryHandle>>,
+    ) -> Result<()> {
+        let n = rows.len() as u64;
+        self.run.counters.late.fetch_add(n, Ordering::Relaxed);
+        match self.source.failure_policy {
+            FailurePolicy::Fail => {
+                let (row, why) = rows[0];
+                Err(Error::Unsupported(format!(
+                    "{}: row {row} of a batch is {why} (column '{}'; allowed_lateness {:?}; \
+                     failure_policy = 'fail': set failure_policy = 'drop' or 'dead_letter' to let \
+                     late rows pass; its message is not acknowledged)",
+                    self.source.describe,
+                    self.window.time_column,
+                    self.source.event_time.allowed_lateness
+                )))
+            }
+            FailurePolicy::Drop => {
+                tracing::warn!(
+                    source = %self.source.describe,
+                    rows = n,
+                    column = %self.window.time_column,
+                    "late row(s) dropped (failure_policy = 'drop'): their windows were already emitted"
+                );
+                // Not retained: the batch's handle counts them as handled, as a filter would.
+                Ok(())
+            }
+            FailurePolicy::DeadLetter => {
+                if let Some(h) = handle {
+                    h.retain(n)?;
+                }
+                let sink = self.dead_letter_sink().await?;
+                for &(row, why) in rows {
+                    sink.write(DeadRow {
+                        destination: self.source.describe.clone(),
+                        class: DeadClass::Late,
+                        code: None,
+                        message: format!(
+                            "{why} (event time column '{}', allowed_lateness {:?})",
+                            self.window.time_column, self.source.event_time.allowed_lateness
+                        ),
+                        attempts: 0,
+                        data: DeadPayload {
+                            payload: None,
+                            row: Some(row_json(batch, row)?),
+                        },
+                    })
+                    .await?;
+                }
+                if let Some(h) = handle {
+                    if matches!(
+                        self.source.dead_letter,
+                        Some(dead_letter::DeadLetterTarget::Path { .. })
+                    ) {
+                        // Stored once the object is completed, at the end of the run.
+                        self.dead_lettered.push((h.clone(), n));
+                    } else {
+                        h.settle(n, Delivery::DeadLettered);
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Completes the dead-letter object, then settles the late rows written to it.
+    async fn complete_dead_letters(&mut self) -> Result<()> {
+        if let Some(sink) = self.dead_letter.take() {
+            sink.finish().await?;
+        }
+        for (handle, n) in self.dead_lettered.drain(..) {
+            handle.settle(n, Delivery::DeadLettered);
+        }
+        Ok(())
+    }
+
+    async fn dead_letter_sink(&mut self) -> Result<Arc<dyn DeadLetterSink>> {
+        if let Some(s) = &self.dead_letter {
+            return Ok(s.clone());
+        }
+        let Some(target) = &self.source.dead_letter else {
+            return Err(Error::Unsupported(
+                "internal: dead_letter policy without a target".into(),
+            ));
+        };
+        let sink = dead_letter::open(
+            target,
+            DeadLetterContext {
+                connector: self.source.connector,
+                table: self.source.table.clone(),
+                statement: self.statement.clone(),
+                writer: 0,
+                runtime: Some(self.runtime.clone()),
+            },
+        )
+        .await?;
+        self.dead_letter = Some(sink.clone());
+        Ok(sink)
+    }
+
+    /// The statement's watermark: the least greatest event time of the partitions that are
+    /// not idle; `None` while a partition that is not idle has delivered nothing.
+    fn watermark(&self) -> Option<i64> {
+        let idle = self.source.event_time.idle_timeout;
+        let now = Instant::now();
+        let mut least: Option<i64> = None;
+        let mut any = false;
+        for mark in &self.marks {
+            let since = mark.seen.unwrap_or(self.started_at);
+            if now.duration_since(since) >= idle {
+                continue;
+            }
+            any = true;
+            let max = mark.max?;
+            least = Some(least.map_or(max, |l| l.min(max)));
+        }
+        if any { least } else { None }
+    }
+
+    /// Emits every window the watermark closed.
+    fn advance(&mut self) -> Result<()> {
+        let Some(watermark) = self.watermark() else {
+            return Ok(());
+        };
+        let lateness =
+            i64::try_from(self.source.event_time.allowed_lateness.as_nanos()).unwrap_or(i64::MAX);
+        let close = watermark.saturating_sub(lateness);
+        if close <= self.closed {
+            return Ok(());
+        }
+        let emitted = self.open.close_through(close)?;
+        let mut batches = Vec::with_capacity(emitted.len());
+        for window in emitted {
+            batches.push(self.output(window)?);
+        }
+        self.closed = close;
+        self.run.open_round(close, batches.len());
+        for batch in batches {
+            self.run.counters.windows.fetch_add(1, Ordering::Relaxed);
+            self.run
+                .counters
+                .rows
+                .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+            let ticket = Arc::new(WindowTicket::new(close, &self.run));
+            self.pending.push_back((batch, ticket));
+        }
+        Ok(())
+    }
+
+    /// One window's rows in the aggregate's output layout.
+    fn output(&self, window: Emitted) -> Result<RecordBatch> {
+        let rows = window
+            .values
+            .first()
+            .map(|v| v.len())
+            .or_else(|| window.keys.first().map(|k| k.len()))
+            .unwrap_or(0);
+        let value = window_value(&self.window.value, window.start, window.end, rows)?;
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        let mut keys = window.keys.into_iter();
+        let groups = self.keys + 1;
+        for i in 0..groups {
+            if i == self.window.position {
+                columns.push(value.clone());
+            } else if let Some(k) = keys.next() {
+                columns.push(k);
+            }
+        }
+        columns.extend(window.values);
+        let columns = columns
+            .into_iter()
+            .zip(self.schema.fields())
+            .map(|(c, f)| {
+                if c.data_type() == f.data_type() {
+                    Ok(c)
+                } else {
+                    cast(&c, f.data_type())
+                }
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(DataFusionError::from)?;
+        Ok(RecordBatch::try_new(self.schema.clone(), columns).map_err(DataFusionError::from)?)
+    }
+}
+
+/// The event time of every row of `batch` (ns since the epoch; `None` for a null).
+fn event_times(window: &WindowColumn, batch: &RecordBatch) -> Result<Vec<Option<i64>>> {
+    let values = window.time.evaluate(batch)?.into_array(batch.num_rows())?;
+    let tz = match values.data_type() {
+        DataType::Timestamp(_, tz) => tz.clone(),
+        other => {
+            return Err(Error::Unsupported(format!(
+                "the event time column '{}' is {other}, not a TIMESTAMP",
+                window.time_column
+            )));
+        }
+    };
+    let ns = cast(&values, &DataType::Timestamp(TimeUnit::Nanosecond, tz))
+        .map_err(DataFusionError::from)?;
+    let ns = ns.as_primitive::<TimestampNanosecondType>();
+    Ok(ns.iter().collect())
+}
+
+/// The window's group value, repeated `rows` times.
+fn window_value(value: &WindowValue, start: i64, end: i64, rows: usize) -> Result<ArrayRef> {
+    let repeat = |v: i64| Arc::new(TimestampNanosecondArray::from(vec![v; rows])) as ArrayRef;
+    Ok(match value {
+        WindowValue::Start(ty) => cast(&repeat(start), ty).map_err(DataFusionError::from)?,
+        WindowValue::Bounds(fields) => {
+            let mut columns = Vec::with_capacity(2);
+            for (field, v) in fields.iter().zip([start, end]) {
+                columns.push(cast(&repeat(v), field.data_type()).map_err(DataFusionError::from)?);
+            }
+            Arc::new(
+                StructArray::try_new(fields.clone(), columns, None)
+                    .map_err(DataFusionError::from)?,
+            )
+        }
+    })
+}
+
+/// Row `row` of `batch` as a JSON object, for a dead letter.
+fn row_json(batch: &RecordBatch, row: usize) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let mut out = serde_json::Map::new();
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        let mut encoder = crate::encode::json::ColumnEncoder::new(field.name(), column.as_ref())?;
+        let mut text = Vec::new();
+        encoder.write_json(row, &mut text);
+        let value = serde_json::from_slice(&text).unwrap_or(serde_json::Value::Null);
+        out.insert(field.name().clone(), value);
+    }
+    Ok(out)
+}
+
+/// Keeps the progress marker: records each delivered frontier that has held rows to release,
+/// then settles those rows (their messages may then be acknowledged). Ends once the node's
+/// stream ended and every emitted batch was settled or dropped.
+async fn keep(run: Arc<Run>, marker: Marker) {
+    loop {
+        let notified = run.changed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let (target, done) = {
+            let s = run.lock();
+            let target = s.delivered.filter(|d| {
+                s.recorded.is_none_or(|r| *d > r) && s.held.range(..=*d).next().is_some()
+            });
+            let done = s.finished && s.rounds.values().all(|r| r.pending == 0);
+            (target, done)
+        };
+        if let Some(frontier) = target {
+            let mut attempt = 0;
+            let written = loop {
+                attempt += 1;
+                match marker.record(frontier).await {
+                    Ok(()) => break Ok(()),
+                    Err(e) if attempt < 5 => {
+                        tracing::warn!(marker = %marker.url(), attempt, "the progress marker was not written, trying again: {e}");
+                        tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                    }
+                    Err(e) => break Err(e),
+                }
+            };
+            if let Err(e) = written {
+                tracing::error!(marker = %marker.url(), "{e}");
+                run.lock().error = Some(e.to_string());
+                run.changed.notify_waiters();
+                return;
+            }
+            let released = {
+                let mut s = run.lock();
+                s.recorded = Some(frontier);
+                let later = s.held.split_off(&(frontier.saturating_add(1)));
+                std::mem::replace(&mut s.held, later)
+            };
+            for (handle, n) in released.into_values().flatten() {
+                handle.settle(n, Delivery::Dropped);
+            }
+            continue;
+        }
+        if done {
+            return;
+        }
+        notified.await;
+    }
+}

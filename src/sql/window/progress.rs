@@ -1,0 +1,245 @@
+//! The progress marker of a windowed pipeline (ADR 0068): one small JSON object under the
+//! source's `progress_path`, saying up to which point windows were emitted and delivered.
+//!
+//! ```json
+//! {"version":1,"pipeline":"demo.clicks-sub--page_counts--3f2a9c1e","frontier_ns":1764756000000000000,"recorded_at":"2026-12-03T10:00:00Z"}
+//! ```
+//!
+//! It is written whole each time (an object store's put replaces an object atomically), only
+//! after the windows it covers were delivered, and before any of their messages is settled.
+
+use std::sync::Arc;
+
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::object_store::path::Path as StorePath;
+use datafusion::object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
+
+use crate::error::{Error, Result};
+use crate::options::event_time::ProgressLocation;
+
+/// The marker's format version.
+const VERSION: u32 = 1;
+
+/// What the marker says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    /// The format version.
+    pub version: u32,
+    /// The pipeline it belongs to.
+    pub pipeline: String,
+    /// Every window that ends at or before this (ns since the epoch) was delivered; `None`
+    /// before the first window.
+    pub frontier_ns: Option<i64>,
+    /// When the marker was written (RFC 3339, UTC).
+    pub recorded_at: String,
+}
+
+impl Progress {
+    fn to_json(&self) -> Vec<u8> {
+        serde_json::json!({
+            "version": self.version,
+            "pipeline": self.pipeline,
+            "frontier_ns": self.frontier_ns,
+            "recorded_at": self.recorded_at,
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    fn from_json(bytes: &[u8]) -> std::result::Result<Self, String> {
+        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        let field = |name: &str| value.get(name).ok_or(format!("no '{name}'"));
+        let text = |name: &str| -> std::result::Result<String, String> {
+            field(name)?
+                .as_str()
+                .map(str::to_string)
+                .ok_or(format!("'{name}' is not a string"))
+        };
+        let version = field("version")?
+            .as_u64()
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or("'version' is not a number")?;
+        let frontier_ns = match field("frontier_ns")? {
+            serde_json::Value::Null => None,
+            v => Some(v.as_i64().ok_or("'frontier_ns' is not an integer")?),
+        };
+        Ok(Progress {
+            version,
+            pipeline: text("pipeline")?,
+            frontier_ns,
+            recorded_at: text("recorded_at")?,
+        })
+    }
+}
+
+/// Where one pipeline's marker is, and the store that holds it.
+#[derive(Debug, Clone)]
+pub struct Marker {
+    store: Arc<dyn ObjectStore>,
+    location: StorePath,
+    /// The marker's URL, for messages.
+    url: String,
+    pipeline: String,
+    may_create: bool,
+}
+
+impl Marker {
+    /// The marker of `pipeline` in `at`, through the session's object stores (a default
+    /// runtime, with `file://` only, when `None`).
+    pub fn open(
+        at: &ProgressLocation,
+        pipeline: &str,
+        runtime: Option<&Arc<RuntimeEnv>>,
+    ) -> Result<Self> {
+        let folder = &at.folder;
+        let url = format!("{}/{pipeline}.json", folder.as_str().trim_end_matches('/'));
+        let fail = |message: String| Error::Progress {
+            marker: url.clone(),
+            message,
+        };
+        let store_url = ObjectStoreUrl::parse(&folder[..url::Position::BeforePath])
+            .map_err(|e| fail(e.to_string()))?;
+        let runtime = runtime
+            .cloned()
+            .unwrap_or_else(|| Arc::new(RuntimeEnv::default()));
+        let store = runtime
+            .object_store(&store_url)
+            .map_err(|e| fail(format!("no object store is registered for it: {e}")))?;
+        if folder.scheme() == "file" {
+            std::fs::create_dir_all(folder.path())
+                .map_err(|e| fail(format!("the folder cannot be created: {e}")))?;
+        }
+        let path = format!("{}/{pipeline}.json", folder.path().trim_end_matches('/'));
+        let location = StorePath::from_url_path(&path).map_err(|e| fail(e.to_string()))?;
+        Ok(Marker {
+            store,
+            location,
+            url,
+            pipeline: pipeline.to_string(),
+            may_create: at.may_create,
+        })
+    }
+
+    /// The marker's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn fail(&self, message: impl Into<String>) -> Error {
+        Error::Progress {
+            marker: self.url.clone(),
+            message: message.into(),
+        }
+    }
+
+    /// Reads the marker when a run starts. A missing marker is created (with no frontier) when
+    /// `progress_start = 'new'`, and is an error otherwise; a marker of another pipeline or
+    /// format is an error.
+    pub async fn start(&self) -> Result<Progress> {
+        match self.store.get(&self.location).await {
+            Ok(found) => {
+                let bytes = found
+                    .bytes()
+                    .await
+                    .map_err(|e| self.fail(format!("it cannot be read: {e}")))?;
+                let progress = Progress::from_json(&bytes)
+                    .map_err(|e| self.fail(format!("it is not a progress marker: {e}")))?;
+                if progress.version != VERSION {
+                    return Err(self.fail(format!(
+                        "its version is {}; this build reads version {VERSION}",
+                        progress.version
+                    )));
+                }
+                if progress.pipeline != self.pipeline {
+                    return Err(self.fail(format!(
+                        "it belongs to pipeline '{}', not '{}'",
+                        progress.pipeline, self.pipeline
+                    )));
+                }
+                Ok(progress)
+            }
+            Err(datafusion::object_store::Error::NotFound { .. }) if self.may_create => {
+                let progress = self.progress(None);
+                self.write(&progress).await?;
+                Ok(progress)
+            }
+            Err(datafusion::object_store::Error::NotFound { .. }) => Err(self.fail(
+                "it does not exist. If this is the pipeline's first run, add \
+                 progress_start = 'new' to the source table's options (and drop it after the \
+                 first run); if the pipeline ran before, its marker was deleted: windows whose \
+                 messages were partly acknowledged would be computed again from part of them, \
+                 so restore the marker, or seek the subscription past the windows already \
+                 written before starting it as new",
+            )),
+            Err(e) => Err(self.fail(format!("it cannot be read: {e}"))),
+        }
+    }
+
+    fn progress(&self, frontier_ns: Option<i64>) -> Progress {
+        Progress {
+            version: VERSION,
+            pipeline: self.pipeline.clone(),
+            frontier_ns,
+            recorded_at: chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now())
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        }
+    }
+
+    /// Records that every window ending at or before `frontier_ns` was delivered.
+    pub async fn record(&self, frontier_ns: i64) -> Result<()> {
+        self.write(&self.progress(Some(frontier_ns))).await
+    }
+
+    async fn write(&self, progress: &Progress) -> Result<()> {
+        self.store
+            .put(&self.location, PutPayload::from(progress.to_json()))
+            .await
+            .map_err(|e| self.fail(format!("it cannot be written: {e}")))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(dir: &std::path::Path, may_create: bool) -> ProgressLocation {
+        ProgressLocation {
+            folder: url::Url::from_directory_path(dir).unwrap(),
+            may_create,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_marker_is_refused_unless_the_run_is_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let strict = Marker::open(&at(dir.path(), false), "p--t--1", None).unwrap();
+        let refused = strict.start().await.unwrap_err().to_string();
+        assert!(refused.contains("p--t--1.json"), "{refused}");
+        assert!(refused.contains("progress_start = 'new'"), "{refused}");
+
+        let new = Marker::open(&at(dir.path(), true), "p--t--1", None).unwrap();
+        assert_eq!(new.start().await.unwrap().frontier_ns, None);
+        new.record(42).await.unwrap();
+        assert_eq!(strict.start().await.unwrap().frontier_ns, Some(42));
+        let raw = std::fs::read_to_string(dir.path().join("p--t--1.json")).unwrap();
+        assert!(raw.contains("\"frontier_ns\":42"), "{raw}");
+    }
+
+    #[tokio::test]
+    async fn a_marker_of_another_pipeline_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("a.json"),
+            r#"{"version":1,"pipeline":"b","frontier_ns":1,"recorded_at":"x"}"#,
+        )
+        .unwrap();
+        let m = Marker::open(&at(dir.path(), false), "a", None).unwrap();
+        let e = m.start().await.unwrap_err().to_string();
+        assert!(e.contains("pipeline 'b'"), "{e}");
+        std::fs::write(dir.path().join("a.json"), "not json").unwrap();
+        let e = m.start().await.unwrap_err().to_string();
+        assert!(e.contains("not a progress marker"), "{e}");
+    }
+}

@@ -1,0 +1,338 @@
+//! Windows over a subscription (ADR 0068) against the Pub/Sub and Bigtable emulators: counts
+//! and sums per key per window land in Bigtable equal to a recomputation of the same input,
+//! late rows follow the failure policy, the progress marker records the frontier, and what the
+//! statement acknowledged is checked with an independent pull.
+
+use std::collections::BTreeMap;
+
+use gcloud_sdk::google::pubsub::v1::PubsubMessage;
+
+use crate::pubsub_source::Fixture;
+use crate::support::bigtable::Bigtable;
+
+/// 2026-12-01T00:00:00Z in seconds.
+const T0: i64 = 1_764_547_200;
+
+fn event(user: &str, seconds: i64, v: i64) -> PubsubMessage {
+    let ts = chrono::DateTime::from_timestamp(T0 + seconds, 0)
+        .unwrap()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    PubsubMessage {
+        data: serde_json::json!({ "user": user, "ts": ts, "v": v })
+            .to_string()
+            .into(),
+        ..Default::default()
+    }
+}
+
+/// The minute (as `HH:MM`) a time `seconds` after T0 falls in.
+fn minute(seconds: i64) -> String {
+    let start = chrono::DateTime::from_timestamp(T0 + seconds - seconds.rem_euclid(60), 0).unwrap();
+    start.format("%H:%M").to_string()
+}
+
+fn source_sql(f: &Fixture, progress: &std::path::Path, extra: &[(&str, &str)]) -> String {
+    let folder = progress.display().to_string();
+    let mut options = vec![
+        ("format", "json"),
+        ("event_time_field", "ts"),
+        ("allowed_lateness", "20s"),
+        ("progress_path", folder.as_str()),
+    ];
+    options.extend_from_slice(extra);
+    f.source_sql("clicks", "user VARCHAR, ts TIMESTAMP, v BIGINT", &options)
+}
+
+/// Reads the Bigtable table back as row key → (count, sum).
+async fn landed(bt: &Bigtable, table: &str) -> BTreeMap<String, (String, String)> {
+    let rows = bt.read(table).await;
+    rows.iter()
+        .map(|(key, cells)| {
+            let cell = |q: &str| {
+                let c = cells
+                    .iter()
+                    .find(|c| c.qualifier == q.as_bytes())
+                    .unwrap_or_else(|| panic!("cell {q} of {}", String::from_utf8_lossy(key)));
+                String::from_utf8(c.value.clone()).unwrap()
+            };
+            (
+                String::from_utf8(key.to_vec()).unwrap(),
+                (cell("views"), cell("total")),
+            )
+        })
+        .collect()
+}
+
+/// One-minute tumbling counts and sums per user, into Bigtable: the result equals a
+/// recomputation of the same input (out-of-order rows within the lateness included), every
+/// message of an emitted window is acknowledged, the message of the window still open when
+/// the statement stops comes back, and the marker records the frontier. A second run then
+/// meets rows published for windows already emitted: under `dead_letter` they are stored with
+/// the reason `late` and acknowledged, and Bigtable is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tumbling_counts_per_key_equal_a_recomputation_and_late_rows_are_dead_lettered() {
+    let f = Fixture::new("win").await;
+    let bt = Bigtable::connect().await;
+    let table = Bigtable::table_name("win");
+    bt.create_table(&table, &["c"]).await;
+    let progress = tempfile::tempdir().unwrap();
+    let dead = tempfile::tempdir().unwrap();
+
+    // Six minutes of events for three users, every seventh one 15 s out of order (within the
+    // 20 s lateness), then one event at minute 20 that closes every earlier window.
+    let mut messages = Vec::new();
+    let mut expected: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for i in 0..360i64 {
+        let user = ["ann", "bob", "cy"][(i % 3) as usize];
+        let at = if i % 7 == 0 && i > 20 { i - 15 } else { i };
+        messages.push(event(user, at, i));
+        let e = expected
+            .entry(format!("{user}#{}", minute(at)))
+            .or_default();
+        e.0 += 1;
+        e.1 += i;
+    }
+    let closing = event("zed", 20 * 60, 0);
+    messages.push(closing);
+    // Published after the closing event: rows for minutes already emitted (late).
+    messages.push(event("ann", 30, 1000));
+    messages.push(event("bob", 125, 1000));
+    let ids = f.publish(messages).await;
+    let closing_id = ids[ids.len() - 3].clone();
+
+    let sink = bt.create_sql(
+        "counts",
+        "k VARCHAR, views VARCHAR, total VARCHAR",
+        &table,
+        &[("row_key", "k"), ("column_family", "c")],
+    );
+    let insert = "INSERT INTO counts
+        SELECT user || '#' || to_char(minute, '%H:%M'), CAST(n AS VARCHAR), CAST(s AS VARCHAR)
+        FROM (SELECT user, date_bin(INTERVAL '1 minute', ts) AS minute, count(*) AS n, sum(v) AS s
+              FROM clicks GROUP BY user, date_bin(INTERVAL '1 minute', ts))";
+    let dead_url = format!("file://{}", dead.path().display());
+    let policy = [
+        ("failure_policy", "dead_letter"),
+        ("dead_letter_path", dead_url.as_str()),
+    ];
+    let mut first_options = vec![("progress_start", "new")];
+    first_options.extend(policy);
+    let source = source_sql(&f, progress.path(), &first_options);
+    let explaining = crate::pubsub_source::sql_context(50);
+    gcp_sql::sql::run(&explaining, &format!("{source}; {sink}"))
+        .await
+        .expect("the tables");
+    let explain = crate::support::explain(&explaining, insert).await;
+    assert!(
+        explain.contains("WindowAggregateExec: window=date_bin(60s")
+            && explain.contains("event_time=ts")
+            && explain.contains("watermark=min over 1 stream(s) of subscription"),
+        "{explain}"
+    );
+    // One message per batch: a source batch is acknowledged as a whole once its last row is
+    // released, and this test checks message by message which ones were.
+    let ctx = crate::pubsub_source::sql_context(1);
+    let out = gcp_sql::sql::run(&ctx, &format!("{source}; {sink}; {insert}"))
+        .await
+        .expect("the windowed INSERT");
+    let count = out[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::UInt64Array>()
+        .unwrap()
+        .value(0);
+    let want: BTreeMap<String, (String, String)> = expected
+        .iter()
+        .map(|(k, (n, s))| (k.clone(), (n.to_string(), s.to_string())))
+        .collect();
+    assert_eq!(count, want.len() as u64, "one row per user and minute");
+    assert_eq!(
+        landed(&bt, &table).await,
+        want,
+        "equal to the recomputation"
+    );
+
+    // The two late rows were dead-lettered with their reason.
+    let mut letters = Vec::new();
+    for entry in std::fs::read_dir(dead.path()).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        letters.extend(
+            text.lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()),
+        );
+    }
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    assert!(
+        letters
+            .iter()
+            .all(|l| l.to_string().contains("late") && l.to_string().contains("1000")),
+        "{letters:?}"
+    );
+
+    // Everything but the open window's message was acknowledged; that one was handed back
+    // (the emulator re-offers a message nacked on an open stream after a lease).
+    let left = f.pull_until_back(&[&closing_id]).await;
+    assert_eq!(
+        left,
+        vec![closing_id],
+        "only the open window's message is back"
+    );
+
+    // The marker says how far windows were delivered: the close point of the last round.
+    let markers: Vec<_> = std::fs::read_dir(progress.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(markers.len(), 1, "{markers:?}");
+    let marker: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&markers[0]).unwrap()).unwrap();
+    let frontier = marker["frontier_ns"].as_i64().unwrap();
+    assert_eq!(frontier, (T0 + 20 * 60 - 20) * 1_000_000_000, "{marker}");
+
+    // A second run (the marker exists; no progress_start) meets rows of windows the marker
+    // covers, as a redelivery after a kill would bring them: they are acknowledged without
+    // being counted, and Bigtable is unchanged.
+    f.publish(vec![event("ann", 61, 5), event("cy", 300, 5)])
+        .await;
+    let ctx = crate::pubsub_source::sql_context(50);
+    gcp_sql::sql::run(
+        &ctx,
+        &format!("{}; {sink}; {insert}", source_sql(&f, progress.path(), &[])),
+    )
+    .await
+    .expect("the second run");
+    assert_eq!(
+        landed(&bt, &table).await,
+        want,
+        "covered rows changed nothing"
+    );
+    assert!(
+        f.left_over_after_deadline().await.is_empty(),
+        "the covered rows were acknowledged"
+    );
+}
+
+/// Extra source options, the INSERT, and what its refusal must say.
+type Refusal = (
+    Vec<(&'static str, &'static str)>,
+    &'static str,
+    &'static [&'static str],
+);
+
+/// Each refusal names what to write instead, before anything is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_that_cannot_be_exact_are_refused_at_planning_with_what_to_write() {
+    let f = Fixture::new("win-refuse").await;
+    let progress = tempfile::tempdir().unwrap();
+    let sink = format!(
+        "CREATE EXTERNAL TABLE out (k VARCHAR, n BIGINT) STORED AS PUBSUB LOCATION '{}' \
+         OPTIONS ('emulator_host' '{}', 'format' 'json')",
+        f.topic, f.host
+    );
+    let cases: Vec<Refusal> = vec![
+        (
+            vec![],
+            "INSERT INTO out SELECT user, count(*) FROM clicks GROUP BY user",
+            &["without a window", "date_bin(INTERVAL '1 minute'"],
+        ),
+        (
+            vec![],
+            "INSERT INTO out SELECT user, count(*) FROM clicks \
+             GROUP BY user, date_bin(INTERVAL '1 minute', other)",
+            &["over 'other'", "event time of subscription", "is 'ts'"],
+        ),
+        (
+            vec![],
+            "INSERT INTO out SELECT user, count(*) FROM clicks \
+             GROUP BY user, hop(INTERVAL '2 minutes', INTERVAL '5 minutes')",
+            &["whole multiple of its slide"],
+        ),
+        (
+            vec![("max_lease_duration", "1m")],
+            "INSERT INTO out SELECT user, count(*) FROM clicks \
+             GROUP BY user, date_bin(INTERVAL '1 minute', ts)",
+            &["max_lease_duration", "raise max_lease_duration"],
+        ),
+    ];
+    for (extra, insert, needles) in cases {
+        let ctx = crate::pubsub_source::sql_context(50);
+        let folder = progress.path().display().to_string();
+        let mut options = vec![
+            ("format", "json"),
+            ("event_time_field", "ts"),
+            ("allowed_lateness", "5s"),
+            ("progress_path", folder.as_str()),
+        ];
+        options.extend(extra);
+        let source = f.source_sql(
+            "clicks",
+            "user VARCHAR, ts TIMESTAMP, other TIMESTAMP",
+            &options,
+        );
+        let err = gcp_sql::sql::run(&ctx, &format!("{source}; {sink}; {insert}"))
+            .await
+            .expect_err(insert)
+            .to_string();
+        for needle in needles {
+            assert!(
+                err.contains(needle),
+                "{insert}: wanted '{needle}' in: {err}"
+            );
+        }
+    }
+    // No progress_path: refused, naming the option.
+    let ctx = crate::pubsub_source::sql_context(50);
+    let source = f.source_sql(
+        "clicks",
+        "user VARCHAR, ts TIMESTAMP",
+        &[("format", "json"), ("event_time_field", "ts")],
+    );
+    let err = gcp_sql::sql::run(
+        &ctx,
+        &format!(
+            "{source}; {sink}; INSERT INTO out SELECT user, count(*) FROM clicks \
+             GROUP BY user, tumble(INTERVAL '1 minute')"
+        ),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("progress_path") && err.contains("progress_start = 'new'"),
+        "{err}"
+    );
+    // A missing marker without progress_start = 'new' fails before a message is read.
+    let ids = f.publish(vec![event("ann", 1, 1)]).await;
+    let ctx = crate::pubsub_source::sql_context(50);
+    let folder = progress.path().display().to_string();
+    let source = f.source_sql(
+        "clicks",
+        "user VARCHAR, ts TIMESTAMP",
+        &[
+            ("format", "json"),
+            ("event_time_field", "ts"),
+            ("progress_path", folder.as_str()),
+        ],
+    );
+    let err = gcp_sql::sql::run(
+        &ctx,
+        &format!(
+            "{source}; {sink}; INSERT INTO out SELECT user, count(*) FROM clicks \
+             GROUP BY user, tumble(INTERVAL '1 minute')"
+        ),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("progress marker file://") && err.contains("does not exist"),
+        "{err}"
+    );
+    let back: Vec<String> = f
+        .left_over_after_deadline()
+        .await
+        .into_iter()
+        .map(|m| m.message_id)
+        .collect();
+    assert_eq!(back, ids, "nothing was taken");
+}
