@@ -10,7 +10,7 @@ use gcloud_sdk::google::pubsub::v1::PubsubMessage;
 use crate::pubsub_source::Fixture;
 use crate::support::bigtable::Bigtable;
 
-/// 2026-12-01T00:00:00Z in seconds.
+/// 2025-12-01T00:00:00Z in seconds.
 const T0: i64 = 1_764_547_200;
 
 fn event(user: &str, seconds: i64, v: i64) -> PubsubMessage {
@@ -335,4 +335,162 @@ async fn windows_that_cannot_be_exact_are_refused_at_planning_with_what_to_write
         .map(|m| m.message_id)
         .collect();
     assert_eq!(back, ids, "nothing was taken");
+}
+
+/// Arroyo's `hop(slide, width)` and `tumble(width)`, the event time implied, over two streams
+/// whose flow control (20 messages each) is far below what the open windows hold: five-minute
+/// windows every minute and one-minute windows per user land in Bigtable with the window's end
+/// as the cell version (a rewrite after a kill overwrites), equal to a recomputation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hopping_and_tumbling_windows_over_two_streams_are_not_stalled_by_flow_control() {
+    let f = Fixture::new("win-hop").await;
+    let bt = Bigtable::connect().await;
+    let table = Bigtable::table_name("win-hop");
+    bt.create_table(&table, &["c"]).await;
+    let progress = tempfile::tempdir().unwrap();
+    let mut messages = Vec::new();
+    let mut hops: BTreeMap<(String, i64), i64> = BTreeMap::new();
+    let mut minutes: BTreeMap<(String, i64), i64> = BTreeMap::new();
+    for i in 0..400i64 {
+        let user = ["ann", "bob"][(i % 2) as usize];
+        let at = i * 3 / 2; // ten minutes
+        messages.push(event(user, at, i));
+        let last = at - at.rem_euclid(60);
+        for k in 0..5 {
+            *hops.entry((user.to_string(), last - k * 60)).or_default() += 1;
+        }
+        *minutes.entry((user.to_string(), last)).or_default() += 1;
+    }
+    messages.push(event("zed", 30 * 60, 0));
+    f.publish(messages).await;
+    let folder = progress.path().display().to_string();
+    let source = f.source_sql(
+        "clicks",
+        "user VARCHAR, ts TIMESTAMP, v BIGINT",
+        &[
+            ("format", "json"),
+            ("event_time_field", "ts"),
+            ("progress_path", folder.as_str()),
+            ("progress_start", "new"),
+            ("parallel_pull_count", "2"),
+            ("max_outstanding_messages", "20"),
+            // A stream that got no message for this long stops holding the watermark back
+            // (well before stop_after_idle ends the statement).
+            ("idle_timeout", "500ms"),
+        ],
+    );
+    let sink = bt.create_sql(
+        "hops",
+        "k VARCHAR, version TIMESTAMP, n VARCHAR",
+        &table,
+        &[
+            ("row_key", "k"),
+            ("column_family", "c"),
+            ("timestamp_column", "version"),
+        ],
+    );
+    let insert = "INSERT INTO hops
+        SELECT kind || user || '#' || to_char(w['start'], '%H:%M'), w['end'], CAST(n AS VARCHAR)
+        FROM (SELECT 'hop:' AS kind, user, hop(INTERVAL '1 minute', INTERVAL '5 minutes') AS w,
+                     count(*) AS n
+              FROM clicks GROUP BY user, hop(INTERVAL '1 minute', INTERVAL '5 minutes'))
+        WHERE user <> 'zed'";
+    let ctx = crate::pubsub_source::sql_context(1);
+    gcp_sql::sql::run(&ctx, &format!("{source}; {sink}; {insert}"))
+        .await
+        .expect("the hopping INSERT");
+    let rows = bt.read(&table).await;
+    let label = |prefix: &str, user: &str, start: i64| {
+        let t = chrono::DateTime::from_timestamp(T0 + start, 0).unwrap();
+        format!("{prefix}{user}#{}", t.format("%H:%M"))
+    };
+    let keys: Vec<String> = rows
+        .keys()
+        .map(|k| String::from_utf8_lossy(k).to_string())
+        .collect();
+    let left: Vec<String> = f
+        .pull_now()
+        .await
+        .into_iter()
+        .map(|m| String::from_utf8_lossy(&m.data).to_string())
+        .collect();
+    let marker = std::fs::read_dir(progress.path())
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect::<Vec<_>>();
+    assert_eq!(
+        rows.len(),
+        hops.len(),
+        "one row per user and hop window: {keys:?} {marker:?} {left:?}"
+    );
+    for ((user, start), n) in &hops {
+        let key = label("hop:", user, *start);
+        let cell = &rows[key.as_bytes()][0];
+        assert_eq!(cell.value, n.to_string().as_bytes(), "{key}");
+        assert_eq!(
+            cell.timestamp,
+            (T0 + start + 300) * 1_000_000,
+            "{key}: the version is the window's end"
+        );
+    }
+
+    // One-minute tumbling windows of the same events on another subscription, into the same
+    // table.
+    let table_rows_before = rows.len();
+    let f = Fixture::new("win-tumble").await;
+    let mut again = Vec::new();
+    for i in 0..400i64 {
+        again.push(event(["ann", "bob"][(i % 2) as usize], i * 3 / 2, i));
+    }
+    again.push(event("zed", 30 * 60, 0));
+    f.publish(again).await;
+    let progress = tempfile::tempdir().unwrap();
+    let folder = progress.path().display().to_string();
+    let source = f.source_sql(
+        "clicks",
+        "user VARCHAR, ts TIMESTAMP, v BIGINT",
+        &[
+            ("format", "json"),
+            ("event_time_field", "ts"),
+            ("progress_path", folder.as_str()),
+            ("progress_start", "new"),
+            ("parallel_pull_count", "2"),
+            ("max_outstanding_messages", "20"),
+            // A stream that got no message for this long stops holding the watermark back
+            // (well before stop_after_idle ends the statement).
+            ("idle_timeout", "500ms"),
+        ],
+    );
+    let insert = "INSERT INTO hops
+        SELECT 'min:' || user || '#' || to_char(w['start'], '%H:%M'), w['end'], CAST(count(*) AS VARCHAR)
+        FROM (SELECT user, tumble(INTERVAL '1 minute') AS w FROM clicks WHERE user <> 'zed')
+        GROUP BY user, w";
+    let ctx = crate::pubsub_source::sql_context(1);
+    let refused = gcp_sql::sql::run(&ctx, &format!("{source}; {sink}; {insert}")).await;
+    // tumble() outside the aggregate has no event time to imply: said so, nothing read.
+    let err = refused.expect_err("tumble() in a projection").to_string();
+    assert!(err.contains("without a window"), "{err}");
+    let insert = "INSERT INTO hops
+        SELECT 'min:' || user || '#' || to_char(w['start'], '%H:%M'), w['end'], CAST(n AS VARCHAR)
+        FROM (SELECT user, tumble(INTERVAL '1 minute') AS w, count(*) AS n
+              FROM clicks WHERE user <> 'zed' GROUP BY user, tumble(INTERVAL '1 minute'))";
+    let ctx = crate::pubsub_source::sql_context(1);
+    gcp_sql::sql::run(&ctx, &format!("{source}; {sink}"))
+        .await
+        .expect("tables");
+    gcp_sql::sql::run(&ctx, insert)
+        .await
+        .expect("the tumbling INSERT");
+    let rows = bt.read(&table).await;
+    let markers = std::fs::read_dir(progress.path())
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect::<Vec<_>>();
+    assert_eq!(rows.len(), table_rows_before + minutes.len(), "{markers:?}");
+    for ((user, start), n) in &minutes {
+        let key = label("min:", user, *start);
+        let cell = &rows[key.as_bytes()][0];
+        assert_eq!(cell.value, n.to_string().as_bytes(), "{key}");
+        assert_eq!(cell.timestamp, (T0 + start + 60) * 1_000_000, "{key}");
+    }
 }

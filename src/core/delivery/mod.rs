@@ -131,6 +131,54 @@ pub trait DeliveryInput: Debug + Send + Sync {
     fn expect_held(&self, messages: u64) {
         let _ = messages;
     }
+
+    /// How far this partition has read in event time, for watermarks: an input that knows
+    /// its rows' event time observes every row it emits (before any filter drops one).
+    /// `None` when it does not.
+    fn clock(&self) -> Option<Arc<EventClock>> {
+        None
+    }
+}
+
+/// How far one input partition has read in event time: the greatest event time of the rows it
+/// emitted, and when it last emitted anything (for idleness). A watermark is made from these
+/// where the rows are read, as Flink makes it at the source, so a filter between the input
+/// and a window cannot hold it back.
+#[derive(Debug)]
+pub struct EventClock {
+    max: std::sync::atomic::AtomicI64,
+    last: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Default for EventClock {
+    fn default() -> Self {
+        EventClock {
+            max: std::sync::atomic::AtomicI64::new(i64::MIN),
+            last: std::sync::Mutex::new(None),
+        }
+    }
+}
+
+impl EventClock {
+    /// The partition emitted rows, the greatest event time among them `max` (`None` when
+    /// none had one).
+    pub fn observe(&self, max: Option<i64>) {
+        if let Some(m) = max {
+            self.max.fetch_max(m, Ordering::SeqCst);
+        }
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(tokio::time::Instant::now());
+    }
+
+    /// The greatest event time emitted so far.
+    pub fn max(&self) -> Option<i64> {
+        let m = self.max.load(Ordering::SeqCst);
+        (m != i64::MIN).then_some(m)
+    }
+
+    /// When the partition last emitted rows.
+    pub fn last(&self) -> Option<tokio::time::Instant> {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// What an input that carries delivery handles did: a snapshot of its [`DeliveryCounters`].

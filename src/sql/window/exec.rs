@@ -42,7 +42,7 @@ use crate::connectors::dead_letter::{self, DeadLetterContext};
 use crate::connectors::descriptor::WindowedSource;
 use crate::core::FailurePolicy;
 use crate::core::dead_letter::{DeadClass, DeadLetterSink, DeadPayload, DeadRow};
-use crate::core::delivery::{Delivery, DeliveryCounts, DeliveryHandle, DeliveryInput};
+use crate::core::delivery::{Delivery, DeliveryCounts, DeliveryHandle, DeliveryInput, EventClock};
 use crate::error::{Error, Result};
 use crate::plan::node::{name_and_properties, with_new_children_by_replace};
 
@@ -547,6 +547,7 @@ impl ExecutionPlan for WindowAggregateExec {
             marker: None,
             streams,
             marks: vec![Mark::default(); partitions],
+            clocks: self.run.inputs.iter().map(|i| i.clock()).collect(),
             started_at: Instant::now(),
             closed: i64::MIN,
             covered_through: None,
@@ -601,7 +602,11 @@ struct Driver {
     run: Arc<Run>,
     marker: Option<Marker>,
     streams: SelectAll<Tagged>,
+    /// What each partition delivered to this node (used where its input has no clock).
     marks: Vec<Mark>,
+    /// Each input partition's event-time clock, where the input keeps one: it sees the rows a
+    /// filter before this node drops.
+    clocks: Vec<Option<Arc<EventClock>>>,
     started_at: Instant,
     /// The greatest close point emitted (every window ending at or before it was emitted).
     closed: i64,
@@ -884,22 +889,40 @@ impl Driver {
     }
 
     /// The statement's watermark: the least greatest event time of the partitions that are
-    /// not idle; `None` while a partition that is not idle has delivered nothing.
+    /// not idle; `None` while a partition that is not idle has delivered nothing. When every
+    /// partition is idle, the greatest of them (none holds the others back), as Flink's
+    /// watermark valve does.
     fn watermark(&self) -> Option<i64> {
         let idle = self.source.event_time.idle_timeout;
         let now = Instant::now();
         let mut least: Option<i64> = None;
-        let mut any = false;
-        for mark in &self.marks {
+        let mut any_active = false;
+        let marks: Vec<Mark> = self
+            .marks
+            .iter()
+            .zip(&self.clocks)
+            .map(|(mark, clock)| match clock {
+                Some(c) => Mark {
+                    max: c.max(),
+                    seen: c.last(),
+                },
+                None => *mark,
+            })
+            .collect();
+        for mark in &marks {
             let since = mark.seen.unwrap_or(self.started_at);
             if now.duration_since(since) >= idle {
                 continue;
             }
-            any = true;
+            any_active = true;
             let max = mark.max?;
             least = Some(least.map_or(max, |l| l.min(max)));
         }
-        if any { least } else { None }
+        if any_active {
+            least
+        } else {
+            marks.iter().filter_map(|m| m.max).max()
+        }
     }
 
     /// Emits every window the watermark closed.

@@ -257,6 +257,14 @@ fn window_of(expr: &Arc<dyn PhysicalExpr>, position: usize) -> Result<Option<Fou
                 true,
             )
         }
+        (TUMBLE | HOP, _) => {
+            return Err(Error::Unsupported(format!(
+                "{name}() is given the source's event time only where it is a GROUP BY key of an \
+                 aggregate over one source: write it in the GROUP BY (GROUP BY user, \
+                 {name}(...)) rather than in a subquery's SELECT list, or name the time as its \
+                 last argument"
+            )));
+        }
         _ => return Ok(None),
     };
     if shape.width <= 0 {

@@ -22,8 +22,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::compute::{cast, kernels::aggregate::max};
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, TimeUnit, TimestampNanosecondType};
 use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning};
@@ -47,7 +49,9 @@ use crate::connectors::pubsub::client::{ClientSettings, PubSubTransport, open_ch
 use crate::core::dead_letter::{DeadClass, DeadLetterSink, DeadPayload, DeadRow};
 use crate::core::delivery::lease::Outstanding;
 use crate::core::delivery::settler::run_settler;
-use crate::core::delivery::{DeliveryCounters, DeliveryCounts, DeliveryHandle, DeliveryInput};
+use crate::core::delivery::{
+    DeliveryCounters, DeliveryCounts, DeliveryHandle, DeliveryInput, EventClock,
+};
 use crate::core::{FailurePolicy, StopKind};
 use crate::error::Error;
 use crate::plan::node::{name_and_properties, no_expressions};
@@ -74,6 +78,8 @@ struct HandleInner {
     /// Messages a consumer may hold until windows close ([`DeliveryInput::expect_held`]):
     /// the streams ask the service for as many more.
     held_capacity: std::sync::atomic::AtomicU64,
+    /// Each partition's event-time clock (with an event-time column).
+    clocks: Vec<Arc<EventClock>>,
 }
 
 /// The control side of one source scan: stop it, read its counts, find its partitions'
@@ -95,6 +101,9 @@ impl SourceHandle {
                 counters: Arc::new(DeliveryCounters::default()),
                 settlers: Mutex::new(Vec::new()),
                 held_capacity: std::sync::atomic::AtomicU64::new(0),
+                clocks: (0..partitions)
+                    .map(|_| Arc::new(EventClock::default()))
+                    .collect(),
             }),
         }
     }
@@ -178,6 +187,10 @@ impl DeliveryInput for ScanSlot {
 
     fn describe(&self) -> String {
         format!("subscription {}", self.subscription)
+    }
+
+    fn clock(&self) -> Option<Arc<EventClock>> {
+        self.handle.inner.clocks.get(self.partition).cloned()
     }
 
     fn expect_held(&self, messages: u64) {
@@ -479,6 +492,7 @@ impl Start {
             held_for_dead_letter: Vec::new(),
             statement,
             finished: false,
+            clocks: inner.clocks.clone(),
         })
     }
 }
@@ -523,6 +537,8 @@ struct PartitionReader {
     held_for_dead_letter: Vec<String>,
     statement: String,
     finished: bool,
+    /// Every partition's event-time clock (this one's is at `partition`).
+    clocks: Vec<Arc<EventClock>>,
 }
 
 enum Wait {
@@ -741,6 +757,9 @@ impl PartitionReader {
             return Err(e);
         }
         let rows = decoded.batch.num_rows();
+        if let Some(clock) = self.handle_clock() {
+            clock.observe(self.batch_max_event_time(&decoded.batch)?);
+        }
         let ticket = Arc::new(BatchTicket::new(ack_ids, rows, self.queue.clone()));
         if rows == 0 {
             ticket.seal();
@@ -754,6 +773,29 @@ impl PartitionReader {
         self.last = Some(ticket);
         DeliveryCounters::add(&self.counters.emitted, rows as u64);
         Ok(Some(batch))
+    }
+
+    fn handle_clock(&self) -> Option<&Arc<EventClock>> {
+        self.config.options.event_time.column.as_ref()?;
+        self.clocks.get(self.partition)
+    }
+
+    /// The greatest event time of a decoded batch (ns since the epoch).
+    fn batch_max_event_time(&self, batch: &RecordBatch) -> crate::Result<Option<i64>> {
+        let Some(column) = &self.config.options.event_time.column else {
+            return Ok(None);
+        };
+        let Ok(index) = batch.schema().index_of(column) else {
+            return Ok(None);
+        };
+        let values = batch.column(index);
+        let tz = match values.data_type() {
+            DataType::Timestamp(_, tz) => tz.clone(),
+            _ => return Ok(None),
+        };
+        let ns = cast(values, &DataType::Timestamp(TimeUnit::Nanosecond, tz))
+            .map_err(DataFusionError::from)?;
+        Ok(max(ns.as_primitive::<TimestampNanosecondType>()))
     }
 
     async fn write_dead_letter(
