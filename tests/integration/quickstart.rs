@@ -525,3 +525,56 @@ fn pipeline_reads_a_subscription_into_bigtable_and_acknowledges_every_message() 
     let left = result_with(&results, &["left_on_the_subscription"]);
     assert_eq!(left[0]["left_on_the_subscription"], 0, "{left:?}");
 }
+
+/// The windows script (`sql/windows.sql`): clicks per user and minute of event time land in
+/// Bigtable, one row per user and minute with the window's end as the cell version, equal to a
+/// count over the CSV; the open window of the closing click is not emitted.
+#[test]
+fn windows_count_clicks_per_user_and_minute_into_bigtable() {
+    require_emulators(&[EmulatorKind::PubSub, EmulatorKind::Bigtable]);
+    let _ = std::fs::remove_dir_all(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/target/windows-demo-progress"
+    ));
+    let home = tempfile::tempdir().unwrap();
+    let mut command = gcp_sql(home.path());
+    command.args(["--emulators", "--format", "json", "-f", "sql/windows.sql"]);
+    let Run {
+        success,
+        stdout,
+        stderr,
+    } = run(command);
+    assert!(success, "{stderr}");
+    assert!(
+        stderr.contains("Source: 21 message(s) read, 20 acknowledged, 1 nacked"),
+        "each click is acknowledged once its window landed; the closing one's window is \
+         open, and it goes back: {stderr}"
+    );
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/data/clicks.csv"))
+        .unwrap();
+    let mut expected: std::collections::BTreeMap<String, u64> = Default::default();
+    for line in text.lines().skip(1) {
+        let parts: Vec<&str> = line.split(',').collect();
+        let minute = &parts[2][11..16];
+        *expected
+            .entry(format!("user-{}#{minute}", parts[0]))
+            .or_default() += 1;
+    }
+    let results = results(&stdout);
+    let cells = result_with(&results, &["row_key", "value", "timestamp"]);
+    let landed: std::collections::BTreeMap<String, u64> = cells
+        .iter()
+        .map(|row| {
+            let value = field(row, "value");
+            (
+                field(row, "row_key").to_string(),
+                value.parse().unwrap_or(u64::MAX),
+            )
+        })
+        .collect();
+    assert_eq!(
+        landed.keys().collect::<Vec<_>>(),
+        expected.keys().collect::<Vec<_>>(),
+        "one row per user and minute, none for the open window: {cells:?}"
+    );
+}

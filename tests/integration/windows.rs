@@ -129,9 +129,9 @@ async fn tumbling_counts_per_key_equal_a_recomputation_and_late_rows_are_dead_le
             && explain.contains("watermark=min over 1 stream(s) of subscription"),
         "{explain}"
     );
-    // One message per batch: a source batch is acknowledged as a whole once its last row is
-    // released, and this test checks message by message which ones were.
-    let ctx = crate::pubsub_source::sql_context(1);
+    // Batches of 50 messages: a batch's rows fall in different windows, and each message is
+    // acknowledged as its own window is recorded.
+    let ctx = crate::pubsub_source::sql_context(50);
     let out = gcp_sql::sql::run(&ctx, &format!("{source}; {sink}; {insert}"))
         .await
         .expect("the windowed INSERT");

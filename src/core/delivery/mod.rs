@@ -98,6 +98,13 @@ pub trait DeliveryHandle: Debug + Send + Sync {
     /// `rows` retained rows ended as `how`.
     fn settle(&self, rows: u64, how: Delivery);
 
+    /// Retained rows `rows` (indices into the batch) ended as `how`: as
+    /// [`settle`](Self::settle) of as many rows, and an input that knows which message each
+    /// row came from may acknowledge those messages now instead of with the whole batch.
+    fn settle_rows(&self, rows: &[u32], how: Delivery) {
+        self.settle(rows.len() as u64, how);
+    }
+
     /// The consumer will hold this batch's retained rows until a window closes (minutes, not
     /// the moment a send takes): the input may stop counting what the batch was made from
     /// against its flow control, while it keeps their leases. Nothing by default.

@@ -108,7 +108,9 @@ impl<I: DeliveryId> Verdicts<I> {
 /// [`TicketSlot`] and the consumers that retain rows of the batch.
 #[derive(Debug)]
 pub struct Ticket<I: DeliveryId> {
-    ids: Mutex<Vec<I>>,
+    /// The ids not yet acknowledged or nacked: the first `rows` name the rows' messages in
+    /// row order (one message per row), the rest what did not become a row.
+    ids: Mutex<Vec<Option<I>>>,
     messages: usize,
     rows: usize,
     retained: AtomicU64,
@@ -121,11 +123,13 @@ pub struct Ticket<I: DeliveryId> {
 }
 
 impl<I: DeliveryId> Ticket<I> {
-    /// The ticket of a batch of `rows` rows made from the things `ids` names.
+    /// The ticket of a batch of `rows` rows made from the things `ids` names: the first
+    /// `rows` ids name the rows' messages, in row order (row *i* was made from message *i*),
+    /// the others what was read but became no row.
     pub fn new(ids: Vec<I>, rows: usize, queue: Verdicts<I>) -> Self {
         Ticket {
             messages: ids.len(),
-            ids: Mutex::new(ids),
+            ids: Mutex::new(ids.into_iter().map(Some).collect()),
             rows,
             retained: AtomicU64::new(0),
             settled: AtomicU64::new(0),
@@ -218,7 +222,14 @@ impl<I: DeliveryId> Ticket<I> {
     /// its messages against its flow control (they stay leased). Sent at most once per ticket.
     pub fn hold(&self) {
         if !self.held.swap(true, Ordering::SeqCst) && !self.is_resolved() {
-            let ids = self.ids.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let ids = self
+                .ids
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .flatten()
+                .cloned()
+                .collect();
             self.queue.hold(ids);
         }
     }
@@ -236,7 +247,31 @@ impl<I: DeliveryId> Ticket<I> {
     }
 
     fn take_ids(&self) -> Vec<I> {
-        std::mem::take(&mut *self.ids.lock().unwrap_or_else(|e| e.into_inner()))
+        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *ids).into_iter().flatten().collect()
+    }
+
+    /// Retained rows `rows` (indices into the batch) ended positively, and their messages may
+    /// be acknowledged now rather than with the rest of the batch: a node that holds a
+    /// batch's rows until different windows close releases each row's message as its window
+    /// is recorded. Counts as [`settle`](Self::settle) of as many rows. Ignored for a row
+    /// index out of range; must follow the seal.
+    pub fn settle_rows(&self, rows: &[u32], how: Delivery) {
+        if !how.is_positive() || !self.is_sealed() {
+            self.settle(rows.len() as u64, how);
+            return;
+        }
+        let released: Vec<I> = {
+            let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+            rows.iter()
+                .filter(|&&r| (r as usize) < self.rows)
+                .filter_map(|&r| ids.get_mut(r as usize).and_then(Option::take))
+                .collect()
+        };
+        if !self.is_failed() {
+            self.queue.ack(released);
+        }
+        self.settle(rows.len() as u64, how);
     }
 
     fn try_resolve(&self) {
@@ -270,6 +305,10 @@ impl<I: DeliveryId> DeliveryHandle for Ticket<I> {
 
     fn hold(&self) {
         Ticket::hold(self);
+    }
+
+    fn settle_rows(&self, rows: &[u32], how: Delivery) {
+        Ticket::settle_rows(self, rows, how);
     }
 }
 
@@ -338,6 +377,32 @@ mod tests {
         t.retain(retained).unwrap();
         t.seal();
         (t, rx)
+    }
+
+    #[test]
+    fn rows_released_one_by_one_acknowledge_their_messages_at_once() {
+        let (t, mut rx, _) = ticket(&["a", "b", "c"]);
+        t.retain(3).unwrap();
+        t.seal();
+        t.settle_rows(&[1], Delivery::Dropped);
+        assert_eq!(rx.try_recv().unwrap(), Verdict::Ack(ids(&["b"])));
+        t.settle_rows(&[0, 2], Delivery::Dropped);
+        assert_eq!(rx.try_recv().unwrap(), Verdict::Ack(ids(&["a", "c"])));
+        assert!(t.is_resolved());
+        assert!(rx.try_recv().is_err(), "nothing twice: {:?}", rx.try_recv());
+        drop(t);
+        assert!(rx.try_recv().is_err(), "a resolved ticket nacks nothing");
+    }
+
+    #[test]
+    fn a_batch_dropped_with_rows_unreleased_nacks_only_those() {
+        let (t, mut rx, _) = ticket(&["a", "b", "c"]);
+        t.retain(3).unwrap();
+        t.seal();
+        t.settle_rows(&[0], Delivery::Dropped);
+        assert_eq!(rx.try_recv().unwrap(), Verdict::Ack(ids(&["a"])));
+        drop(t);
+        assert_eq!(rx.try_recv().unwrap(), Verdict::Nack(ids(&["b", "c"])));
     }
 
     fn ids(v: &[&str]) -> Vec<String> {

@@ -99,8 +99,8 @@ struct Round {
     failed: bool,
 }
 
-/// Rows held under one handle: the handle and how many.
-type Held = Vec<(Arc<dyn DeliveryHandle>, u64)>;
+/// Rows held under one handle: the handle and the rows' indices in its batch.
+type Held = Vec<(Arc<dyn DeliveryHandle>, Vec<u32>)>;
 
 #[derive(Debug, Default)]
 struct RunState {
@@ -290,7 +290,7 @@ impl DeliveryInput for WindowInput {
             // What is still held belongs to windows that were not emitted (a stop): dropping
             // the handles hands those messages back.
             let held = std::mem::take(&mut run.lock().held);
-            let messages: u64 = held.values().flatten().map(|(_, n)| n).sum();
+            let messages: usize = held.values().flatten().map(|(_, rows)| rows.len()).sum();
             if messages > 0 {
                 tracing::info!(
                     source = %run.source,
@@ -618,7 +618,7 @@ struct Driver {
     inputs_done: bool,
     dead_letter: Option<Arc<dyn DeadLetterSink>>,
     /// Late rows written to a dead-letter path: settled once its object is completed.
-    dead_lettered: Vec<(Arc<dyn DeliveryHandle>, u64)>,
+    dead_lettered: Held,
     statement: String,
     runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
     tick: tokio::time::Interval,
@@ -739,7 +739,7 @@ impl Driver {
         let shape = self.window.shape;
         let mut on_time: Vec<u32> = Vec::with_capacity(rows);
         let mut on_time_times: Vec<i64> = Vec::with_capacity(rows);
-        let mut releases: BTreeMap<i64, u64> = BTreeMap::new();
+        let mut releases: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
         let mut late: Vec<(usize, &'static str)> = Vec::new();
         let mut covered = 0u64;
         for (i, t) in times.iter().enumerate() {
@@ -758,7 +758,7 @@ impl Driver {
             }
             on_time.push(i as u32);
             on_time_times.push(t);
-            *releases.entry(release).or_default() += 1;
+            releases.entry(release).or_default().push(i as u32);
         }
         self.open
             .add(&batch, &on_time, &on_time_times, self.closed)?;
@@ -771,8 +771,11 @@ impl Driver {
             if held > 0 {
                 handle.retain(held)?;
                 let mut s = self.run.lock();
-                for (release, n) in releases {
-                    s.held.entry(release).or_default().push((handle.clone(), n));
+                for (release, rows) in releases {
+                    s.held
+                        .entry(release)
+                        .or_default()
+                        .push((handle.clone(), rows));
                 }
                 drop(s);
                 handle.hold();
@@ -838,14 +841,15 @@ impl Driver {
                     .await?;
                 }
                 if let Some(h) = handle {
+                    let indices: Vec<u32> = rows.iter().map(|&(r, _)| r as u32).collect();
                     if matches!(
                         self.source.dead_letter,
                         Some(dead_letter::DeadLetterTarget::Path { .. })
                     ) {
                         // Stored once the object is completed, at the end of the run.
-                        self.dead_lettered.push((h.clone(), n));
+                        self.dead_lettered.push((h.clone(), indices));
                     } else {
-                        h.settle(n, Delivery::DeadLettered);
+                        h.settle_rows(&indices, Delivery::DeadLettered);
                     }
                 }
                 Ok(())
@@ -858,8 +862,8 @@ impl Driver {
         if let Some(sink) = self.dead_letter.take() {
             sink.finish().await?;
         }
-        for (handle, n) in self.dead_lettered.drain(..) {
-            handle.settle(n, Delivery::DeadLettered);
+        for (handle, rows) in self.dead_lettered.drain(..) {
+            handle.settle_rows(&rows, Delivery::DeadLettered);
         }
         Ok(())
     }
@@ -1081,8 +1085,8 @@ async fn keep(run: Arc<Run>, marker: Marker) {
                 let later = s.held.split_off(&(frontier.saturating_add(1)));
                 std::mem::replace(&mut s.held, later)
             };
-            for (handle, n) in released.into_values().flatten() {
-                handle.settle(n, Delivery::Dropped);
+            for (handle, rows) in released.into_values().flatten() {
+                handle.settle_rows(&rows, Delivery::Dropped);
             }
             continue;
         }

@@ -703,7 +703,10 @@ impl PartitionReader {
                 return Err(e);
             }
         };
+        // The rows' messages first, in row order, then the ones that became no row (the ticket's
+        // layout: a node may release a row's message on its own).
         let mut ack_ids: Vec<String> = Vec::with_capacity(messages.len());
+        let mut handled_ids: Vec<String> = Vec::new();
         let mut bad = decoded.bad.iter().peekable();
         let policy = self.config.options.failure_policy;
         let mut outcome: crate::Result<()> = Ok(());
@@ -733,7 +736,7 @@ impl PartitionReader {
                         b.describe()
                     );
                     DeliveryCounters::add(&self.counters.dropped, 1);
-                    ack_ids.push(m.ack_id.clone());
+                    handled_ids.push(m.ack_id.clone());
                 }
                 FailurePolicy::DeadLetter => match self.write_dead_letter(m, b).await {
                     Ok(()) => {
@@ -744,7 +747,7 @@ impl PartitionReader {
                         ) {
                             self.held_for_dead_letter.push(m.ack_id.clone());
                         } else {
-                            ack_ids.push(m.ack_id.clone());
+                            handled_ids.push(m.ack_id.clone());
                         }
                     }
                     Err(e) => outcome = Err(e),
@@ -756,6 +759,7 @@ impl PartitionReader {
                 .nack(messages.into_iter().map(|m| m.ack_id).collect());
             return Err(e);
         }
+        ack_ids.append(&mut handled_ids);
         let rows = decoded.batch.num_rows();
         if let Some(clock) = self.handle_clock() {
             clock.observe(self.batch_max_event_time(&decoded.batch)?);
