@@ -50,7 +50,7 @@ fn pipeline_sql(
 }
 
 /// The tool on `file`; `quiet` leaves out the summaries.
-fn spawn(home: &std::path::Path, file: &std::path::Path, quiet: bool) -> Child {
+pub(crate) fn spawn(home: &std::path::Path, file: &std::path::Path, quiet: bool) -> Child {
     let mut command = tool(home);
     if quiet {
         command.arg("-q");
@@ -74,7 +74,7 @@ async fn read_all(bt: &Bigtable, table: &str) -> crate::support::bigtable::Rows 
 }
 
 /// SIGKILL (`Child::kill` on Unix), then reap.
-fn kill(mut child: Child) {
+pub(crate) fn kill(mut child: Child) {
     child.kill().expect("SIGKILL");
     let status = child.wait().expect("reaped");
     assert!(!status.success(), "killed, not ended: {status:?}");
