@@ -12,6 +12,7 @@
 //! | [`pubsub_transport`] | the Pub/Sub transport (the connector's core `Transport`) against the Pub/Sub emulator |
 //! | [`pubsub_emulator_facts`] | what the Pub/Sub emulator does with a nack, with and without an open stream (docs/service_facts.md) |
 //! | [`pubsub_faults`] | the Pub/Sub sink against a scripted fake Publisher |
+//! | [`a_pubsub_source_kill`] | `pubsub_source_kill.rs`: a Pub/Sub → Bigtable run of the `gcp-sql` binary killed with SIGKILL several times loses nothing |
 //! | [`pubsub_source`] | the Pub/Sub subscription source against the Pub/Sub emulator: rows, metadata, acknowledgements read back |
 //! | [`pubsub_source_schema`] | the Pub/Sub source decoding Avro and Protobuf: fastavro's datums, the sink's messages read back, topic schemas |
 //! | [`cloud_tasks_sink`] | the Cloud Tasks sink against its emulator and a scripted fake |
@@ -44,6 +45,16 @@
 
 mod support;
 
+// The longest test (`pubsub_source_kill`, about 5 minutes, mostly the emulator's ack deadlines
+// and its idle runs) is declared under a name that sorts first: libtest starts the tests in the
+// order of their names, two at a time on 2 cores, so started first it runs beside the others
+// instead of trailing them alone (its name used to sort late: the binary took 517 s, by
+// libtest's own per-test times 413 s with it first; measured first: 350 s, where the same
+// run's times in the old order give 436 s). Its filter is still `pubsub_source_kill::`.
+#[cfg(feature = "cli")]
+#[path = "pubsub_source_kill.rs"]
+mod a_pubsub_source_kill;
+
 mod bigtable_sink;
 // Runs the `gcp-sql` binary (`CARGO_BIN_EXE_gcp-sql`), which is built only with the `cli`
 // feature (on by default).
@@ -66,8 +77,6 @@ mod pubsub_mapping;
 mod pubsub_schema;
 mod pubsub_sink;
 mod pubsub_source;
-#[cfg(feature = "cli")]
-mod pubsub_source_kill;
 mod pubsub_source_schema;
 mod pubsub_transport;
 // Feeds a FIFO (Unix only).
