@@ -28,6 +28,7 @@
 //! | [`first_hour`] | what a new user meets first: `gcp-sql emulators`, errors printed once, a closed pipe, hints |
 //! | [`streaming`] | unbounded INSERTs from a FIFO: live delivery, flush points, a graceful stop |
 //! | [`transport_faults`] | each sink against its real emulator behind a TCP proxy that resets, stalls and cuts connections |
+//! | [`windows`] | windows over a subscription into Bigtable: counts equal to a recomputation, late rows, the progress marker, refusals, flow control (ADR 0068) |
 //!
 //! The tests of one module run on their own with a filter: `cargo test --test integration
 //! pubsub_sink::`. Every emulator-backed module draws on the same emulators

@@ -571,9 +571,9 @@ async fn a_windowed_pipeline_killed_with_sigkill_twice_ends_with_exact_windows()
 
     // Run 1: Bigtable does not answer; the windows are emitted and wait; the kill comes then.
     proxy.stall_for(Duration::from_secs(8));
-    let child = crate::pubsub_source_kill::spawn(home.path(), &running, true);
+    let child = crate::a_pubsub_source_kill::spawn(home.path(), &running, true);
     tokio::time::sleep(Duration::from_secs(5)).await;
-    crate::pubsub_source_kill::kill(child);
+    crate::a_pubsub_source_kill::kill(child);
     tokio::time::sleep(Duration::from_secs(4)).await;
 
     // Run 2: killed the moment the marker first records a frontier.
@@ -582,17 +582,17 @@ async fn a_windowed_pipeline_killed_with_sigkill_twice_ends_with_exact_windows()
         let text = std::fs::read_to_string(entry.path()).ok()?;
         serde_json::from_str::<serde_json::Value>(&text).ok()?["frontier_ns"].as_i64()
     };
-    let child = crate::pubsub_source_kill::spawn(home.path(), &running, true);
+    let child = crate::a_pubsub_source_kill::spawn(home.path(), &running, true);
     let until = tokio::time::Instant::now() + Duration::from_secs(90);
     while marker_frontier().is_none() && tokio::time::Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    crate::pubsub_source_kill::kill(child);
+    crate::a_pubsub_source_kill::kill(child);
     assert!(marker_frontier().is_some(), "run 2 recorded a frontier");
 
     // Then to its end, as an operator would, until every window landed (at most six runs).
     for run in 1..=6 {
-        let child = crate::pubsub_source_kill::spawn(home.path(), &last, false);
+        let child = crate::a_pubsub_source_kill::spawn(home.path(), &last, false);
         let output = tokio::task::spawn_blocking(move || child.wait_with_output())
             .await
             .unwrap()
