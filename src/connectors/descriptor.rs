@@ -101,6 +101,9 @@ pub struct WindowedSource {
     pub max_lease_duration: std::time::Duration,
     /// The most messages one stream keeps in flight, for the held capacity it asks for.
     pub max_outstanding_messages: u64,
+    /// After a run that did not end gracefully, how long no window is emitted, so that the
+    /// messages the killed run held (redelivered once their leases lapse) come back first.
+    pub recovery_hold: std::time::Duration,
 }
 
 impl fmt::Debug for SourceDescriptor {

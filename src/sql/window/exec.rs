@@ -114,6 +114,8 @@ struct RunState {
     recorded: Option<i64>,
     /// The node's stream ended.
     finished: bool,
+    /// It ended because its input ended (a graceful stop), not with an error.
+    graceful: bool,
     /// The marker could not be written: the stream fails with it.
     error: Option<String>,
 }
@@ -567,6 +569,7 @@ impl ExecutionPlan for WindowAggregateExec {
             runtime: context.runtime_env(),
             tick: tokio::time::interval(tick_every(self.query.source.event_time.idle_timeout)),
             keys: self.query.aggregation.keys.len(),
+            hold_until: None,
             marker_url: marker.url().to_string(),
         };
         driver.marker = Some(marker);
@@ -624,6 +627,8 @@ struct Driver {
     tick: tokio::time::Interval,
     /// Group columns besides the window.
     keys: usize,
+    /// After an unclean stop: no window is emitted before this.
+    hold_until: Option<Instant>,
     /// The marker's URL, for errors.
     marker_url: String,
 }
@@ -661,6 +666,7 @@ impl Driver {
             }
             if self.inputs_done {
                 let completed = self.complete_dead_letters().await;
+                self.run.lock().graceful = completed.is_ok();
                 self.finish();
                 return completed.err().map(|e| Err(e.into()));
             }
@@ -690,6 +696,18 @@ impl Driver {
     /// Reads the marker and starts the task that keeps it.
     async fn start(&mut self, marker: Marker) -> Result<()> {
         let progress = marker.start().await?;
+        if !progress.clean {
+            // The previous run was killed: the messages it held come back once their leases
+            // lapse, maybe after newer ones; no window closes before they can be back.
+            let hold = self.source.recovery_hold;
+            self.hold_until = Some(Instant::now() + hold);
+            tracing::warn!(
+                source = %self.source.describe,
+                marker = %marker.url(),
+                "the previous run did not end gracefully: no window is emitted for {hold:?}, so the messages it held come back first"
+            );
+        }
+        marker.record(progress.frontier_ns).await?;
         if let Some(f) = progress.frontier_ns {
             self.closed = f;
             self.covered_through = Some(f);
@@ -931,6 +949,9 @@ impl Driver {
 
     /// Emits every window the watermark closed.
     fn advance(&mut self) -> Result<()> {
+        if self.hold_until.is_some_and(|until| Instant::now() < until) {
+            return Ok(());
+        }
         let Some(watermark) = self.watermark() else {
             return Ok(());
         };
@@ -1064,7 +1085,7 @@ async fn keep(run: Arc<Run>, marker: Marker) {
             let mut attempt = 0;
             let written = loop {
                 attempt += 1;
-                match marker.record(frontier).await {
+                match marker.record(Some(frontier)).await {
                     Ok(()) => break Ok(()),
                     Err(e) if attempt < 5 => {
                         tracing::warn!(marker = %marker.url(), attempt, "the progress marker was not written, trying again: {e}");
@@ -1091,6 +1112,13 @@ async fn keep(run: Arc<Run>, marker: Marker) {
             continue;
         }
         if done {
+            let (graceful, recorded) = {
+                let s = run.lock();
+                (s.graceful, s.recorded)
+            };
+            if graceful && let Err(e) = marker.close(recorded).await {
+                tracing::warn!(marker = %marker.url(), "the progress marker could not say the run ended gracefully (the next run waits for redeliveries): {e}");
+            }
             return;
         }
         notified.await;

@@ -33,6 +33,9 @@ pub struct Progress {
     pub frontier_ns: Option<i64>,
     /// When the marker was written (RFC 3339, UTC).
     pub recorded_at: String,
+    /// Whether the run that wrote it ended gracefully: `false` while a run is going, so a
+    /// marker that still says so after a run means that run was killed.
+    pub clean: bool,
 }
 
 impl Progress {
@@ -42,6 +45,7 @@ impl Progress {
             "pipeline": self.pipeline,
             "frontier_ns": self.frontier_ns,
             "recorded_at": self.recorded_at,
+            "clean": self.clean,
         })
         .to_string()
         .into_bytes()
@@ -69,6 +73,9 @@ impl Progress {
             pipeline: text("pipeline")?,
             frontier_ns,
             recorded_at: text("recorded_at")?,
+            clean: field("clean")?
+                .as_bool()
+                .ok_or("'clean' is not a boolean")?,
         })
     }
 }
@@ -160,7 +167,7 @@ impl Marker {
                 Ok(progress)
             }
             Err(datafusion::object_store::Error::NotFound { .. }) if self.may_create => {
-                let progress = self.progress(None);
+                let progress = self.progress(None, true);
                 self.write(&progress).await?;
                 Ok(progress)
             }
@@ -176,19 +183,27 @@ impl Marker {
         }
     }
 
-    fn progress(&self, frontier_ns: Option<i64>) -> Progress {
+    fn progress(&self, frontier_ns: Option<i64>, clean: bool) -> Progress {
         Progress {
             version: VERSION,
             pipeline: self.pipeline.clone(),
             frontier_ns,
+            clean,
             recorded_at: chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now())
                 .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         }
     }
 
-    /// Records that every window ending at or before `frontier_ns` was delivered.
-    pub async fn record(&self, frontier_ns: i64) -> Result<()> {
-        self.write(&self.progress(Some(frontier_ns))).await
+    /// Records that every window ending at or before `frontier_ns` was delivered, by a run
+    /// still going.
+    pub async fn record(&self, frontier_ns: Option<i64>) -> Result<()> {
+        self.write(&self.progress(frontier_ns, false)).await
+    }
+
+    /// Records that the run ended gracefully, every window ending at or before
+    /// `frontier_ns` delivered.
+    pub async fn close(&self, frontier_ns: Option<i64>) -> Result<()> {
+        self.write(&self.progress(frontier_ns, true)).await
     }
 
     async fn write(&self, progress: &Progress) -> Result<()> {
@@ -221,7 +236,7 @@ mod tests {
 
         let new = Marker::open(&at(dir.path(), true), "p--t--1", None).unwrap();
         assert_eq!(new.start().await.unwrap().frontier_ns, None);
-        new.record(42).await.unwrap();
+        new.record(Some(42)).await.unwrap();
         assert_eq!(strict.start().await.unwrap().frontier_ns, Some(42));
         let raw = std::fs::read_to_string(dir.path().join("p--t--1.json")).unwrap();
         assert!(raw.contains("\"frontier_ns\":42"), "{raw}");
@@ -232,7 +247,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("a.json"),
-            r#"{"version":1,"pipeline":"b","frontier_ns":1,"recorded_at":"x"}"#,
+            r#"{"version":1,"pipeline":"b","frontier_ns":1,"recorded_at":"x","clean":true}"#,
         )
         .unwrap();
         let m = Marker::open(&at(dir.path(), false), "a", None).unwrap();

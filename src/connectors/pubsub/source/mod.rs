@@ -84,6 +84,8 @@ fn windows(plan: &dyn ExecutionPlan) -> Option<WindowedSource> {
         dead_letter: opts.dead_letter.clone(),
         max_lease_duration: opts.max_lease_duration,
         max_outstanding_messages: opts.max_outstanding_messages,
+        // A killed reader's leases lapse within one ack deadline; twice that, and a margin.
+        recovery_hold: opts.stream_ack_deadline * 2 + std::time::Duration::from_secs(5),
     })
 }
 
