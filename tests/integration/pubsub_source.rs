@@ -1123,3 +1123,81 @@ async fn a_pipeline_that_never_ends_stores_its_dead_letters_and_acknowledges_the
         "every message was acknowledged"
     );
 }
+
+/// The sink side of the same pipeline that never ends: a row the Bigtable sink refuses (a NULL
+/// row key) goes to the sink's `dead_letter_path`, and its source message is acknowledged only
+/// once that dead letter is stored in a complete object, which the sink's flush points make:
+/// while the pipeline still runs, past `max_lease_duration`, every message is acknowledged and
+/// the dead letter is readable. (Before ADR 0071 the message was acknowledged as soon as the row
+/// was handed to the unfinished upload, with no complete object in the folder.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sinks_dead_letter_is_stored_before_its_message_is_acknowledged_in_a_pipeline_that_never_ends()
+{
+    const MAX_LEASE: Duration = Duration::from_secs(10);
+    let f = Fixture::new("src-sdl-live").await;
+    let dir = tempfile::tempdir().unwrap();
+    let bt = crate::support::bigtable::Bigtable::connect().await;
+    let table = crate::support::bigtable::Bigtable::table_name("src-sdl-live");
+    bt.create_table(&table, &["c"]).await;
+    f.publish(clicks(50)).await;
+    let control = gcp_sql::sql::StatementControl::new();
+    let ctx = gcp_sql::sql::new_context_with_control(&control);
+    let path = format!("file://{}", dir.path().display());
+    let statements = format!(
+        "CREATE TABLE clicks_in (id BIGINT, url VARCHAR) WITH (connector = 'pubsub', \
+           subscription = '{}', emulator_host = '{}', format = 'json', ack_deadline = '10s', \
+           max_lease_duration = '{}s');
+         {};
+         INSERT INTO out SELECT CASE WHEN id = 17 THEN NULL ELSE CAST(id AS VARCHAR) END, url \
+         FROM clicks_in",
+        f.subscription,
+        f.host,
+        MAX_LEASE.as_secs(),
+        bt.create_sql(
+            "out",
+            "id VARCHAR, url VARCHAR",
+            &table,
+            &[
+                ("row_key", "id"),
+                ("column_family", "c"),
+                ("failure_policy", "dead_letter"),
+                ("dead_letter_path", &path),
+                ("flush_interval", "1s"),
+            ]
+        ),
+    );
+    let running = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move { gcp_sql::sql::run(&ctx, &statements).await })
+    };
+    tokio::time::sleep(MAX_LEASE + ACK_DEADLINE).await;
+    assert!(!running.is_finished(), "the INSERT reads until stopped");
+    let source = ctx.table_provider("clicks_in").await.unwrap();
+    let source = source
+        .downcast_ref::<PubSubSourceTable>()
+        .expect("a source table");
+    // The counts first, the folder after: a message acknowledged by then had its dead letter
+    // stored before.
+    let live = source.handles()[0].counts();
+    let (names, lines) = complete_dead_letters(dir.path());
+    control.stop(gcp_sql::core::StopKind::Drain, "test stop");
+    let out = running.await.unwrap().expect("a drained INSERT");
+    assert_eq!(
+        out[0]
+            .column(0)
+            .as_primitive::<arrow::datatypes::UInt64Type>()
+            .value(0),
+        49
+    );
+    assert_eq!(live.leases_expired, 0, "{live:?}");
+    assert_eq!(live.messages_read, 50, "nothing was delivered twice: {live:?}");
+    assert_eq!(live.messages_acked, 50, "{live:?}");
+    assert_eq!(lines.len(), 1, "the refused row's dead letter, complete: {names:?}");
+    assert_eq!(lines[0]["error_class"], "encoding");
+    assert_eq!(lines[0]["row"]["url"], "/p/17", "{lines:?}");
+    assert_eq!(bt.read(&table).await.len(), 49);
+    assert!(
+        f.left_over_after_deadline().await.is_empty(),
+        "every message was acknowledged"
+    );
+}

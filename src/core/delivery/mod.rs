@@ -118,6 +118,12 @@ pub trait DeliveryInput: Debug + Send + Sync {
 
     /// The input, for messages (`subscription projects/p/subscriptions/s`).
     fn describe(&self) -> String;
+
+    /// The writer made a flush point: an input that holds things of its own until something
+    /// is completed (a source whose dead letters go to an object) completes it, so that what
+    /// it holds is acknowledged within a flush interval. Called from the writer's task: it
+    /// only signals the input, which acts when next polled or while it waits for input.
+    fn flush_point(&self) {}
 }
 
 /// What an input that carries delivery handles did: a snapshot of its [`DeliveryCounters`].
