@@ -31,9 +31,9 @@ use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use gcloud_sdk::google::pubsub::v1::ReceivedMessage;
-use futures::FutureExt as _;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -74,6 +74,8 @@ struct HandleInner {
     rolls: Vec<Arc<Notify>>,
     counters: Arc<DeliveryCounters>,
     settlers: Mutex<Vec<JoinHandle<()>>>,
+    /// What each started partition holds (for the backlog age).
+    outstanding: Mutex<Vec<Arc<Outstanding<String>>>>,
 }
 
 /// The control side of one source scan: stop it, read its counts, find its partitions'
@@ -95,6 +97,7 @@ impl SourceHandle {
                 rolls: (0..partitions).map(|_| Arc::new(Notify::new())).collect(),
                 counters: Arc::new(DeliveryCounters::default()),
                 settlers: Mutex::new(Vec::new()),
+                outstanding: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -121,9 +124,18 @@ impl SourceHandle {
         });
     }
 
-    /// What the scan did so far.
+    /// What the scan did so far, with the age of the oldest message it holds unacknowledged.
     pub fn counts(&self) -> DeliveryCounts {
-        self.inner.counters.snapshot()
+        let held = self
+            .inner
+            .outstanding
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        DeliveryCounts {
+            oldest_unacked: crate::core::delivery::oldest_unacked(held.iter().map(Arc::as_ref)),
+            ..self.inner.counters.snapshot()
+        }
     }
 
     /// Waits until the settler of every started partition ended: every acknowledgement and nack
@@ -293,6 +305,10 @@ impl ExecutionPlan for PubSubSourceExec {
                 .global_counter(name)
                 .add(usize::try_from(value).unwrap_or(usize::MAX));
         }
+        let oldest_ms = c.oldest_unacked.map_or(0, |age| age.as_millis());
+        MetricBuilder::new(&set)
+            .global_gauge(names::SOURCE_OLDEST_UNACKED_MS)
+            .set(usize::try_from(oldest_ms).unwrap_or(usize::MAX));
         Some(set.clone_inner())
     }
 
@@ -403,6 +419,11 @@ impl Start {
             opts.max_outstanding_messages,
             opts.max_outstanding_bytes,
         ));
+        inner
+            .outstanding
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(outstanding.clone());
         let (queue, acks) = AckQueue::new(inner.aborted.clone());
         let settler = tokio::spawn(run_settler(
             Arc::new(AckClient::new(
@@ -559,7 +580,11 @@ impl PartitionReader {
                 return None;
             }
             let flushed = self.roll.notified().now_or_never().is_some();
-            if flushed || self.roll_at().is_some_and(|at| at <= tokio::time::Instant::now()) {
+            if flushed
+                || self
+                    .roll_at()
+                    .is_some_and(|at| at <= tokio::time::Instant::now())
+            {
                 if let Err(e) = self.roll_dead_letters().await {
                     return Some(Err(self.fail(e)));
                 }
@@ -788,7 +813,8 @@ impl PartitionReader {
                     Ok(stored) => {
                         DeliveryCounters::add(&self.counters.dead_lettered, 1);
                         if !stored {
-                            self.held_since.get_or_insert_with(tokio::time::Instant::now);
+                            self.held_since
+                                .get_or_insert_with(tokio::time::Instant::now);
                             self.held_for_dead_letter.push(m.ack_id.clone());
                         } else {
                             ack_ids.push(m.ack_id.clone());
