@@ -39,6 +39,7 @@
 pub mod common;
 mod connection;
 pub mod docs;
+pub mod expand;
 pub mod names;
 pub mod payload;
 pub mod schema_types;
