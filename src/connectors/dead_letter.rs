@@ -548,7 +548,8 @@ impl DeadLetterSink for PathSink {
                 .put_multipart(&location)
                 .await
                 .map_err(|e| self.error(Some(&location), e))?;
-            state.upload = Upload::Writing(WriteMultipart::new_with_chunk_size(started, PART_BYTES));
+            state.upload =
+                Upload::Writing(WriteMultipart::new_with_chunk_size(started, PART_BYTES));
             state.location = Some(location);
         }
         let PathState {

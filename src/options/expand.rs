@@ -16,13 +16,17 @@ use crate::error::{Error, Result};
 
 use super::EnvLookup;
 
+/// One option whose value named variables: the option, the value as written, and each
+/// variable substituted with its value.
+type Substituted = (String, String, Vec<(String, String)>);
+
 /// The options of a declaration after expansion, and what came from the environment (to keep
 /// it out of errors).
 #[derive(Debug, Clone, Default)]
 pub struct Expanded {
     /// Per option whose value named a variable: the option, the value as written and the
     /// values substituted (with their variable).
-    substituted: Vec<(String, String, Vec<(String, String)>)>,
+    substituted: Vec<Substituted>,
 }
 
 impl Expanded {
@@ -41,13 +45,12 @@ impl Expanded {
         }
         if let Error::InvalidOption {
             option,
-            value,
+            value: _,
             rule,
         } = &error
             && let Some((_, written, _)) = self.substituted.iter().find(|(o, _, _)| o == option)
             && !self.leaks(rule)
         {
-            let _ = value;
             return Error::InvalidOption {
                 option: option.clone(),
                 value: format!("{written} (from the environment)"),

@@ -1102,7 +1102,10 @@ async fn a_pipeline_that_never_ends_stores_its_dead_letters_and_acknowledges_the
     // While the pipeline ran: the dead letter was stored in a complete object, and every
     // message, the undecodable one too, was acknowledged once, none of them redelivered.
     assert_eq!(live.leases_expired, 0, "{live:?}");
-    assert_eq!(live.messages_read, 3, "nothing was delivered twice: {live:?}");
+    assert_eq!(
+        live.messages_read, 3,
+        "nothing was delivered twice: {live:?}"
+    );
     assert_eq!(live.messages_dead_lettered, 1, "{live:?}");
     assert_eq!(live.messages_acked, 3, "{live:?}");
     assert_eq!(lines.len(), 1, "{names:?} {lines:?}");
@@ -1131,8 +1134,7 @@ async fn a_pipeline_that_never_ends_stores_its_dead_letters_and_acknowledges_the
 /// the dead letter is readable. (Before ADR 0071 the message was acknowledged as soon as the row
 /// was handed to the unfinished upload, with no complete object in the folder.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sinks_dead_letter_is_stored_before_its_message_is_acknowledged_in_a_pipeline_that_never_ends()
-{
+async fn a_sinks_dead_letter_is_stored_before_its_message_is_acknowledged_mid_run() {
     const MAX_LEASE: Duration = Duration::from_secs(10);
     let f = Fixture::new("src-sdl-live").await;
     let dir = tempfile::tempdir().unwrap();
@@ -1190,9 +1192,16 @@ async fn a_sinks_dead_letter_is_stored_before_its_message_is_acknowledged_in_a_p
         49
     );
     assert_eq!(live.leases_expired, 0, "{live:?}");
-    assert_eq!(live.messages_read, 50, "nothing was delivered twice: {live:?}");
+    assert_eq!(
+        live.messages_read, 50,
+        "nothing was delivered twice: {live:?}"
+    );
     assert_eq!(live.messages_acked, 50, "{live:?}");
-    assert_eq!(lines.len(), 1, "the refused row's dead letter, complete: {names:?}");
+    assert_eq!(
+        lines.len(),
+        1,
+        "the refused row's dead letter, complete: {names:?}"
+    );
     assert_eq!(lines[0]["error_class"], "encoding");
     assert_eq!(lines[0]["row"]["url"], "/p/17", "{lines:?}");
     assert_eq!(bt.read(&table).await.len(), 49);

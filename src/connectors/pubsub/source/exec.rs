@@ -580,14 +580,13 @@ impl PartitionReader {
                 return None;
             }
             let flushed = self.roll.notified().now_or_never().is_some();
-            if flushed
-                || self
-                    .roll_at()
-                    .is_some_and(|at| at <= tokio::time::Instant::now())
+            let due = self
+                .roll_at()
+                .is_some_and(|at| at <= tokio::time::Instant::now());
+            if (flushed || due)
+                && let Err(e) = self.roll_dead_letters().await
             {
-                if let Err(e) = self.roll_dead_letters().await {
-                    return Some(Err(self.fail(e)));
-                }
+                return Some(Err(self.fail(e)));
             }
             if self.pending.is_empty() {
                 if let Some(e) = self.failure.take() {
