@@ -49,6 +49,17 @@ pub enum Error {
         /// The rule it breaks.
         rule: String,
     },
+    /// An option value names an environment variable (`${NAME}`) that is not set. Names the
+    /// variable and the option, never a value.
+    #[error(
+        "environment variable '{variable}' named in option '{option}' is not set (set it before the statement runs, or write $${{ for a literal '${{')"
+    )]
+    UnsetVariable {
+        /// The variable's name.
+        variable: String,
+        /// The option whose value names it.
+        option: String,
+    },
     /// The table schema cannot be mapped by the connector.
     #[error("column '{column}': {rule}")]
     Schema {

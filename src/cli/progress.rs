@@ -1,12 +1,20 @@
 //! Live progress of a running statement and the summary printed after an `INSERT` into a sink.
 //!
+//! The live line and the flush-point lines give the current rate (over the last
+//! [`RATE_WINDOW`] for the live line, since the writer's previous flush point for its lines)
+//! beside the average over the whole run, and a source's backlog age: how long ago the oldest
+//! message it holds unacknowledged was read. The summary at the end gives the average.
+//!
 //! Both read the sink counters by their registered names ([`crate::core::metrics::names`]) from
 //! the metrics of every node of the physical plan, so they work for every connector alike (the
 //! `SinkWriterExec` reports its writers' metrics, added up over them).
 
+use std::collections::{HashMap, VecDeque};
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::metrics::MetricsSet;
@@ -21,6 +29,61 @@ use crate::sql::exec::WRITERS_METRIC;
 
 /// How often the live progress line is redrawn.
 const TICK: Duration = Duration::from_millis(200);
+
+/// The window of the live line's current rate.
+pub const RATE_WINDOW: Duration = Duration::from_secs(10);
+
+/// The rate of a count that only grows (rows acknowledged), over a recent window: the samples
+/// of the last `window` (and the one just before it, so the window is covered whole).
+#[derive(Debug)]
+pub(crate) struct RecentRate {
+    window: Duration,
+    samples: VecDeque<(Instant, u64)>,
+}
+
+impl RecentRate {
+    /// No samples yet, a window of `window`.
+    pub(crate) fn new(window: Duration) -> Self {
+        RecentRate {
+            window,
+            samples: VecDeque::new(),
+        }
+    }
+
+    /// Records `count` at `now` and returns the rate per second since the oldest sample of the
+    /// window: `None` until two samples lie apart in time.
+    pub(crate) fn record(&mut self, now: Instant, count: u64) -> Option<f64> {
+        self.samples.push_back((now, count));
+        // Drop samples older than the window, keeping the last one before it.
+        while self
+            .samples
+            .get(1)
+            .is_some_and(|(at, _)| now.duration_since(*at) >= self.window)
+        {
+            self.samples.pop_front();
+        }
+        let (from, first) = *self.samples.front()?;
+        per_second(count.saturating_sub(first), now.duration_since(from))
+    }
+}
+
+/// `delta` over `elapsed` per second; `None` over no time.
+fn per_second(delta: u64, elapsed: Duration) -> Option<f64> {
+    let seconds = elapsed.as_secs_f64();
+    (seconds > 0.0).then(|| delta as f64 / seconds)
+}
+
+/// A backlog age as the lines print it: `0.8 s`, `12 s`, `3 min 5 s`.
+fn age_text(age: Duration) -> String {
+    let seconds = age.as_secs_f64();
+    if seconds < 10.0 {
+        format!("{seconds:.1} s")
+    } else if seconds < 60.0 {
+        format!("{} s", age.as_secs())
+    } else {
+        format!("{} min {} s", age.as_secs() / 60, age.as_secs() % 60)
+    }
+}
 
 /// The sink counters of one statement, summed over every node of its plan.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -51,6 +114,9 @@ pub struct SinkCounters {
     pub source_acked: usize,
     /// Messages the sources handed back for another reader.
     pub source_nacked: usize,
+    /// The age, in milliseconds, of the oldest message a source holds unacknowledged (the
+    /// oldest over the sources; 0 when they hold none).
+    pub source_oldest_unacked_ms: usize,
     /// Only a source reported: the statement read a subscription into a table that is not one
     /// of this crate's sinks (a Parquet folder, say), which counts no rows sent. The summary
     /// then has the source's line alone.
@@ -101,6 +167,10 @@ impl SinkCounters {
                     *slot += value.as_usize();
                     source = true;
                 }
+            }
+            if let Some(value) = metrics.sum_by_name(names::SOURCE_OLDEST_UNACKED_MS) {
+                counters.source_oldest_unacked_ms =
+                    counters.source_oldest_unacked_ms.max(value.as_usize());
             }
         }
         counters.source_only = source && !sink;
@@ -198,9 +268,12 @@ impl SinkCounters {
         )
     }
 
-    fn live_line(&self, elapsed: Duration) -> String {
+    /// The live line: the counts, the current rate (`now`, over the last [`RATE_WINDOW`], once
+    /// known) beside the average over `elapsed`, and a source's backlog age.
+    fn live_line(&self, elapsed: Duration, now: Option<f64>) -> String {
+        let current = now.map_or_else(|| "…".to_string(), |r| format!("{}", r.round() as u64));
         let mut line = format!(
-            "sent {} · acked {} · in flight {} · retries {} · skipped {} · dropped {} · {} rows/s",
+            "sent {} · acked {} · in flight {} · retries {} · skipped {} · dropped {} · {current} rows/s now, {} rows/s average",
             self.sent,
             self.acked,
             self.in_flight,
@@ -209,6 +282,16 @@ impl SinkCounters {
             self.dropped,
             rate(self.acked, elapsed)
         );
+        if self.source_read > 0 {
+            line.push_str(&format!(
+                " · oldest unacknowledged {}",
+                if self.source_oldest_unacked_ms == 0 {
+                    "none".to_string()
+                } else {
+                    age_text(Duration::from_millis(self.source_oldest_unacked_ms as u64))
+                }
+            ));
+        }
         if self.dead_lettered > 0 {
             line.push_str(&format!(" · dead-lettered {}", self.dead_lettered));
         }
@@ -246,32 +329,53 @@ fn last_flush_point() -> Option<Instant> {
 /// line per flush point instead of a redrawn bar.
 pub(crate) fn statement_control(quiet: bool) -> StatementControl {
     let log_lines = !quiet && !std::io::stderr().is_terminal();
+    // Per writer: the time and the acknowledged count of its previous flush point.
+    let previous: Mutex<HashMap<usize, (Duration, u64)>> = Mutex::default();
     StatementControl::new().with_observer(move |point: &FlushPoint| {
         *LAST_FLUSH_POINT.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         if log_lines {
-            eprintln!("{}", flush_point_line(point));
+            let before = previous
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(point.writer, (point.elapsed, point.counts.acknowledged))
+                .unwrap_or_default();
+            eprintln!("{}", flush_point_line(point, before));
         }
     })
 }
 
-/// One flush point as the tool logs it.
+/// One flush point as the tool logs it, given the time and acknowledged count of the writer's
+/// previous one (zeros for its first): the rate since then beside the average, and the
+/// source's backlog age.
 ///
 /// ```ignore
-/// flush point 3 of writer 1/2 at 3.0 s: 1200 row(s) read, 1200 acknowledged, 0 skipped, 0 dropped, 0 retries, 0 destination(s) released
+/// flush point 3 of writer 1/2 at 3.0 s: 1200 row(s) read, 1200 acknowledged (400 rows/s since the previous point, 400 rows/s average), 0 skipped, 0 dropped, 0 retries, 0 destination(s) released
 /// ```
-fn flush_point_line(p: &FlushPoint) -> String {
+fn flush_point_line(p: &FlushPoint, (before_at, before_acked): (Duration, u64)) -> String {
     let c = &p.counts;
     let source = p
         .delivery
         .map(|s| {
+            let oldest = s
+                .oldest_unacked
+                .map_or_else(|| "none".to_string(), age_text);
             format!(
-                "; source: {} message(s) read, {} acknowledged, {} nacked",
+                "; source: {} message(s) read, {} acknowledged, {} nacked, oldest unacknowledged {oldest}",
                 s.messages_read, s.messages_acked, s.messages_nacked
             )
         })
         .unwrap_or_default();
+    let since = per_second(
+        c.acknowledged.saturating_sub(before_acked),
+        p.elapsed.saturating_sub(before_at),
+    )
+    .map_or_else(|| "…".to_string(), |r| format!("{}", r.round() as u64));
+    let average = rate(
+        usize::try_from(c.acknowledged).unwrap_or(usize::MAX),
+        p.elapsed,
+    );
     format!(
-        "flush point {} of writer {}/{} at {:.1} s: {} row(s) read, {} acknowledged, {} skipped, {} dropped, {} retries, {} destination(s) released",
+        "flush point {} of writer {}/{} at {:.1} s: {} row(s) read, {} acknowledged ({since} rows/s since the previous point, {average} rows/s average), {} skipped, {} dropped, {} retries, {} destination(s) released",
         p.sequence,
         p.writer + 1,
         p.writers,
@@ -302,6 +406,7 @@ impl LiveProgress {
         let (stop, mut stopped) = oneshot::channel();
         let task = tokio::spawn(async move {
             let started = Instant::now();
+            let mut recent = RecentRate::new(RATE_WINDOW);
             let mut bar: Option<ProgressBar> = None;
             let mut ticker = tokio::time::interval(TICK);
             loop {
@@ -321,7 +426,8 @@ impl LiveProgress {
                     }
                     bar
                 });
-                bar.set_message(counters.live_line(started.elapsed()));
+                let now = recent.record(Instant::now(), counters.acked as u64);
+                bar.set_message(counters.live_line(started.elapsed(), now));
                 bar.tick();
             }
             if let Some(bar) = bar {
@@ -349,6 +455,79 @@ mod tests {
     use datafusion::physical_plan::{DisplayAs, DisplayFormatType};
 
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_current_rate_covers_the_window_not_the_whole_run() {
+        let mut recent = RecentRate::new(Duration::from_secs(10));
+        let start = Instant::now();
+        assert_eq!(recent.record(start, 0), None, "one sample is no rate");
+        // A burst: 1000 rows a second for 5 s.
+        for s in 1..=5 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            assert_eq!(recent.record(Instant::now(), s * 1000), Some(1000.0));
+        }
+        // Then idle for 60 s: the average over the run falls slowly, the current rate is 0
+        // once the burst left the window.
+        for _ in 0..60 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            recent.record(Instant::now(), 5000);
+        }
+        assert_eq!(recent.record(Instant::now(), 5000), Some(0.0));
+        assert_eq!(
+            rate(5000, start.elapsed()),
+            77,
+            "the average still says 77 rows/s"
+        );
+        // Work again: 200 rows a second for 4 s; the window still holds 6 idle seconds.
+        for s in 1..=4 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            recent.record(Instant::now(), 5000 + s * 200);
+        }
+        assert_eq!(recent.record(Instant::now(), 5800), Some(80.0));
+    }
+
+    #[test]
+    fn a_flush_point_line_gives_the_rate_since_the_previous_one_and_the_backlog_age() {
+        let point = FlushPoint {
+            writer: 0,
+            writers: 1,
+            sequence: 2,
+            elapsed: Duration::from_secs(20),
+            rows_read: 1000,
+            counts: crate::core::metrics::WriterCounts {
+                acknowledged: 1000,
+                ..Default::default()
+            },
+            per_destination: Vec::new(),
+            delivery: Some(crate::core::delivery::DeliveryCounts {
+                messages_read: 1000,
+                messages_acked: 1000,
+                oldest_unacked: Some(Duration::from_millis(2500)),
+                ..Default::default()
+            }),
+        };
+        // 900 rows in the first 10 s, 100 in the 10 s since: 10 rows/s now, 50 on average.
+        let line = flush_point_line(&point, (Duration::from_secs(10), 900));
+        assert!(
+            line.contains(
+                "1000 acknowledged (10 rows/s since the previous point, 50 rows/s average)"
+            ),
+            "{line}"
+        );
+        assert!(line.ends_with("oldest unacknowledged 2.5 s"), "{line}");
+        let first = flush_point_line(&point, (Duration::ZERO, 0));
+        assert!(
+            first.contains("(50 rows/s since the previous point, 50 rows/s average)"),
+            "{first}"
+        );
+    }
+
+    #[test]
+    fn backlog_ages_read_in_the_unit_that_fits() {
+        assert_eq!(age_text(Duration::from_millis(800)), "0.8 s");
+        assert_eq!(age_text(Duration::from_secs(42)), "42 s");
+        assert_eq!(age_text(Duration::from_secs(185)), "3 min 5 s");
+    }
 
     #[test]
     fn rate_of_an_instant_statement_is_zero() {

@@ -9,13 +9,17 @@
 //!   Cloud Tasks body), else the row as JSON; the attributes say why (see [`ATTRIBUTES`]). A
 //!   transient status is retried a few times ([`TOPIC_ATTEMPTS`]); any other failure (a
 //!   missing topic included: the topic is never created) fails the statement.
-//! - **Path**: `<path>/<statement>-w<writer>.ndjson`, one JSON line per dead row, through the
-//!   object store the session registered for the URL (`RuntimeEnv`; `file://` is always there).
-//!   The object is a multipart upload opened at the writer's first dead row, written as rows
-//!   come (parts of [`PART_BYTES`], at most [`PARTS_IN_FLIGHT`] uploading, so memory stays
-//!   bounded) and completed when the statement ends. Until then the object does not exist
-//!   under its name: a process that dies mid-statement leaves an incomplete upload (a local
-//!   file store: a `<name>#<n>` staging file next to it; `gs://`, `s3://`: an upload the
+//! - **Path**: `<path>/<statement>-w<writer>-<n>.ndjson` (`n` counts the writer's objects
+//!   from `000000`), one JSON line per dead row, through the object store the session
+//!   registered for the URL (`RuntimeEnv`; `file://` is always there). An object is a multipart
+//!   upload opened at the first dead row after the previous object was completed, written as
+//!   rows come (parts of [`PART_BYTES`], at most [`PARTS_IN_FLIGHT`] uploading, so memory stays
+//!   bounded) and completed at the next flush point ([`DeadLetterSink::roll`]; a source's
+//!   partition also on its own bound) or when the statement ends, whichever comes first: in a
+//!   statement that never ends, its rows are stored (and the messages they came from
+//!   acknowledged) within a flush interval (ADR 0071). Until completed an object does not
+//!   exist under its name: a process that dies mid-statement leaves an incomplete upload (a
+//!   local file store: a `<name>#<n>` staging file next to it; `gs://`, `s3://`: an upload the
 //!   bucket's lifecycle rules clean up), not a half-written object. A statement cancelled by
 //!   dropping its future still completes the object, from a task its dropped writer spawns
 //!   (within one shutdown budget).
@@ -329,17 +333,22 @@ pub async fn open(
                     message: format!("no object store is registered for it: {e}"),
                 })?;
             let folder = url.path().trim_end_matches('/');
-            let name = format!("{folder}/{}-w{}.ndjson", context.statement, context.writer);
-            let location = StorePath::from_url_path(&name).map_err(|e| Error::DeadLetter {
+            let prefix = format!("{folder}/{}-w{}", context.statement, context.writer);
+            // Checked here, so that an unusable name fails before anything is written.
+            object_location(&prefix, 0).map_err(|e| Error::DeadLetter {
                 target: describe.clone(),
                 message: e.to_string(),
             })?;
             Ok(Arc::new(PathSink {
                 store,
-                location,
+                prefix,
                 context,
                 describe,
-                upload: tokio::sync::Mutex::new(Upload::NotStarted),
+                state: tokio::sync::Mutex::new(PathState {
+                    upload: Upload::NotStarted,
+                    objects: 0,
+                    location: None,
+                }),
             }))
         }
     }
@@ -422,30 +431,50 @@ pub fn reasons(context: &DeadLetterContext, row: &DeadRow) -> Vec<(&'static str,
     out
 }
 
-/// Where a dead-letter object stands.
+/// The location of object `n` of a writer whose objects are named `prefix-<n>.ndjson`.
+fn object_location(
+    prefix: &str,
+    n: u64,
+) -> std::result::Result<StorePath, datafusion::object_store::path::Error> {
+    StorePath::from_url_path(format!("{prefix}-{n:06}.ndjson"))
+}
+
+/// Where the current dead-letter object stands.
 enum Upload {
-    /// No dead row yet: no object.
+    /// No dead row since the last completed object: no object open.
     NotStarted,
     /// Being written.
     Writing(WriteMultipart),
-    /// Completed, aborted, or failed (nothing more is written).
+    /// Failed (nothing more is written), or the statement's last object was completed.
     Done,
 }
 
-/// Dead letters written as one NDJSON object per statement and writer.
+/// A path sink's objects: the one being written, and how many were opened.
+struct PathState {
+    upload: Upload,
+    /// Objects opened so far (the next one is numbered by it).
+    objects: u64,
+    /// The object being written.
+    location: Option<StorePath>,
+}
+
+/// Dead letters written as NDJSON objects, one after another for each statement and writer:
+/// each completed at a flush point or at the end.
 struct PathSink {
     store: Arc<dyn ObjectStore>,
-    location: StorePath,
+    /// `<folder>/<statement>-w<writer>`: object `n` is `<prefix>-<n>.ndjson`.
+    prefix: String,
     context: DeadLetterContext,
     describe: String,
-    upload: tokio::sync::Mutex<Upload>,
+    state: tokio::sync::Mutex<PathState>,
 }
 
 impl PathSink {
-    fn error(&self, e: impl std::fmt::Display) -> Error {
+    fn error(&self, location: Option<&StorePath>, e: impl std::fmt::Display) -> Error {
+        let at = location.map_or_else(|| self.prefix.clone(), ToString::to_string);
         Error::DeadLetter {
             target: self.describe.clone(),
-            message: format!("{}: {e}", self.location),
+            message: format!("{at}: {e}"),
         }
     }
 
@@ -474,6 +503,31 @@ impl PathSink {
         line.push(b'\n');
         line
     }
+
+    /// Completes the object being written, if any; `next` is what the state becomes
+    /// ([`Upload::NotStarted`] to go on with a new object, [`Upload::Done`] at the end).
+    async fn complete(&self, next: Upload) -> Result<()> {
+        let mut state = self.state.lock().await;
+        match std::mem::replace(&mut state.upload, Upload::Done) {
+            Upload::Writing(writer) => {
+                let location = state.location.take();
+                writer
+                    .finish()
+                    .await
+                    .map_err(|e| self.error(location.as_ref(), e))?;
+                if let Some(object) = &location {
+                    tracing::info!(%object, "dead letters written");
+                }
+                state.upload = next;
+                Ok(())
+            }
+            Upload::NotStarted => {
+                state.upload = next;
+                Ok(())
+            }
+            Upload::Done => Ok(()),
+        }
+    }
 }
 
 #[async_trait]
@@ -484,38 +538,49 @@ impl DeadLetterSink for PathSink {
 
     async fn write(&self, row: DeadRow) -> Result<()> {
         let line = self.line(row);
-        let mut upload = self.upload.lock().await;
-        if matches!(*upload, Upload::NotStarted) {
+        let mut state = self.state.lock().await;
+        if matches!(state.upload, Upload::NotStarted) {
+            let location =
+                object_location(&self.prefix, state.objects).map_err(|e| self.error(None, e))?;
+            state.objects += 1;
             let started = self
                 .store
-                .put_multipart(&self.location)
+                .put_multipart(&location)
                 .await
-                .map_err(|e| self.error(e))?;
-            *upload = Upload::Writing(WriteMultipart::new_with_chunk_size(started, PART_BYTES));
+                .map_err(|e| self.error(Some(&location), e))?;
+            state.upload =
+                Upload::Writing(WriteMultipart::new_with_chunk_size(started, PART_BYTES));
+            state.location = Some(location);
         }
-        match &mut *upload {
+        let PathState {
+            upload, location, ..
+        } = &mut *state;
+        match upload {
             Upload::Writing(writer) => {
                 if let Err(e) = writer.wait_for_capacity(PARTS_IN_FLIGHT).await {
                     *upload = Upload::Done;
-                    return Err(self.error(e));
+                    return Err(self.error(location.as_ref(), e));
                 }
                 writer.write(&line);
                 Ok(())
             }
-            _ => Err(self.error("the object was already completed or failed")),
+            _ => Err(self.error(
+                location.as_ref(),
+                "the dead letters were already completed, or an earlier write failed",
+            )),
         }
     }
 
+    fn stored_on_write(&self) -> bool {
+        false
+    }
+
+    async fn roll(&self) -> Result<()> {
+        self.complete(Upload::NotStarted).await
+    }
+
     async fn finish(&self) -> Result<()> {
-        let mut upload = self.upload.lock().await;
-        match std::mem::replace(&mut *upload, Upload::Done) {
-            Upload::Writing(writer) => {
-                writer.finish().await.map_err(|e| self.error(e))?;
-                tracing::info!(object = %self.location, "dead letters written");
-                Ok(())
-            }
-            Upload::NotStarted | Upload::Done => Ok(()),
-        }
+        self.complete(Upload::Done).await
     }
 }
 

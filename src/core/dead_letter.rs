@@ -5,10 +5,14 @@
 //! the `drop` policy skips. What the sink is (a Pub/Sub topic, an NDJSON object in a store) is
 //! the connectors' business (`connectors::dead_letter`).
 //!
-//! A row counts as dead-lettered once [`DeadLetterSink::write`] returned `Ok`; a write that
-//! fails fails the statement, and so does a [`DeadLetterSink::finish`] that fails (the rows it
-//! held are then reported as not delivered). A row is delivered, dead-lettered, or reported
-//! undelivered.
+//! A row counts as dead-lettered once it is stored: when [`DeadLetterSink::write`] returned
+//! `Ok` for a sink that stores each row as it is written ([`DeadLetterSink::stored_on_write`],
+//! a topic), else once the object holding it was completed ([`DeadLetterSink::roll`] at a flush
+//! point, [`DeadLetterSink::finish`] at the end). A write that fails fails the statement, and so
+//! does a roll or a finish that fails (the rows written since the last completed object are
+//! then reported as not delivered). A row is delivered, dead-lettered, or reported undelivered;
+//! the input message a dead-lettered row came from is acknowledged only once the row is stored
+//! (ADR 0071).
 
 use std::sync::Arc;
 
@@ -75,12 +79,33 @@ pub trait DeadLetterSink: Send + Sync + 'static {
     /// 'projects/p/topics/t'`).
     fn describe(&self) -> String;
 
-    /// Stores one dead row. `Err` fails the statement (the row then counts as not delivered).
+    /// Stores one dead row (or, when not [`stored_on_write`](Self::stored_on_write), adds it
+    /// to the object being written). `Err` fails the statement (the row then counts as not
+    /// delivered).
     async fn write(&self, row: DeadRow) -> Result<()>;
+
+    /// Whether a row is stored once [`write`](Self::write) returned `Ok` (a topic: each row is
+    /// its own message), or only once the object holding it is completed by
+    /// [`roll`](Self::roll) or [`finish`](Self::finish) (a path). The message a row came from
+    /// is acknowledged only once the row is stored.
+    fn stored_on_write(&self) -> bool {
+        true
+    }
+
+    /// Completes the object written so far, if any, so that every row written until now is
+    /// stored; the next [`write`](Self::write) starts a new object. Called at each flush point
+    /// of the statement (and by a source on its own bound), so that in a statement that never
+    /// ends dead letters are stored, and their messages acknowledged, within a flush interval.
+    /// `Err`: the rows written since the previous roll are not stored, and nothing more is
+    /// written. A sink that stores on write has nothing to complete.
+    async fn roll(&self) -> Result<()> {
+        Ok(())
+    }
 
     /// Completes what [`write`](Self::write) started (an object written as it goes). Called
     /// once, at the end of the statement, whether it succeeded or not. `Err` fails the
-    /// statement, and the rows written before count as not delivered.
+    /// statement, and the rows written since the last [`roll`](Self::roll) count as not
+    /// delivered.
     async fn finish(&self) -> Result<()>;
 }
 

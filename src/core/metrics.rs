@@ -26,6 +26,9 @@ pub mod names {
     pub const SOURCE_MESSAGES_ACKED: &str = "source_messages_acked";
     /// A source's node: messages handed back for another reader (nacked).
     pub const SOURCE_MESSAGES_NACKED: &str = "source_messages_nacked";
+    /// A source's node (a gauge): the age, in milliseconds, of the oldest message it holds
+    /// unacknowledged (0 when it holds none): its backlog age.
+    pub const SOURCE_OLDEST_UNACKED_MS: &str = "source_oldest_unacked_ms";
     /// Records the service acknowledged (delivered or de-duplicated).
     pub const RECORDS_ACKED: &str = "records_acked";
     /// Bytes of the records handed to the service, each record counted once.

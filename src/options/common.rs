@@ -142,7 +142,7 @@ pub static DEAD_LETTER_PATH: OptionSpec = OptionSpec {
     bound: Bound::None,
     cross_rule: "only with `failure_policy = 'dead_letter'`; cannot be combined with `dead_letter_topic`; a `file:///`, `gs://` or `s3://` URL whose store the session has registered",
     example: "file:///var/lib/pipeline/dead",
-    description: "The folder the `dead_letter` policy writes undeliverable rows to: one NDJSON object per statement and writer, `<path>/<statement>-w<writer>.ndjson`, created at the writer's first dead row and completed at the end of the statement (written as it goes, in parts). Each line holds `connector`, `destination`, `table`, `error_class`, `status_code`, `error_message`, `attempts`, `timestamp`, the `payload` (as text, or `payload_base64`) and the `row` as a JSON object.",
+    description: "The folder the `dead_letter` policy writes undeliverable rows to: NDJSON objects per statement and writer, `<path>/<statement>-w<writer>-<n>.ndjson` (`n` from `000000`), each created at the first dead row after the previous one was completed, written as it goes (in parts), and completed at the next flush point (`flush_interval`, `flush_rows`) or at the end of the statement: a source message whose row is dead-lettered is acknowledged only once that object is complete (a subscription source also completes its own object once the oldest message in it was held for half of `max_lease_duration`). Each line holds `connector`, `destination`, `table`, `error_class`, `status_code`, `error_message`, `attempts`, `timestamp`, the `payload` (as text, or `payload_base64`) and the `row` as a JSON object.",
     redact: Redact::None,
 };
 

@@ -40,6 +40,7 @@ pub mod common;
 mod connection;
 pub mod docs;
 pub mod event_time;
+pub mod expand;
 pub mod names;
 pub mod payload;
 pub mod schema_types;

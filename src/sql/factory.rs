@@ -13,7 +13,8 @@ use crate::connectors;
 use crate::connectors::ConnectorKind;
 use crate::connectors::{catalog, registry};
 use crate::error::{Error, Result};
-use crate::options::{ConnectionOptions, DefaultValue, OptionSpec, RawOptions, common};
+use crate::options::expand::{Expanded, expand_options};
+use crate::options::{ConnectionOptions, DefaultValue, EnvLookup, OptionSpec, RawOptions, common};
 
 use super::spec::SinkSpec;
 use super::table::SinkTable;
@@ -54,25 +55,34 @@ impl ConnectorTableFactory {
 
     /// The table `cmd` declares: the connector's source table when the declaration names a
     /// source, else its sink table.
+    ///
+    /// `${NAME}` in an option value is expanded from the process environment first
+    /// ([`crate::options::expand`]); the declaration a sink keeps for display holds the values
+    /// as written, and an error about an expanded value names its variable instead.
     pub fn create_table(&self, cmd: &CreateExternalTable) -> Result<Arc<dyn TableProvider>> {
-        let (location, raw) = declared(cmd)?;
-        match self.kind.source_declared(location, &raw) {
+        let declared = declared(cmd, &ConnectionOptions::process_env)?;
+        let (location, raw) = (declared.location, &declared.expanded);
+        match self.kind.source_declared(location, raw) {
             Some(source) => {
                 let schema = Arc::new(cmd.schema.as_arrow().clone());
-                (source.declare)(&cmd.name.to_string(), schema, location, &raw)
+                (source.declare)(&cmd.name.to_string(), schema, location, raw)
+                    .map_err(|e| declared.substituted.scrub(e))
             }
-            None => Ok(Arc::new(self.create_sink(cmd)?)),
+            None => Ok(Arc::new(
+                self.create_sink(cmd, &declared)
+                    .map_err(|e| declared.substituted.scrub(e))?,
+            )),
         }
     }
 
-    fn create_sink(&self, cmd: &CreateExternalTable) -> Result<SinkTable> {
+    fn create_sink(&self, cmd: &CreateExternalTable, declared: &Declared<'_>) -> Result<SinkTable> {
         // DataFusion hands the options over as a map, in which `k` and `format.k` may already
         // have collapsed into one entry (the last one wins). Statements that go through
         // `crate::sql` are checked for that before planning (`check_raw_option_names`); the
         // statement text in `cmd.definition` does not carry the options, so it cannot help here.
         // The names, types and bounds are checked once, by the connector's `from_raw` that
         // `build_sink` calls.
-        let (location, raw) = declared(cmd)?;
+        let location = declared.location;
         let schema = Arc::new(cmd.schema.as_arrow().clone());
         // The spec keeps what the declaration resolved (the emulator variable included), so
         // that a cluster's executors rebuild the same sink (`crate::cluster`).
@@ -81,11 +91,11 @@ impl ConnectorTableFactory {
             self.kind,
             schema,
             location,
-            &raw,
+            &declared.expanded,
             &ConnectionOptions::process_env,
         )?;
         Ok(SinkTable::new(cmd.name.to_string(), sink)
-            .with_declaration(SinkDeclaration::new(self.kind, location, &raw))
+            .with_declaration(SinkDeclaration::new(self.kind, location, &declared.written))
             .with_spec(spec))
     }
 }
@@ -260,16 +270,45 @@ impl TableProviderFactory for ConnectorTableFactory {
     }
 }
 
-/// The `LOCATION` (`None` when empty) and the options of a `CREATE EXTERNAL TABLE`.
-fn declared(cmd: &CreateExternalTable) -> Result<(Option<&str>, RawOptions)> {
-    let pairs = cmd.options.iter().map(|(k, v)| (k.clone(), v.clone()));
-    let raw = RawOptions::from_pairs(pairs.collect::<Vec<_>>())?;
+/// What a `CREATE EXTERNAL TABLE` declares: its `LOCATION` (`None` when empty) and its
+/// options, as written and with `${NAME}` expanded.
+struct Declared<'a> {
+    location: Option<&'a str>,
+    /// The options as written (`${NAME}` kept): what a declaration shows.
+    written: RawOptions,
+    /// The options the connector reads.
+    expanded: RawOptions,
+    /// What came from the environment, to keep it out of errors.
+    substituted: Expanded,
+}
+
+/// The `LOCATION` and the options of a `CREATE EXTERNAL TABLE`, expanded through `env`.
+fn declared<'a>(cmd: &'a CreateExternalTable, env: EnvLookup<'_>) -> Result<Declared<'a>> {
+    let pairs: Vec<(String, String)> = cmd
+        .options
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let written = RawOptions::from_pairs(pairs)?;
+    // Expanded under the normalised names, so that an error names the option as written in
+    // `WITH` (DataFusion prefixes `OPTIONS` keys with `format.`).
+    let pairs = written
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let (pairs, substituted) = expand_options(pairs, env)?;
+    let expanded = RawOptions::from_pairs(pairs)?;
     let location = cmd
         .locations
         .first()
         .map(String::as_str)
         .filter(|l| !l.is_empty());
-    Ok((location, raw))
+    Ok(Declared {
+        location,
+        written,
+        expanded,
+        substituted,
+    })
 }
 
 fn value_text(v: &Value) -> String {
@@ -298,14 +337,17 @@ pub(crate) fn check_raw_option_names(
     };
     let raw = RawOptions::from_pairs(options.iter().map(|(k, v)| (k.clone(), value_text(v))))?;
     if factory_skipped {
-        match kind.source_declared(None, &raw) {
-            Some(source) => {
-                kind.parse_options_of((source.options)(), &raw)?;
-            }
-            None => {
-                connectors::catalog::parse_options(kind, &raw)?;
-            }
-        }
+        let pairs: Vec<(String, String)> = raw
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (pairs, substituted) = expand_options(pairs, &ConnectionOptions::process_env)?;
+        let raw = RawOptions::from_pairs(pairs)?;
+        let checked = match kind.source_declared(None, &raw) {
+            Some(source) => kind.parse_options_of((source.options)(), &raw).map(|_| ()),
+            None => connectors::catalog::parse_options(kind, &raw).map(|_| ()),
+        };
+        checked.map_err(|e| substituted.scrub(e))?;
     }
     Ok(())
 }

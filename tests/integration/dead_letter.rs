@@ -400,7 +400,7 @@ async fn an_entry_the_service_refuses_in_a_batch_is_isolated_then_dead_lettered(
 
     let (files, lines) = dead_letter_lines(dir.path());
     assert_eq!(files.len(), 1);
-    assert!(files[0].ends_with("-w0.ndjson"), "{files:?}");
+    assert!(files[0].ends_with("-w0-000000.ndjson"), "{files:?}");
     assert_eq!(lines.len(), 1);
     let line = &lines[0];
     assert_eq!(text(line, "connector"), "bigtable");

@@ -23,6 +23,7 @@
 //! | [`cli`] | the `gcp-sql` binary as a process |
 //! | [`cli_shell`] | the `gcp-sql` shell: `SHOW TABLES`, `\d`, result formats, log colours |
 //! | [`quickstart`] | `sql/quickstart.sql` on `--emulators`, and the inspection functions it reads back with |
+//! | [`env_options`] | `${NAME}` in option values through the `gcp-sql` binary: expanded, escaped, unset, never echoed |
 //! | [`redaction`] | the `gcp-sql` binary's logs and errors carry no row value (a fake Cloud Tasks) |
 //! | [`errors_help`] | errors that help: a sink whose emulator address refuses, the Pub/Sub inspection functions on a large backlog |
 //! | [`first_hour`] | what a new user meets first: `gcp-sql emulators`, errors printed once, a closed pipe, hints |
@@ -69,6 +70,9 @@ mod cloud_tasks_sink;
 mod dead_letter;
 mod docs_examples;
 mod emulator_smoke;
+// Runs the `gcp-sql` binary: `${NAME}` in option values.
+#[cfg(feature = "cli")]
+mod env_options;
 mod errors_help;
 mod failure_counts;
 mod first_hour;

@@ -1018,3 +1018,195 @@ async fn a_union_of_two_subscriptions_lands_both_and_flush_points_carry_the_coun
     assert!(a.left_over_after_deadline().await.is_empty());
     assert!(b.pull_now().await.is_empty());
 }
+
+/// The complete dead-letter objects in `dir` (a local `dead_letter_path`), read as a reader of
+/// the folder would: their names, and every line parsed as a JSON object. An object still
+/// being written is a staging file whose name does not end in `.ndjson`; it is left out.
+fn complete_dead_letters(
+    dir: &std::path::Path,
+) -> (Vec<String>, Vec<serde_json::Map<String, serde_json::Value>>) {
+    let mut names = Vec::new();
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read the dead-letter folder") {
+        let path = entry.expect("an entry").path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".ndjson") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("read a dead-letter object");
+        for line in text.lines() {
+            match serde_json::from_str(line).expect("a JSON line") {
+                serde_json::Value::Object(object) => lines.push(object),
+                other => panic!("not an object: {other}"),
+            }
+        }
+        names.push(name);
+    }
+    names.sort();
+    (names, lines)
+}
+
+/// A pipeline that never ends (no `stop_after_idle`), reading a subscription whose undecodable
+/// message goes to a `dead_letter_path` folder, with a short `max_lease_duration`. The
+/// dead-letter object is completed at the sink's flush points, so while the pipeline still
+/// runs, past `max_lease_duration`, the dead letter is readable in the folder and its message
+/// was acknowledged: no lease lapsed, nothing was delivered twice. (Before ADR 0071 the object
+/// was completed only when the statement ended: the message was held until its lease lapsed,
+/// then delivered again and dead-lettered a second time.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_that_never_ends_stores_its_dead_letters_and_acknowledges_them_at_flush_points()
+{
+    const MAX_LEASE: Duration = Duration::from_secs(10);
+    let f = Fixture::new("src-dl-live").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (out_topic, out_subscription) = PubSubAdmin::connect()
+        .await
+        .topic_with_subscription("source-tests", "src-dl-live-out", false)
+        .await;
+    let ids = f.publish(bad_batch()).await;
+    let control = gcp_sql::sql::StatementControl::new();
+    let ctx = gcp_sql::sql::new_context_with_control(&control);
+    let statements = format!(
+        "CREATE TABLE numbers_in (n BIGINT) WITH (connector = 'pubsub', \
+           subscription = '{}', emulator_host = '{host}', format = 'json', \
+           ack_deadline = '10s', max_lease_duration = '{}s', \
+           failure_policy = 'dead_letter', dead_letter_path = 'file://{}');
+         CREATE TABLE numbers_out (n BIGINT) WITH (connector = 'pubsub', \
+           topic = '{out_topic}', emulator_host = '{host}', flush_interval = '1s');
+         INSERT INTO numbers_out SELECT n FROM numbers_in",
+        f.subscription,
+        MAX_LEASE.as_secs(),
+        dir.path().display(),
+        host = f.host
+    );
+    let running = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move { gcp_sql::sql::run(&ctx, &statements).await })
+    };
+    // Past the longest lease, and one stream ack deadline more: a message still held by then
+    // had its lease lapse and was delivered again.
+    tokio::time::sleep(MAX_LEASE + ACK_DEADLINE).await;
+    assert!(!running.is_finished(), "the INSERT reads until stopped");
+    let source = ctx.table_provider("numbers_in").await.unwrap();
+    let source = source
+        .downcast_ref::<PubSubSourceTable>()
+        .expect("a source table");
+    let live = source.handles()[0].counts();
+    let (names, lines) = complete_dead_letters(dir.path());
+    control.stop(gcp_sql::core::StopKind::Drain, "test stop");
+    let out = running.await.unwrap().expect("a drained INSERT");
+    let delivered = out[0]
+        .column(0)
+        .as_primitive::<arrow::datatypes::UInt64Type>()
+        .value(0);
+    // While the pipeline ran: the dead letter was stored in a complete object, and every
+    // message, the undecodable one too, was acknowledged once, none of them redelivered.
+    assert_eq!(live.leases_expired, 0, "{live:?}");
+    assert_eq!(
+        live.messages_read, 3,
+        "nothing was delivered twice: {live:?}"
+    );
+    assert_eq!(live.messages_dead_lettered, 1, "{live:?}");
+    assert_eq!(live.messages_acked, 3, "{live:?}");
+    assert_eq!(lines.len(), 1, "{names:?} {lines:?}");
+    assert_eq!(lines[0]["row"]["message_id"], ids[1].as_str(), "{lines:?}");
+    assert_eq!(lines[0]["payload"], r#"{"n": "private-value"}"#);
+    assert_eq!(lines[0]["error_class"], "encoding");
+    // After the stop: the two good rows landed, and nothing more was dead-lettered.
+    assert_eq!(delivered, 2);
+    let landed = PubSubAdmin::connect()
+        .await
+        .pull_all(&out_subscription, 2)
+        .await;
+    assert_eq!(landed.len(), 2);
+    let (_, after) = complete_dead_letters(dir.path());
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert!(
+        f.left_over_after_deadline().await.is_empty(),
+        "every message was acknowledged"
+    );
+}
+
+/// The sink side of the same pipeline that never ends: a row the Bigtable sink refuses (a NULL
+/// row key) goes to the sink's `dead_letter_path`, and its source message is acknowledged only
+/// once that dead letter is stored in a complete object, which the sink's flush points make:
+/// while the pipeline still runs, past `max_lease_duration`, every message is acknowledged and
+/// the dead letter is readable. (Before ADR 0071 the message was acknowledged as soon as the row
+/// was handed to the unfinished upload, with no complete object in the folder.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sinks_dead_letter_is_stored_before_its_message_is_acknowledged_mid_run() {
+    const MAX_LEASE: Duration = Duration::from_secs(10);
+    let f = Fixture::new("src-sdl-live").await;
+    let dir = tempfile::tempdir().unwrap();
+    let bt = crate::support::bigtable::Bigtable::connect().await;
+    let table = crate::support::bigtable::Bigtable::table_name("src-sdl-live");
+    bt.create_table(&table, &["c"]).await;
+    f.publish(clicks(50)).await;
+    let control = gcp_sql::sql::StatementControl::new();
+    let ctx = gcp_sql::sql::new_context_with_control(&control);
+    let path = format!("file://{}", dir.path().display());
+    let statements = format!(
+        "CREATE TABLE clicks_in (id BIGINT, url VARCHAR) WITH (connector = 'pubsub', \
+           subscription = '{}', emulator_host = '{}', format = 'json', ack_deadline = '10s', \
+           max_lease_duration = '{}s');
+         {};
+         INSERT INTO out SELECT CASE WHEN id = 17 THEN NULL ELSE CAST(id AS VARCHAR) END, url \
+         FROM clicks_in",
+        f.subscription,
+        f.host,
+        MAX_LEASE.as_secs(),
+        bt.create_sql(
+            "out",
+            "id VARCHAR, url VARCHAR",
+            &table,
+            &[
+                ("row_key", "id"),
+                ("column_family", "c"),
+                ("failure_policy", "dead_letter"),
+                ("dead_letter_path", &path),
+                ("flush_interval", "1s"),
+            ]
+        ),
+    );
+    let running = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move { gcp_sql::sql::run(&ctx, &statements).await })
+    };
+    tokio::time::sleep(MAX_LEASE + ACK_DEADLINE).await;
+    assert!(!running.is_finished(), "the INSERT reads until stopped");
+    let source = ctx.table_provider("clicks_in").await.unwrap();
+    let source = source
+        .downcast_ref::<PubSubSourceTable>()
+        .expect("a source table");
+    // The counts first, the folder after: a message acknowledged by then had its dead letter
+    // stored before.
+    let live = source.handles()[0].counts();
+    let (names, lines) = complete_dead_letters(dir.path());
+    control.stop(gcp_sql::core::StopKind::Drain, "test stop");
+    let out = running.await.unwrap().expect("a drained INSERT");
+    assert_eq!(
+        out[0]
+            .column(0)
+            .as_primitive::<arrow::datatypes::UInt64Type>()
+            .value(0),
+        49
+    );
+    assert_eq!(live.leases_expired, 0, "{live:?}");
+    assert_eq!(
+        live.messages_read, 50,
+        "nothing was delivered twice: {live:?}"
+    );
+    assert_eq!(live.messages_acked, 50, "{live:?}");
+    assert_eq!(
+        lines.len(),
+        1,
+        "the refused row's dead letter, complete: {names:?}"
+    );
+    assert_eq!(lines[0]["error_class"], "encoding");
+    assert_eq!(lines[0]["row"]["url"], "/p/17", "{lines:?}");
+    assert_eq!(bt.read(&table).await.len(), 49);
+    assert!(
+        f.left_over_after_deadline().await.is_empty(),
+        "every message was acknowledged"
+    );
+}

@@ -139,6 +139,15 @@ impl<I: DeliveryId> Outstanding<I> {
         self.len() == 0
     }
 
+    /// When the oldest id held was received (`None` when nothing is held).
+    pub fn oldest(&self) -> Option<Instant> {
+        self.lock()
+            .messages
+            .values()
+            .map(|held| held.received)
+            .min()
+    }
+
     /// Data bytes held in flight.
     pub fn bytes(&self) -> u64 {
         self.lock().bytes
@@ -249,6 +258,21 @@ mod tests {
         o.add("c".to_string(), 10);
         o.add("d".to_string(), 10);
         assert!(!o.has_room(), "two in flight again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_oldest_held_id_is_the_one_received_first_until_it_is_settled() {
+        let o = Outstanding::<String>::new(10, 100);
+        assert_eq!(o.oldest(), None);
+        let first = Instant::now();
+        o.add("a".to_string(), 1);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        o.add("b".to_string(), 1);
+        assert_eq!(o.oldest(), Some(first));
+        o.remove(&["a".to_string()]);
+        assert_eq!(o.oldest(), Some(first + Duration::from_secs(5)));
+        o.remove(&["b".to_string()]);
+        assert_eq!(o.oldest(), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -145,6 +145,12 @@ pub trait DeliveryInput: Debug + Send + Sync {
     fn clock(&self) -> Option<Arc<EventClock>> {
         None
     }
+
+    /// The writer made a flush point: an input that holds things of its own until something
+    /// is completed (a source whose dead letters go to an object) completes it, so that what
+    /// it holds is acknowledged within a flush interval. Called from the writer's task: it
+    /// only signals the input, which acts when next polled or while it waits for input.
+    fn flush_point(&self) {}
 }
 
 /// How far one input partition has read in event time: the greatest event time of the rows it
@@ -210,6 +216,10 @@ pub struct DeliveryCounts {
     pub reconnects: u64,
     /// Messages held now by a node that waits for a window to close (a gauge).
     pub messages_held: u64,
+    /// How long ago the oldest message the input holds unacknowledged (read, not yet
+    /// acknowledged or nacked, its lease not lapsed) was received: the input's backlog age.
+    /// `None` when it holds none (or does not say).
+    pub oldest_unacked: Option<std::time::Duration>,
 }
 
 /// The live counters of one input (all partitions); [`DeliveryCounters::snapshot`] reads them.
@@ -254,8 +264,21 @@ impl DeliveryCounters {
             leases_expired: get(&self.lease_expired),
             reconnects: get(&self.reconnects),
             messages_held: get(&self.held),
+            oldest_unacked: None,
         }
     }
+}
+
+/// The age of the oldest id any of `partitions` holds ([`lease::Outstanding::oldest`]), for
+/// [`DeliveryCounts::oldest_unacked`].
+pub fn oldest_unacked<'a, I: DeliveryId>(
+    partitions: impl IntoIterator<Item = &'a lease::Outstanding<I>>,
+) -> Option<std::time::Duration> {
+    partitions
+        .into_iter()
+        .filter_map(lease::Outstanding::oldest)
+        .min()
+        .map(|oldest| oldest.elapsed())
 }
 
 /// Settles every row of `handles` that has a handle, one call per run of rows sharing one.
@@ -360,6 +383,28 @@ pub(crate) mod tests {
             assert!(d.is_positive(), "{d:?}");
         }
         assert!(!Delivery::Failed.is_positive());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_backlog_age_is_that_of_the_oldest_id_of_any_partition() {
+        let (a, b) = (
+            lease::Outstanding::<u32>::new(10, 100),
+            lease::Outstanding::<u32>::new(10, 100),
+        );
+        assert_eq!(oldest_unacked([&a, &b]), None);
+        b.add(1, 1);
+        tokio::time::advance(std::time::Duration::from_secs(3)).await;
+        a.add(2, 1);
+        tokio::time::advance(std::time::Duration::from_secs(4)).await;
+        assert_eq!(
+            oldest_unacked([&a, &b]),
+            Some(std::time::Duration::from_secs(7))
+        );
+        b.remove(&[1]);
+        assert_eq!(
+            oldest_unacked([&a, &b]),
+            Some(std::time::Duration::from_secs(4))
+        );
     }
 
     #[test]

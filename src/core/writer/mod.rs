@@ -45,6 +45,7 @@ use super::admission::Gate;
 use super::batch::Item;
 use super::breaker::Breaker;
 use super::dead_letter::{DeadClass, DeadLetters, DeadPayload, DeadRow};
+use super::delivery::{Delivery, DeliveryHandle, settle_all};
 use super::metrics::SinkMetrics;
 use super::pool::{self, Pool};
 use super::progress::Progress;
@@ -105,11 +106,28 @@ struct Shared<T: Transport> {
     /// Rows the encoder rejected whose dead-letter write failed (never admitted, but neither
     /// delivered nor dead-lettered: counted as not delivered).
     encoding_undelivered: AtomicU64,
-    /// Set when finishing the dead-letter sink failed: the rows it held were not stored, and
-    /// count as not delivered.
-    dead_letters_lost: AtomicBool,
+    /// Which dead-lettered rows are stored, and the delivery handles of those not yet stored.
+    dead_book: Mutex<DeadBook>,
     /// Set once the dead-letter sink was asked to finish (a dropped writer asks otherwise).
     dead_letters_finished: AtomicBool,
+}
+
+/// The dead-lettered rows of a writer whose dead-letter sink stores them only when it
+/// completes an object ([`crate::core::DeadLetterSink::stored_on_write`] is false): the
+/// delivery handles of the rows written since the last completed object, settled once it is
+/// completed, and the counts of rows whose object failed.
+#[derive(Default)]
+struct DeadBook {
+    /// Handles of rows written to the object being written, one entry per row.
+    held: Vec<Arc<dyn DeliveryHandle>>,
+    /// `Shared::dead_lettered` when the last object was completed.
+    stored_admitted: u64,
+    /// `Shared::encoding_dead_lettered` when the last object was completed.
+    stored_encoding: u64,
+    /// Admitted records written to an object that failed to complete: not stored.
+    lost_admitted: u64,
+    /// Rows the encoder rejected written to an object that failed to complete: not stored.
+    lost_encoding: u64,
 }
 
 /// Whether two destinations are the same (the pointer test first: records of one batch usually
@@ -196,7 +214,7 @@ impl<T: Transport> FlowWriter<T> {
             dead_lettered: AtomicU64::new(0),
             encoding_dead_lettered: AtomicU64::new(0),
             encoding_undelivered: AtomicU64::new(0),
-            dead_letters_lost: AtomicBool::new(false),
+            dead_book: Mutex::default(),
             dead_letters_finished: AtomicBool::new(false),
             config,
         };
@@ -325,46 +343,60 @@ impl<T: Transport> FlowWriter<T> {
         }
     }
 
-    /// Completes the dead-letter sink (an object written as it goes is completed here), once,
-    /// at the end of the statement, whether it failed or not, within one shutdown budget.
-    /// When that fails (or overruns the budget), the rows it
-    /// held were not stored: they count as not delivered (and no longer as dead-lettered), the
-    /// writer is failed and the error returned.
-    pub async fn finish_dead_letters(&mut self) -> Result<()> {
-        let Some(dead_letters) = &self.shared.dead_letters else {
-            return Ok(());
-        };
-        self.shared
-            .dead_letters_finished
-            .store(true, Ordering::Release);
-        let budget = self.shared.config.shutdown_timeout;
-        let finished = match tokio::time::timeout(budget, dead_letters.sink.finish()).await {
-            Ok(finished) => finished,
-            Err(_) => Err(Error::DeadLetter {
-                target: dead_letters.sink.describe(),
-                message: format!(
-                    "completing it took longer than the shutdown budget of {budget:?} ('{}')",
-                    self.shared.config.shutdown_option
-                ),
-            }),
-        };
-        match finished {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                self.shared.dead_letters_lost.store(true, Ordering::Release);
-                Err(self.shared.failed(e))
+    /// How a row the failure policy took (an encoder rejection under `drop` or `dead_letter`)
+    /// settles its delivery handle: dropped at once; dead-lettered once its dead letter is
+    /// stored (at once for a sink that stores on write, else when its object is completed).
+    pub(crate) fn settle_taken(&self, handle: Option<&Arc<dyn DeliveryHandle>>) {
+        match self.policy_outcome() {
+            Delivery::DeadLettered => self.shared.settle_dead_lettered(handle),
+            how => {
+                if let Some(handle) = handle {
+                    handle.settle(1, how);
+                }
             }
         }
     }
 
-    /// Rows handed to the dead-letter sink and stored there: admitted records the service
-    /// refused and rows the encoder rejected (0 once finishing the sink failed).
+    /// Completes the dead-letter object written so far (a flush point): the rows in it are
+    /// stored, and their delivery handles settled as dead-lettered. Within one shutdown
+    /// budget; when that fails, the rows written since the last completed object count as not
+    /// delivered, the writer is failed and the error returned.
+    pub async fn roll_dead_letters(&mut self) -> Result<()> {
+        if self.shared.dead_letters.is_none() {
+            return Ok(());
+        }
+        self.shared
+            .commit_dead_letters(false)
+            .await
+            .map_err(|e| self.shared.failed(e))
+    }
+
+    /// Completes the dead-letter sink (an object written as it goes is completed here), once,
+    /// at the end of the statement, whether it failed or not, within one shutdown budget.
+    /// When that fails (or overruns the budget), the rows written since the last completed
+    /// object were not stored: they count as not delivered (and no longer as dead-lettered),
+    /// the writer is failed and the error returned.
+    pub async fn finish_dead_letters(&mut self) -> Result<()> {
+        if self.shared.dead_letters.is_none() {
+            return Ok(());
+        }
+        self.shared
+            .dead_letters_finished
+            .store(true, Ordering::Release);
+        self.shared
+            .commit_dead_letters(true)
+            .await
+            .map_err(|e| self.shared.failed(e))
+    }
+
+    /// Rows handed to the dead-letter sink and stored there (or still being written to the
+    /// object a later flush point or the end completes): admitted records the service refused
+    /// and rows the encoder rejected, less those whose object failed to complete.
     pub fn dead_lettered(&self) -> u64 {
         let s = &self.shared;
-        if s.dead_letters_lost.load(Ordering::Acquire) {
-            return 0;
-        }
-        s.dead_lettered.load(Ordering::Relaxed) + s.encoding_dead_lettered.load(Ordering::Relaxed)
+        let book = lock(&s.dead_book);
+        (s.dead_lettered.load(Ordering::Relaxed) + s.encoding_dead_lettered.load(Ordering::Relaxed))
+            .saturating_sub(book.lost_admitted + book.lost_encoding)
     }
 
     /// Sends every open batch and waits until nothing admitted is unresolved (under the
@@ -448,11 +480,9 @@ impl<T: Transport> FlowWriter<T> {
             .saturating_sub(load(&s.dropped))
             .saturating_sub(load(&s.refused))
             + load(&s.encoding_undelivered);
-        if s.dead_letters_lost.load(Ordering::Acquire) {
-            admitted + load(&s.encoding_dead_lettered)
-        } else {
-            admitted.saturating_sub(load(&s.dead_lettered))
-        }
+        let book = lock(&s.dead_book);
+        admitted.saturating_sub(load(&s.dead_lettered).saturating_sub(book.lost_admitted))
+            + book.lost_encoding
     }
 
     /// The writer's metrics.
@@ -507,9 +537,10 @@ impl<T: Transport> Drop for FlowWriter<T> {
             {
                 let sink = dead_letters.sink.clone();
                 let budget = self.shared.config.shutdown_timeout;
+                let held = std::mem::take(&mut lock(&self.shared.dead_book).held);
                 handle.spawn(async move {
                     match tokio::time::timeout(budget, sink.finish()).await {
-                        Ok(Ok(())) => {}
+                        Ok(Ok(())) => settle_all(held.iter().map(Some), Delivery::DeadLettered),
                         Ok(Err(error)) => {
                             tracing::warn!(%error, "completing the dead letters of a dropped writer");
                         }
@@ -637,6 +668,59 @@ impl<T: Transport> Shared<T> {
                           (dead_letter_topic or dead_letter_path)"
                     .into(),
             }),
+        }
+    }
+
+    /// A row was dead-lettered: its delivery handle, if any, is settled once the row is stored
+    /// (now, for a sink that stores on write; else when its object is completed).
+    fn settle_dead_lettered(&self, handle: Option<&Arc<dyn DeliveryHandle>>) {
+        let Some(handle) = handle else { return };
+        match &self.dead_letters {
+            Some(d) if !d.sink.stored_on_write() => lock(&self.dead_book).held.push(handle.clone()),
+            _ => handle.settle(1, Delivery::DeadLettered),
+        }
+    }
+
+    /// Completes the dead-letter sink's object (`finish`: for the last time), within one
+    /// shutdown budget. Then the rows written so far are stored and their handles settled; on
+    /// failure the rows written since the last completed object are counted as lost (never
+    /// settled) and the error returned.
+    async fn commit_dead_letters(&self, finish: bool) -> Result<()> {
+        let Some(dead_letters) = &self.dead_letters else {
+            return Ok(());
+        };
+        let budget = self.config.shutdown_timeout;
+        let sink = &dead_letters.sink;
+        let done = if finish { sink.finish() } else { sink.roll() };
+        let done = match tokio::time::timeout(budget, done).await {
+            Ok(done) => done,
+            Err(_) => Err(Error::DeadLetter {
+                target: sink.describe(),
+                message: format!(
+                    "completing it took longer than the shutdown budget of {budget:?} ('{}')",
+                    self.config.shutdown_option
+                ),
+            }),
+        };
+        let admitted = self.dead_lettered.load(Ordering::Relaxed);
+        let encoding = self.encoding_dead_lettered.load(Ordering::Relaxed);
+        let mut book = lock(&self.dead_book);
+        let held = std::mem::take(&mut book.held);
+        match done {
+            Ok(()) => {
+                book.stored_admitted = admitted;
+                book.stored_encoding = encoding;
+                drop(book);
+                settle_all(held.iter().map(Some), Delivery::DeadLettered);
+                Ok(())
+            }
+            Err(e) => {
+                book.lost_admitted += admitted.saturating_sub(book.stored_admitted);
+                book.lost_encoding += encoding.saturating_sub(book.stored_encoding);
+                book.stored_admitted = admitted;
+                book.stored_encoding = encoding;
+                Err(e)
+            }
         }
     }
 

@@ -322,7 +322,8 @@ impl<T: Transport> Shared<T> {
     /// (the record as the connector renders it) to the dead-letter sink first (a write that
     /// fails is the error, and the record counts as not delivered), then counts it as
     /// dead-lettered and feeds the same breaker. The record's delivery handle, if any, is settled as
-    /// dropped or dead-lettered once that is done (never under `fail`).
+    /// dropped once that is done, or as dead-lettered once its dead letter is stored (never
+    /// under `fail`).
     async fn confirmed_rejection(
         &self,
         destination: &Destination,
@@ -360,9 +361,7 @@ impl<T: Transport> Shared<T> {
                     data: dead.unwrap_or_default(),
                 };
                 self.dead_letter(row).await?;
-                if let Some(handle) = handle {
-                    handle.settle(1, Delivery::DeadLettered);
-                }
+                self.settle_dead_lettered(handle);
                 self.metrics.rejected_and_dead_lettered();
                 self.dead_lettered.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%destination, code = code_name(status.code()), message = status.message(), "dead-lettered a rejected record");

@@ -29,8 +29,10 @@ pub type SourceRow = fn(&RecordBatch, usize) -> DeadPayload;
 /// the release of the clients), is returned as one [`Error::Incomplete`] carrying both counts.
 ///
 /// Flush points (`flush`): at each one the writer sends every open batch, waits until every
-/// row it admitted is resolved, releases idle destinations, and reports a [`FlushPoint`] (a log
-/// line, and `ctx.observer`). Input is not read meanwhile.
+/// row it admitted is resolved, releases idle destinations, completes its dead-letter object
+/// (so the messages of its rows may be acknowledged), tells its input (which completes its
+/// own), and reports a [`FlushPoint`] (a log line, and `ctx.observer`). Input is not read
+/// meanwhile.
 ///
 /// The statement's stop request (`ctx.stop`, see [`StopKind`]) is watched while waiting for
 /// input and while writing:
@@ -145,9 +147,7 @@ where
                         writer
                             .reject_encoded(rejected, || source_row(&batch, row))
                             .await?;
-                        if let Some(handle) = &handle {
-                            handle.settle(1, writer.policy_outcome());
-                        }
+                        writer.settle_taken(handle.as_ref());
                     }
                 }
             }
@@ -265,6 +265,12 @@ async fn flush_point<T: Transport>(
     // flush returns.
     let elapsed = started.elapsed();
     writer.flush().await?;
+    // Every dead letter written until now is stored, and the messages of its rows may be
+    // acknowledged; the input completes what it holds of its own too (ADR 0071).
+    writer.roll_dead_letters().await?;
+    if let Some(input) = &ctx.delivery {
+        input.flush_point();
+    }
     *sequence += 1;
     writer.metrics().flush_point();
     let point = FlushPoint {

@@ -132,6 +132,8 @@ struct Run {
     keeper: Mutex<Option<JoinHandle<()>>>,
     counters: WindowCounters,
     source: String,
+    /// The writer made a flush point: complete the late rows' dead-letter object.
+    flush: AtomicBool,
 }
 
 impl Run {
@@ -310,6 +312,15 @@ impl DeliveryInput for WindowInput {
     fn describe(&self) -> String {
         format!("windows over {}", self.run.source)
     }
+
+    fn flush_point(&self) {
+        // The late rows' dead letters are completed when the node is next polled; the
+        // source completes its own.
+        self.run.flush.store(true, Ordering::SeqCst);
+        for input in &self.run.inputs {
+            input.flush_point();
+        }
+    }
 }
 
 /// What a windowed aggregate computes, from what, and where its progress goes.
@@ -364,6 +375,7 @@ impl WindowAggregateExec {
             keeper: Mutex::new(None),
             counters: WindowCounters::default(),
             source: query.source.describe.clone(),
+            flush: AtomicBool::new(false),
         });
         Ok(WindowAggregateExec {
             input,
@@ -643,6 +655,13 @@ impl Driver {
         if let Some(t) = self.last.take() {
             t.seal();
         }
+        if self.run.flush.swap(false, Ordering::SeqCst)
+            && !self.dead_lettered.is_empty()
+            && let Err(e) = self.complete_dead_letters(false).await
+        {
+            self.finish();
+            return Some(Err(e.into()));
+        }
         if let Some(marker) = self.marker.take()
             && let Err(e) = self.start(marker).await
         {
@@ -665,7 +684,7 @@ impl Driver {
                 return Some(Ok(batch));
             }
             if self.inputs_done {
-                let completed = self.complete_dead_letters().await;
+                let completed = self.complete_dead_letters(true).await;
                 self.run.lock().graceful = completed.is_ok();
                 self.finish();
                 return completed.err().map(|e| Err(e.into()));
@@ -875,10 +894,15 @@ impl Driver {
         }
     }
 
-    /// Completes the dead-letter object, then settles the late rows written to it.
-    async fn complete_dead_letters(&mut self) -> Result<()> {
-        if let Some(sink) = self.dead_letter.take() {
-            sink.finish().await?;
+    /// Completes the dead-letter object (at a flush point, going on with a new one; at the
+    /// end, for good), then settles the late rows written to it.
+    async fn complete_dead_letters(&mut self, last: bool) -> Result<()> {
+        if last {
+            if let Some(sink) = self.dead_letter.take() {
+                sink.finish().await?;
+            }
+        } else if let Some(sink) = &self.dead_letter {
+            sink.roll().await?;
         }
         for (handle, rows) in self.dead_lettered.drain(..) {
             handle.settle_rows(&rows, Delivery::DeadLettered);

@@ -33,9 +33,10 @@ use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use gcloud_sdk::google::pubsub::v1::ReceivedMessage;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::acks::{AckClient, settler_config};
@@ -44,7 +45,7 @@ use super::options::{PayloadSource, PubSubSourceOptions};
 use super::pull::{Pulled, Puller};
 use super::revisions::Revisions;
 use super::{AckQueue, BatchTicket, SourceSlot};
-use crate::connectors::dead_letter::{self, DeadLetterContext, DeadLetterTarget};
+use crate::connectors::dead_letter::{self, DeadLetterContext};
 use crate::connectors::pubsub::client::{ClientSettings, PubSubTransport, open_channel};
 use crate::core::dead_letter::{DeadClass, DeadLetterSink, DeadPayload, DeadRow};
 use crate::core::delivery::lease::Outstanding;
@@ -73,6 +74,8 @@ struct HandleInner {
     stop: watch::Sender<Option<StopKind>>,
     aborted: Arc<AtomicBool>,
     slots: Vec<Arc<SourceSlot>>,
+    /// Per partition: a writer fed by it made a flush point (its dead-letter object is due).
+    rolls: Vec<Arc<Notify>>,
     counters: Arc<DeliveryCounters>,
     settlers: Mutex<Vec<JoinHandle<()>>>,
     /// Messages a consumer may hold until windows close ([`DeliveryInput::expect_held`]):
@@ -80,6 +83,8 @@ struct HandleInner {
     held_capacity: std::sync::atomic::AtomicU64,
     /// Each partition's event-time clock (with an event-time column).
     clocks: Vec<Arc<EventClock>>,
+    /// What each started partition holds (for the backlog age).
+    outstanding: Mutex<Vec<Arc<Outstanding<String>>>>,
 }
 
 /// The control side of one source scan: stop it, read its counts, find its partitions'
@@ -98,12 +103,14 @@ impl SourceHandle {
                 slots: (0..partitions)
                     .map(|_| Arc::new(SourceSlot::default()))
                     .collect(),
+                rolls: (0..partitions).map(|_| Arc::new(Notify::new())).collect(),
                 counters: Arc::new(DeliveryCounters::default()),
                 settlers: Mutex::new(Vec::new()),
                 held_capacity: std::sync::atomic::AtomicU64::new(0),
                 clocks: (0..partitions)
                     .map(|_| Arc::new(EventClock::default()))
                     .collect(),
+                outstanding: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -130,9 +137,18 @@ impl SourceHandle {
         });
     }
 
-    /// What the scan did so far.
+    /// What the scan did so far, with the age of the oldest message it holds unacknowledged.
     pub fn counts(&self) -> DeliveryCounts {
-        self.inner.counters.snapshot()
+        let held = self
+            .inner
+            .outstanding
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        DeliveryCounts {
+            oldest_unacked: crate::core::delivery::oldest_unacked(held.iter().map(Arc::as_ref)),
+            ..self.inner.counters.snapshot()
+        }
     }
 
     /// Waits until the settler of every started partition ended: every acknowledgement and nack
@@ -198,6 +214,14 @@ impl DeliveryInput for ScanSlot {
             .inner
             .held_capacity
             .fetch_max(messages, Ordering::SeqCst);
+    }
+
+    fn flush_point(&self) {
+        if let Some(roll) = self.handle.inner.rolls.get(self.partition) {
+            // A stored permit: the partition completes its dead-letter object when next polled,
+            // or at once if it is waiting for messages.
+            roll.notify_one();
+        }
     }
 }
 
@@ -310,6 +334,10 @@ impl ExecutionPlan for PubSubSourceExec {
                 .global_counter(name)
                 .add(usize::try_from(value).unwrap_or(usize::MAX));
         }
+        let oldest_ms = c.oldest_unacked.map_or(0, |age| age.as_millis());
+        MetricBuilder::new(&set)
+            .global_gauge(names::SOURCE_OLDEST_UNACKED_MS)
+            .set(usize::try_from(oldest_ms).unwrap_or(usize::MAX));
         Some(set.clone_inner())
     }
 
@@ -420,6 +448,11 @@ impl Start {
             opts.max_outstanding_messages,
             opts.max_outstanding_bytes,
         ));
+        inner
+            .outstanding
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(outstanding.clone());
         let (queue, acks) = AckQueue::new(inner.aborted.clone());
         let settler = tokio::spawn(run_settler(
             Arc::new(AckClient::new(
@@ -490,6 +523,8 @@ impl Start {
             last: None,
             dead_letter: None,
             held_for_dead_letter: Vec::new(),
+            held_since: None,
+            roll: inner.rolls[self.partition].clone(),
             statement,
             finished: false,
             clocks: inner.clocks.clone(),
@@ -532,9 +567,14 @@ struct PartitionReader {
     idle_sent: bool,
     last: Option<Arc<BatchTicket>>,
     dead_letter: Option<Arc<dyn DeadLetterSink>>,
-    /// Ack ids of messages dead-lettered to a path: stored only once the dead-letter object is
-    /// completed at the end of the partition, so acknowledged then.
+    /// Ack ids of messages dead-lettered to an object (a path): stored only once the object is
+    /// completed (at a writer's flush point, on [`roll_bound`], or at the end of the
+    /// partition), so acknowledged then (ADR 0071).
     held_for_dead_letter: Vec<String>,
+    /// When the oldest of `held_for_dead_letter` was held.
+    held_since: Option<tokio::time::Instant>,
+    /// Signalled at each flush point of a writer this partition feeds.
+    roll: Arc<Notify>,
     statement: String,
     finished: bool,
     /// Every partition's event-time clock (this one's is at `partition`).
@@ -545,6 +585,22 @@ enum Wait {
     Pulled(Option<Pulled>),
     Idle,
     Abort,
+    Roll,
+}
+
+/// How long a partition holds the messages it dead-lettered to an object when no flush point
+/// completes the object first: half of `max_lease_duration`, so that they are acknowledged
+/// before their lease lapses even in a statement without flush points (a plain `SELECT`).
+pub fn roll_bound(max_lease: Duration) -> Duration {
+    max_lease / 2
+}
+
+/// Waits until `at`, or forever when `None`.
+async fn sleep_until_or_never(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 impl PartitionReader {
@@ -556,6 +612,15 @@ impl PartitionReader {
             if self.finished {
                 return None;
             }
+            let flushed = self.roll.notified().now_or_never().is_some();
+            let due = self
+                .roll_at()
+                .is_some_and(|at| at <= tokio::time::Instant::now());
+            if (flushed || due)
+                && let Err(e) = self.roll_dead_letters().await
+            {
+                return Some(Err(self.fail(e)));
+            }
             if self.pending.is_empty() {
                 if let Some(e) = self.failure.take() {
                     return Some(Err(self.fail(e)));
@@ -565,12 +630,22 @@ impl PartitionReader {
                     .options
                     .stop_after_idle
                     .filter(|_| !self.idle_sent);
+                let holding = !self.held_for_dead_letter.is_empty();
+                let roll_at = self.roll_at();
                 let wait = tokio::select! {
                     p = self.pulled.recv() => Wait::Pulled(p),
                     _ = sleep_or_never(idle_after) => Wait::Idle,
                     _ = abort_signal(&mut self.stop) => Wait::Abort,
+                    _ = self.roll.notified(), if holding => Wait::Roll,
+                    _ = sleep_until_or_never(roll_at) => Wait::Roll,
                 };
                 match wait {
+                    Wait::Roll => {
+                        if let Err(e) = self.roll_dead_letters().await {
+                            return Some(Err(self.fail(e)));
+                        }
+                        continue;
+                    }
                     Wait::Abort => {
                         self.finished = true;
                         self.slot.clear();
@@ -643,6 +718,37 @@ impl PartitionReader {
                 .ack(std::mem::take(&mut self.held_for_dead_letter));
         }
         None
+    }
+
+    /// When the messages held for the dead-letter object are due to be stored without a flush
+    /// point ([`roll_bound`]); `None` when none are held.
+    fn roll_at(&self) -> Option<tokio::time::Instant> {
+        self.held_since
+            .map(|since| since + roll_bound(self.config.options.max_lease_duration))
+    }
+
+    /// Completes the dead-letter object written so far and acknowledges the messages it holds;
+    /// when completing it fails, they are nacked (the caller fails the partition). Nothing to
+    /// do when no message is held.
+    async fn roll_dead_letters(&mut self) -> crate::Result<()> {
+        if self.held_for_dead_letter.is_empty() {
+            return Ok(());
+        }
+        let Some(sink) = self.dead_letter.clone() else {
+            return Ok(());
+        };
+        let held = std::mem::take(&mut self.held_for_dead_letter);
+        self.held_since = None;
+        match sink.roll().await {
+            Ok(()) => {
+                self.queue.ack(held);
+                Ok(())
+            }
+            Err(e) => {
+                self.queue.nack(held);
+                Err(e)
+            }
+        }
     }
 
     async fn dead_letter_sink(&mut self) -> crate::Result<Arc<dyn DeadLetterSink>> {
@@ -739,12 +845,11 @@ impl PartitionReader {
                     handled_ids.push(m.ack_id.clone());
                 }
                 FailurePolicy::DeadLetter => match self.write_dead_letter(m, b).await {
-                    Ok(()) => {
+                    Ok(stored) => {
                         DeliveryCounters::add(&self.counters.dead_lettered, 1);
-                        if matches!(
-                            self.config.options.dead_letter,
-                            Some(DeadLetterTarget::Path { .. })
-                        ) {
+                        if !stored {
+                            self.held_since
+                                .get_or_insert_with(tokio::time::Instant::now);
                             self.held_for_dead_letter.push(m.ack_id.clone());
                         } else {
                             handled_ids.push(m.ack_id.clone());
@@ -802,11 +907,13 @@ impl PartitionReader {
         Ok(max(ns.as_primitive::<TimestampNanosecondType>()))
     }
 
+    /// Writes the dead letter of `m`; `Ok(true)` when it is stored already, `Ok(false)` when
+    /// it is stored only once its object is completed.
     async fn write_dead_letter(
         &mut self,
         m: &ReceivedMessage,
         b: &BadMessage,
-    ) -> crate::Result<()> {
+    ) -> crate::Result<bool> {
         let sink = self.dead_letter_sink().await?;
         let mut row = serde_json::Map::new();
         let mut payload = None;
@@ -845,7 +952,8 @@ impl PartitionReader {
                 row: Some(row),
             },
         })
-        .await
+        .await?;
+        Ok(sink.stored_on_write())
     }
 }
 
