@@ -118,6 +118,50 @@ pub trait DeliveryInput: Debug + Send + Sync {
 
     /// The input, for messages (`subscription projects/p/subscriptions/s`).
     fn describe(&self) -> String;
+
+    /// What the input is, for the labels of its metrics ([`crate::core::telemetry`]). By
+    /// default: no connector or table, and [`DeliveryInput::describe`] as the resource.
+    fn identity(&self) -> InputIdentity {
+        InputIdentity {
+            connector: "",
+            table: String::new(),
+            resource: self.describe(),
+        }
+    }
+
+    /// What the input holds now (every partition): read, not yet acknowledged or handed back.
+    /// By default nothing.
+    fn held(&self) -> Held {
+        Held::default()
+    }
+}
+
+/// What an input reads from, for the labels of its metrics: bounded values of its
+/// declaration, never a value read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputIdentity {
+    /// The connector's name (`pubsub`).
+    pub connector: &'static str,
+    /// The table the input was declared as (empty when it was built without SQL).
+    pub table: String,
+    /// What it reads (`projects/p/subscriptions/s`).
+    pub resource: String,
+}
+
+/// What an input holds at one moment: read, and neither acknowledged nor handed back yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Messages held.
+    pub messages: u64,
+    /// Their data bytes.
+    pub bytes: u64,
+    /// The age of the oldest one: from its publication when the service says when that was,
+    /// else from when it was read. `None` when nothing is held.
+    pub oldest: Option<std::time::Duration>,
+    /// Streams the input runs now (one per partition that reads).
+    pub streams: u64,
+    /// Those of them connected to the service now.
+    pub streams_connected: u64,
 }
 
 /// What an input that carries delivery handles did: a snapshot of its [`DeliveryCounters`].
@@ -140,6 +184,8 @@ pub struct DeliveryCounts {
     pub leases_expired: u64,
     /// Streams opened again after a transient failure.
     pub reconnects: u64,
+    /// Leases extended (one per message per extension).
+    pub lease_extensions: u64,
 }
 
 /// The live counters of one input (all partitions); [`DeliveryCounters::snapshot`] reads them.
@@ -161,6 +207,14 @@ pub struct DeliveryCounters {
     pub lease_expired: AtomicU64,
     /// See [`DeliveryCounts::reconnects`].
     pub reconnects: AtomicU64,
+    /// See [`DeliveryCounts::lease_extensions`].
+    pub lease_extensions: AtomicU64,
+    /// Streams running now (see [`Held::streams`]); raised and lowered through
+    /// [`DeliveryCounters::stream_running`].
+    pub streams: AtomicU64,
+    /// Streams connected now (see [`Held::streams_connected`]); raised and lowered through
+    /// [`DeliveryCounters::stream_connected`].
+    pub streams_connected: AtomicU64,
 }
 
 impl DeliveryCounters {
@@ -181,7 +235,46 @@ impl DeliveryCounters {
             messages_dead_lettered: get(&self.dead_lettered),
             leases_expired: get(&self.lease_expired),
             reconnects: get(&self.reconnects),
+            lease_extensions: get(&self.lease_extensions),
         }
+    }
+
+    /// Counts a stream as running (read by the input, connected or not) until the returned
+    /// guard is dropped.
+    pub fn stream_running(self: &Arc<Self>) -> StreamGuard {
+        self.streams.fetch_add(1, Ordering::AcqRel);
+        StreamGuard {
+            counters: self.clone(),
+            connected: false,
+        }
+    }
+
+    /// Counts a stream as connected to its service until the returned guard is dropped.
+    pub fn stream_connected(self: &Arc<Self>) -> StreamGuard {
+        self.streams_connected.fetch_add(1, Ordering::AcqRel);
+        StreamGuard {
+            counters: self.clone(),
+            connected: true,
+        }
+    }
+}
+
+/// A stream counted as running or connected ([`DeliveryCounters::stream_running`],
+/// [`DeliveryCounters::stream_connected`]) while it lives.
+#[derive(Debug)]
+pub struct StreamGuard {
+    counters: Arc<DeliveryCounters>,
+    connected: bool,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let counter = if self.connected {
+            &self.counters.streams_connected
+        } else {
+            &self.counters.streams
+        };
+        counter.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

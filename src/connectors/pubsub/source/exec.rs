@@ -47,7 +47,9 @@ use crate::connectors::pubsub::client::{ClientSettings, PubSubTransport, open_ch
 use crate::core::dead_letter::{DeadClass, DeadLetterSink, DeadPayload, DeadRow};
 use crate::core::delivery::lease::Outstanding;
 use crate::core::delivery::settler::run_settler;
-use crate::core::delivery::{DeliveryCounters, DeliveryCounts, DeliveryHandle, DeliveryInput};
+use crate::core::delivery::{
+    DeliveryCounters, DeliveryCounts, DeliveryHandle, DeliveryInput, Held, InputIdentity,
+};
 use crate::core::{FailurePolicy, StopKind};
 use crate::error::Error;
 use crate::plan::node::{name_and_properties, no_expressions};
@@ -71,6 +73,8 @@ struct HandleInner {
     slots: Vec<Arc<SourceSlot>>,
     counters: Arc<DeliveryCounters>,
     settlers: Mutex<Vec<JoinHandle<()>>>,
+    /// What each started partition holds.
+    held: Mutex<Vec<Arc<Outstanding<String>>>>,
 }
 
 /// The control side of one source scan: stop it, read its counts, find its partitions'
@@ -91,6 +95,7 @@ impl SourceHandle {
                     .collect(),
                 counters: Arc::new(DeliveryCounters::default()),
                 settlers: Mutex::new(Vec::new()),
+                held: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -122,6 +127,19 @@ impl SourceHandle {
         self.inner.counters.snapshot()
     }
 
+    /// What the scan's partitions hold now, and how many of its streams are connected.
+    pub fn held(&self) -> Held {
+        let sets = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+        let counters = &self.inner.counters;
+        Held {
+            messages: sets.iter().map(|o| o.len() as u64).sum(),
+            bytes: sets.iter().map(|o| o.bytes()).sum(),
+            oldest: sets.iter().filter_map(|o| o.oldest_age()).max(),
+            streams: counters.streams.load(Ordering::Acquire),
+            streams_connected: counters.streams_connected.load(Ordering::Acquire),
+        }
+    }
+
     /// Waits until the settler of every started partition ended: every acknowledgement and nack
     /// decided so far was sent. A settler ends once its partition stream and every ticket of
     /// its batches are gone, so call this after the query finished and its consumers dropped
@@ -151,6 +169,7 @@ struct ScanSlot {
     handle: SourceHandle,
     partition: usize,
     subscription: String,
+    table: String,
 }
 
 impl DeliveryInput for ScanSlot {
@@ -174,6 +193,18 @@ impl DeliveryInput for ScanSlot {
 
     fn describe(&self) -> String {
         format!("subscription {}", self.subscription)
+    }
+
+    fn identity(&self) -> InputIdentity {
+        InputIdentity {
+            connector: crate::connectors::pubsub::KIND.name(),
+            table: self.table.clone(),
+            resource: self.subscription.clone(),
+        }
+    }
+
+    fn held(&self) -> Held {
+        self.handle.held()
     }
 }
 
@@ -226,6 +257,7 @@ impl PubSubSourceExec {
                 handle: self.handle.clone(),
                 partition,
                 subscription: self.config.options.subscription.clone(),
+                table: self.config.table.clone(),
             }) as Arc<dyn DeliveryInput>
         })
     }
@@ -408,6 +440,11 @@ impl Start {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(settler);
+        inner
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(outstanding.clone());
         let (pull_tx, pull_rx) = mpsc::unbounded_channel();
         let (idle_tx, idle_rx) = watch::channel(false);
         let nanos = SystemTime::now()
