@@ -122,32 +122,44 @@ async fn publish(host: &str, topic: &str, ids: std::ops::Range<i64>) {
     }
 }
 
-/// The statements of a pipeline: subscription `subscription` as table `source`, into a
-/// Bigtable table as table `sink` (on `bigtable_host`), one row per message keyed by its id.
-fn pipeline_sql(
-    pubsub_host: &str,
-    subscription: &str,
-    source: &str,
-    bt: &Bigtable,
-    bigtable_host: &str,
-    table: &str,
-    sink: &str,
-    source_options: &str,
-) -> String {
-    let mut sink_sql = bt.create_sql(
-        sink,
-        "id VARCHAR, v VARCHAR",
-        table,
-        &[("row_key", "id"), ("column_family", "c")],
-    );
-    sink_sql = sink_sql.replace(&bt.host, bigtable_host);
-    format!(
-        "CREATE TABLE {source} (id BIGINT) WITH (connector = 'pubsub', subscription = '{subscription}', \
-           emulator_host = '{pubsub_host}', format = 'json', parallel_pull_count = 2, \
-           ack_deadline = '10s'{source_options});
-         {sink_sql};
-         INSERT INTO {sink} SELECT CAST(id AS VARCHAR), CAST(id * 2 AS VARCHAR) FROM {source}"
-    )
+/// A pipeline: a subscription read as SQL table `source`, into a Bigtable table written as
+/// SQL table `sink`, one row per message keyed by its id.
+struct Pipeline<'a> {
+    pubsub_host: &'a str,
+    subscription: &'a str,
+    source: &'a str,
+    /// The Bigtable emulator as the sink reaches it (directly, or through a proxy).
+    bigtable_host: &'a str,
+    table: &'a str,
+    sink: &'a str,
+    /// More options of the source, `, name = 'value'` each.
+    source_options: &'a str,
+}
+
+impl Pipeline<'_> {
+    /// Its statements: both tables, then the INSERT.
+    fn sql(&self, bt: &Bigtable) -> String {
+        let sink_sql = bt
+            .create_sql(
+                self.sink,
+                "id VARCHAR, v VARCHAR",
+                self.table,
+                &[("row_key", "id"), ("column_family", "c")],
+            )
+            .replace(&bt.host, self.bigtable_host);
+        format!(
+            "CREATE TABLE {source} (id BIGINT) WITH (connector = 'pubsub', \
+               subscription = '{subscription}', emulator_host = '{host}', format = 'json', \
+               parallel_pull_count = 2, ack_deadline = '10s'{options});
+             {sink_sql};
+             INSERT INTO {sink} SELECT CAST(id AS VARCHAR), CAST(id * 2 AS VARCHAR) FROM {source}",
+            source = self.source,
+            subscription = self.subscription,
+            host = self.pubsub_host,
+            options = self.source_options,
+            sink = self.sink,
+        )
+    }
 }
 
 /// A name for a SQL table no other test of this process uses.
@@ -182,16 +194,16 @@ async fn a_scrape_during_and_after_a_subscription_into_bigtable_matches_what_lan
     let server = MetricsServer::start("127.0.0.1:0").await.expect("endpoint");
     let at = server.local_addr();
     let (source, sink) = (sql_name("scrape_in"), sql_name("scrape_bt"));
-    let sql = pipeline_sql(
-        &admin.host,
-        &subscription,
-        &source,
-        &bt,
-        &bt.host,
-        &table,
-        &sink,
-        ", stop_after_idle = '3s'",
-    );
+    let sql = Pipeline {
+        pubsub_host: &admin.host,
+        subscription: &subscription,
+        source: &source,
+        bigtable_host: &bt.host,
+        table: &table,
+        sink: &sink,
+        source_options: ", stop_after_idle = '3s'",
+    }
+    .sql(&bt);
     let ctx = gcp_sql::sql::new_context();
     let running = tokio::spawn(async move { gcp_sql::sql::run(&ctx, &sql).await });
 
@@ -311,16 +323,16 @@ async fn readyz_is_false_while_bigtable_is_black_holed_and_true_after() {
     .expect("endpoint");
     let at = server.local_addr();
     let (source, sink) = (sql_name("ready_in"), sql_name("ready_bt"));
-    let sql = pipeline_sql(
-        &admin.host,
-        &subscription,
-        &source,
-        &bt,
-        &proxy.host(),
-        &table,
-        &sink,
-        "",
-    );
+    let sql = Pipeline {
+        pubsub_host: &admin.host,
+        subscription: &subscription,
+        source: &source,
+        bigtable_host: &proxy.host(),
+        table: &table,
+        sink: &sink,
+        source_options: "",
+    }
+    .sql(&bt);
     let control = gcp_sql::sql::StatementControl::new();
     let ctx = gcp_sql::sql::new_context_with_control(&control);
     let running = tokio::spawn(async move { gcp_sql::sql::run(&ctx, &sql).await });
