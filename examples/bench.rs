@@ -7,6 +7,7 @@
 //! cargo run --release --example bench -- --workload w3 --target null-and-ceiling
 //! cargo run --release --example bench -- --workload w1k --target emulator
 //! cargo run --release --example bench -- --workload mem-1k --target null --latency 200ms
+//! cargo run --release --example bench -- --workload w1 --target null --metrics-endpoint --scrape-interval 100ms --repeat 5
 //! ```
 //!
 //! Each run generates rows in SQL (`generate_series` plus string functions) and inserts them into
@@ -213,6 +214,14 @@ struct Args {
     /// with the same target dir)
     #[arg(long)]
     google_publisher: Option<PathBuf>,
+    /// Against the null server, also runs the sink with the metrics endpoint serving (and
+    /// scraped every --scrape-interval) after each run without it, and prints the difference
+    /// (`METRICS-OVERHEAD`; with --repeat, the medians)
+    #[arg(long)]
+    metrics_endpoint: bool,
+    /// How often --metrics-endpoint scrapes /metrics (Prometheus' default is 15 s)
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    scrape_interval: Duration,
 }
 
 /// The settings of one run after the workload's defaults are applied.
@@ -533,6 +542,11 @@ struct Measured {
 impl Measured {
     fn rows_per_s(&self) -> f64 {
         self.rows as f64 / self.wall.as_secs_f64()
+    }
+
+    /// CPU time of this process per row, in microseconds.
+    fn cpu_us_per_row(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.rows.max(1) as f64
     }
 
     fn print(&self) {
@@ -1136,6 +1150,46 @@ async fn create_topic(host: &str, topic: &str) -> gcp_sql::Result<()> {
     }
 }
 
+/// Runs the sink once more with the metrics endpoint serving on a free loopback port and
+/// scraped every `--scrape-interval` by a task of this process (whose CPU time counts in the
+/// measurement); returns what it measured.
+async fn with_endpoint(args: &Args, plan: &Plan, host: &str) -> gcp_sql::Result<Measured> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let endpoint = gcp_sql::ops::MetricsServer::start("127.0.0.1:0").await?;
+    let at = endpoint.local_addr();
+    let scrapes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let every = args.scrape_interval.max(Duration::from_millis(1));
+    let scraper = tokio::spawn({
+        let scrapes = scrapes.clone();
+        async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                let Ok(mut stream) = tokio::net::TcpStream::connect(at).await else {
+                    continue;
+                };
+                let request = b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n";
+                let mut body = Vec::new();
+                if stream.write_all(request).await.is_ok()
+                    && stream.read_to_end(&mut body).await.is_ok()
+                {
+                    scrapes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+    });
+    let measured = run_sink(args, plan, host, "null+metrics-endpoint").await;
+    scraper.abort();
+    endpoint.stop().await;
+    let measured = measured?;
+    measured.print();
+    println!(
+        "SCRAPES {} of /metrics during the run",
+        scrapes.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    Ok(measured)
+}
+
 /// Runs the sink and its comparisons against one null server, `--repeat` times.
 async fn against_null(args: &Args, plan: &Plan, target: Target) -> gcp_sql::Result<()> {
     if matches!(target, Target::Google | Target::NullAndGoogle)
@@ -1155,13 +1209,31 @@ async fn against_null(args: &Args, plan: &Plan, target: Target) -> gcp_sql::Resu
         None
     };
     let (mut sinks, mut others, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut with_metrics = Vec::new();
     let mut other_name = "";
     for _ in 0..args.repeat.max(1) {
         let mut sink = None;
+        let mut cpu_without = None;
         if with_sink {
             let measured = run_sink(args, plan, &server.host, "null").await?;
             measured.print();
             sink = Some(measured.rows_per_s());
+            cpu_without = Some(measured.cpu_us_per_row());
+        }
+        if let (Some(without), Some(cpu_without)) = (sink, cpu_without)
+            && args.metrics_endpoint
+        {
+            let measured = with_endpoint(args, plan, &server.host).await?;
+            let (with, cpu_with) = (measured.rows_per_s(), measured.cpu_us_per_row());
+            println!(
+                "METRICS-OVERHEAD workload={} without_rows_per_s={without:.0} with_rows_per_s={with:.0} \
+                 rows_per_s_overhead_pct={:.1} without_cpu_us_per_row={cpu_without:.2} \
+                 with_cpu_us_per_row={cpu_with:.2} cpu_overhead_pct={:.1}",
+                plan.name,
+                (1.0 - with / without) * 100.0,
+                (cpu_with / cpu_without - 1.0) * 100.0
+            );
+            with_metrics.push((with, cpu_without, cpu_with));
         }
         let mut other = None;
         if let Some(pool) = &pool
@@ -1207,6 +1279,19 @@ async fn against_null(args: &Args, plan: &Plan, target: Target) -> gcp_sql::Resu
         }
         if !ratios.is_empty() {
             line += &format!(" ratio={:.2}", median(&mut ratios));
+        }
+        if !with_metrics.is_empty() && !sinks.is_empty() {
+            let without = median(&mut sinks.clone());
+            let with = median(&mut with_metrics.iter().map(|m| m.0).collect::<Vec<_>>());
+            let cpu_without = median(&mut with_metrics.iter().map(|m| m.1).collect::<Vec<_>>());
+            let cpu_with = median(&mut with_metrics.iter().map(|m| m.2).collect::<Vec<_>>());
+            line += &format!(
+                " with_metrics_endpoint_rows_per_s={with:.0} rows_per_s_overhead_pct={:.1} \
+                 cpu_us_per_row={cpu_without:.2} with_metrics_endpoint_cpu_us_per_row={cpu_with:.2} \
+                 cpu_overhead_pct={:.1}",
+                (1.0 - with / without) * 100.0,
+                (cpu_with / cpu_without - 1.0) * 100.0
+            );
         }
         println!("{line}");
     }

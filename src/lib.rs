@@ -31,6 +31,7 @@ pub mod emulators;
 pub mod encode;
 pub mod error;
 pub mod google;
+pub mod ops;
 pub mod options;
 pub mod plan;
 pub mod sql;

@@ -35,6 +35,7 @@ __all__ = [
     "emulators",
     "stop",
     "rearm",
+    "serve_metrics",
 ]
 
 
@@ -174,6 +175,15 @@ def stop(abort: bool = False) -> None:
 def rearm() -> None:
     """Clears a ``stop()`` request for the INSERTs that start from now on."""
     _native.rearm()
+
+
+def serve_metrics(address: str = "127.0.0.1:9464") -> Any:
+    """Serves Prometheus metrics of every INSERT of this process at
+    ``http://ADDRESS/metrics``, and ``/healthz`` and ``/readyz``, as ``gcp-sql --metrics-addr``
+    does. ``address`` is ``HOST:PORT`` (port 0 picks a free one: read ``.address``); a bad or
+    busy one raises ``GcpSqlError`` naming it. The endpoint runs until ``.stop()`` is called or
+    the returned object is garbage-collected."""
+    return _native.serve_metrics(address)
 
 
 def _text(value: Any) -> str:

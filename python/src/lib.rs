@@ -2,12 +2,14 @@
 //! other). It hands the sinks of the `gcp-sql` crate to a datafusion-python session through
 //! DataFusion's FFI: the `STORED AS` factories, typed sink tables, the `WITH` form's rewrite,
 //! errors with their counts, the INSERTs from a subscription (run on this side, `pipeline`),
-//! the emulator launcher, and (for python/bench) the null servers.
+//! the emulator launcher, the metrics and health endpoint, and (for python/bench) the null
+//! servers.
 //! docs/python.md says how to use it.
 
 mod emulators;
 mod exec;
 mod failures;
+mod metrics;
 mod null_servers;
 mod pipeline;
 mod provider;
@@ -130,6 +132,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::PySession>()?;
     m.add_class::<emulators::PyEmulators>()?;
     m.add_class::<null_servers::PyNullServer>()?;
+    m.add_class::<metrics::PyMetricsServer>()?;
     m.add_function(wrap_pyfunction!(sink_table, m)?)?;
     m.add_function(wrap_pyfunction!(factories, m)?)?;
     m.add_function(wrap_pyfunction!(error_from, m)?)?;
@@ -139,5 +142,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stop::rearm, m)?)?;
     m.add_function(wrap_pyfunction!(stop::running_writers, m)?)?;
     m.add_function(wrap_pyfunction!(null_servers::start_null_server, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::serve_metrics, m)?)?;
     Ok(())
 }

@@ -242,3 +242,52 @@ def test_ctrl_c_in_sql_drains_the_insert(ctx, pubsub, unique):
     ids = {json.loads(m.data)["id"] for m in pubsub.pull_all(sub, count)}
     assert len(ids) == count
     assert gcp_sql.sql(ctx, "INSERT INTO interrupted VALUES (1)").column("count").to_pylist() == [1]
+
+
+def _scrape(address, path="/metrics"):
+    """The status and body of one GET on the metrics endpoint."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
+
+
+def _series(body, name, label):
+    """The value of the series `name` whose labels hold `label` (0 when there is none)."""
+    for line in body.splitlines():
+        if line.startswith(name + "{") and label in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_serve_metrics_counts_what_the_pubsub_client_reads_back(ctx, pubsub, unique, tmp_path):
+    server = gcp_sql.serve_metrics("127.0.0.1:0")
+    try:
+        assert _scrape(server.address, "/healthz") == (200, "ok\n")
+        topic, sub = pubsub.topic_with_subscription(f"metrics-{unique}")
+        ctx.register_parquet("clicks_file", parquet_of(tmp_path, 300))
+        table = f"clicks_{unique}"
+        ctx.sql(
+            f"CREATE EXTERNAL TABLE {table} (user_id BIGINT, url VARCHAR) STORED AS PUBSUB "
+            f"LOCATION '{topic}'"
+        ).collect()
+        count = count_of(ctx.sql(f"INSERT INTO {table} SELECT * FROM clicks_file").collect())
+        status, body = _scrape(server.address)
+        assert status == 200
+        label = f'table="{table}"'
+        received = len(pubsub.pull_all(sub, 300))
+        assert count == received == 300
+        assert _series(body, "gcp_sql_sink_records_acknowledged_total", label) == received
+        assert _series(body, "gcp_sql_sink_records_sent_total", label) == received
+        assert _series(body, "gcp_sql_statement_running", label) == 0
+    finally:
+        server.stop()
+
+
+def test_serve_metrics_refuses_a_bad_address_naming_it():
+    with pytest.raises(gcp_sql.GcpSqlError, match="'address'"):
+        gcp_sql.serve_metrics("9464")

@@ -9,6 +9,7 @@
 //!   -q, --quiet            print only results and errors
 //!       --format FORMAT    table (default), automatic (as table), csv, tsv, json or ndjson (nd-json)
 //!       --maxrows N|inf    rows the table format prints (default 40, as datafusion-cli)
+//!       --metrics-addr HOST:PORT   serve /metrics, /healthz and /readyz there ([`crate::ops`])
 //! gcp-sql serve-null [--service S] [--port P] [--latency D]   a null Pub/Sub, Bigtable or Cloud Tasks server (see [`serve_null`])
 //! gcp-sql emulators    start the three emulators, print their `export` lines, keep them up until Ctrl-C
 //! gcp-sql scheduler | executor [...]   a Ballista cluster of this crate (feature `ballista`, docs/cluster.md)
@@ -140,6 +141,14 @@ fn parse_maxrows(word: &str) -> std::result::Result<MaxRows, String> {
     }
 }
 
+/// Reads `--metrics-addr` (see [`crate::ops::parse_address`]).
+fn parse_metrics_addr(word: &str) -> std::result::Result<std::net::SocketAddr, String> {
+    crate::ops::parse_address(word, "--metrics-addr").map_err(|e| match e {
+        crate::Error::InvalidOption { rule, .. } => rule,
+        other => other.to_string(),
+    })
+}
+
 /// The command-line arguments.
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -179,6 +188,10 @@ pub struct Args {
     /// every row. As in datafusion-cli
     #[arg(long, value_name = "N|inf", value_parser = parse_maxrows, default_value = "40")]
     pub maxrows: MaxRows,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics, and /healthz and /readyz, while
+    /// the tool runs (port 0 picks a free one, printed on stderr)
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_metrics_addr)]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// Run the statements on the Ballista cluster whose scheduler is at df://HOST:PORT (a
     /// `gcp-sql scheduler` with `gcp-sql executor`s; docs/cluster.md)
     #[cfg(feature = "ballista")]
@@ -225,6 +238,8 @@ pub struct Invocation {
     /// The cluster's scheduler (`df://HOST:PORT`) the statements run on; `None`: in this
     /// process.
     pub cluster: Option<String>,
+    /// Where to serve `/metrics`, `/healthz` and `/readyz` (`--metrics-addr`); `None`: nowhere.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl Invocation {
@@ -271,6 +286,7 @@ impl Invocation {
             cluster: args.cluster,
             #[cfg(not(feature = "ballista"))]
             cluster: None,
+            metrics_addr: args.metrics_addr,
         })
     }
 }
@@ -609,6 +625,29 @@ fn run_emulators() -> ExitCode {
 }
 
 async fn run_session(invocation: &Invocation, interrupts: &mut Interrupts) -> ExitCode {
+    // Served until the run ends (dropped with this frame).
+    let _metrics = match invocation.metrics_addr {
+        Some(at) => match crate::ops::MetricsServer::start(&at.to_string()).await {
+            Ok(server) => {
+                if !invocation.options.quiet {
+                    eprintln!(
+                        "Serving metrics at http://{}/metrics (and /healthz, /readyz).",
+                        server.local_addr()
+                    );
+                }
+                Some(server)
+            }
+            Err(e) => {
+                let why = match e {
+                    crate::Error::InvalidOption { rule, .. } => rule,
+                    other => other.to_string(),
+                };
+                eprintln!("Error: --metrics-addr {at}: {why}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let control = progress::statement_control(invocation.options.quiet);
     let ctx = match &invocation.cluster {
         None => new_session_with_control(&control),
@@ -795,6 +834,17 @@ mod tests {
         let ctx = new_session().unwrap();
         let batches = crate::sql::run(&ctx, "SHOW TABLES").await.unwrap();
         assert!(batches.iter().map(|b| b.num_rows()).sum::<usize>() > 0);
+    }
+
+    #[test]
+    fn a_bad_metrics_address_is_refused_naming_the_flag() {
+        let run = Invocation::parse_from(["gcp-sql", "--metrics-addr", "127.0.0.1:9464"]).unwrap();
+        assert_eq!(run.metrics_addr, Some("127.0.0.1:9464".parse().unwrap()));
+        let err = Invocation::parse_from(["gcp-sql", "--metrics-addr", "9464"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        let text = err.to_string();
+        assert!(text.contains("--metrics-addr"), "{text}");
+        assert!(text.contains("expected HOST:PORT"), "{text}");
     }
 
     #[test]

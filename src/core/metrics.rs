@@ -8,6 +8,7 @@
 //! (`code=UNAVAILABLE`, `destination=<name>`), and kept for the sink's lifetime.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -76,7 +77,13 @@ pub mod names {
     pub const RECORDS_SENT_BY_DESTINATION: &str = "records_sent_by_destination";
     /// Per-destination send errors, labelled `destination=<name>` (only when asked for).
     pub const SEND_ERRORS_BY_DESTINATION: &str = "send_errors_by_destination";
-    /// Label of [`SEND_ERRORS_BY_CODE`].
+    /// Retried send RPCs by the gRPC status code that caused the retry, labelled
+    /// `code=<CODE>`.
+    pub const RETRIES_BY_CODE: &str = "retries_by_code";
+    /// Time the writer's admission waited on its rate limit (`max_*_per_second` and the
+    /// service's load hints).
+    pub const THROTTLED_TIME: &str = "throttled_time";
+    /// Label of [`SEND_ERRORS_BY_CODE`] and [`RETRIES_BY_CODE`].
     pub const CODE_LABEL: &str = "code";
     /// Label of the per-destination counters.
     pub const DESTINATION_LABEL: &str = "destination";
@@ -118,8 +125,14 @@ pub struct SinkMetrics {
     records_deduplicated: Count,
     send_rpcs: Count,
     send_time: Time,
+    throttled_time: Time,
     by_code: Arc<Mutex<HashMap<tonic::Code, Count>>>,
+    retries_by_code: Arc<Mutex<HashMap<tonic::Code, Count>>>,
     by_destination: Arc<Mutex<HashMap<String, (Count, Count)>>>,
+    /// Send latencies, for the exporter ([`SinkMetrics::reading`]).
+    latency: Arc<LatencyHistogram>,
+    /// Whether the writer reaches its service, for readiness ([`SinkMetrics::reading`]).
+    health: Arc<WriterHealth>,
 }
 
 /// A writer's counters at one moment ([`SinkMetrics::counts`]): what a flush point reports.
@@ -243,11 +256,16 @@ impl SinkMetrics {
             });
             gauge
         };
-        let send_time = Time::new();
-        typed(names::SEND_TIME).build(MetricValue::Time {
-            name: names::SEND_TIME.into(),
-            time: send_time.clone(),
-        });
+        let time = |name: &'static str| {
+            let time = Time::new();
+            typed(name).build(MetricValue::Time {
+                name: name.into(),
+                time: time.clone(),
+            });
+            time
+        };
+        let send_time = time(names::SEND_TIME);
+        let throttled_time = time(names::THROTTLED_TIME);
         SinkMetrics {
             set: set.clone(),
             partition,
@@ -271,8 +289,12 @@ impl SinkMetrics {
             records_deduplicated: counter(names::RECORDS_DEDUPLICATED),
             send_rpcs: counter(names::SEND_RPCS),
             send_time,
+            throttled_time,
             by_code: Arc::default(),
+            retries_by_code: Arc::default(),
             by_destination: Arc::default(),
+            latency: Arc::default(),
+            health: Arc::default(),
         }
     }
 
@@ -346,20 +368,28 @@ impl SinkMetrics {
         per_destination: bool,
     ) {
         self.send_errors.add(us(records));
-        let counter = {
-            let mut map = self.by_code.lock().unwrap_or_else(|p| p.into_inner());
-            map.entry(code)
-                .or_insert_with(|| {
-                    self.builder()
-                        .with_new_label(names::CODE_LABEL, code_name(code))
-                        .global_counter(names::SEND_ERRORS_BY_CODE)
-                })
-                .clone()
-        };
-        counter.add(us(records));
+        self.coded(&self.by_code, names::SEND_ERRORS_BY_CODE, code)
+            .add(us(records));
         if per_destination {
             self.destination_counters(destination).1.add(us(records));
         }
+    }
+
+    /// The counter of `code` in `map`, registered as `name` with a `code` label on first use.
+    fn coded(
+        &self,
+        map: &Mutex<HashMap<tonic::Code, Count>>,
+        name: &'static str,
+        code: tonic::Code,
+    ) -> Count {
+        let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(code)
+            .or_insert_with(|| {
+                self.builder()
+                    .with_new_label(names::CODE_LABEL, code_name(code))
+                    .global_counter(name)
+            })
+            .clone()
     }
 
     fn destination_counters(&self, destination: &str) -> (Count, Count) {
@@ -394,13 +424,68 @@ impl SinkMetrics {
         self.records_deduplicated.add(us(duplicates));
     }
 
-    pub(crate) fn rpc(&self, latency: Duration) {
-        self.send_rpcs.add(1);
-        self.send_time.add_duration(latency);
+    /// A send RPC is about to go on the wire.
+    pub(crate) fn rpc_started(&self) {
+        self.health.started();
     }
 
-    pub(crate) fn retried(&self) {
+    /// A send RPC came back after `latency`; `answered` says whether the service answered it
+    /// (any status but a transport failure: `UNAVAILABLE`, `DEADLINE_EXCEEDED`).
+    pub(crate) fn rpc(&self, latency: Duration, answered: bool) {
+        self.send_rpcs.add(1);
+        self.send_time.add_duration(latency);
+        self.latency.observe(latency);
+        self.health.completed(answered);
+    }
+
+    /// A send is retried because of `code`.
+    pub(crate) fn retried(&self, code: tonic::Code) {
         self.retries.add(1);
+        self.coded(&self.retries_by_code, names::RETRIES_BY_CODE, code)
+            .add(1);
+    }
+
+    /// The writer's admission waited `waited` on its rate limit.
+    pub(crate) fn throttled(&self, waited: Duration) {
+        if !waited.is_zero() {
+            self.throttled_time.add_duration(waited);
+        }
+    }
+
+    /// The writer failed (its first failure); `breaker` when the rejection breaker tripped.
+    pub(crate) fn writer_failed(&self, breaker: bool) {
+        self.health.failed(breaker);
+    }
+
+    /// Everything the exporter reads of this writer, now ([`crate::core::telemetry`]).
+    pub fn reading(&self) -> SinkReading {
+        let v = |c: &Count| c.value() as u64;
+        let codes = |map: &Mutex<HashMap<tonic::Code, Count>>| {
+            map.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|(code, c)| (code_name(*code), v(c)))
+                .collect()
+        };
+        SinkReading {
+            records_sent: v(&self.records_sent),
+            records_acked: v(&self.records_acked),
+            records_deduplicated: v(&self.records_deduplicated),
+            bytes_sent: self.bytes_sent.value() as u64,
+            send_errors_by_code: codes(&self.by_code),
+            retries_by_code: codes(&self.retries_by_code),
+            records_rejected: v(&self.records_rejected),
+            records_dropped: v(&self.records_dropped),
+            records_skipped: v(&self.records_skipped),
+            records_dead_lettered: v(&self.records_dead_lettered),
+            in_flight_records: self.in_flight_records.value() as u64,
+            in_flight_bytes: self.in_flight_bytes.value() as u64,
+            resources_created: v(&self.resources_created),
+            send_rpcs: v(&self.send_rpcs),
+            throttled: Duration::from_nanos(self.throttled_time.value() as u64),
+            latency: self.latency.snapshot(),
+            health: self.health.snapshot(),
+        }
     }
 
     pub(crate) fn rejected_and_dropped(&self) {
@@ -467,6 +552,212 @@ impl SinkMetrics {
 }
 
 pub(crate) use crate::error::code_name;
+
+/// Upper bounds, in seconds, of the send latency histogram's buckets (a last one, `+Inf`,
+/// takes the rest): from 1 ms, where a loopback emulator answers, to 60 s, Pub/Sub's longest
+/// attempt deadline.
+pub const LATENCY_BUCKETS: [f64; 15] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// A histogram of send latencies: one atomic counter per bucket of [`LATENCY_BUCKETS`] and
+/// one for the rest, and the sum. Observing takes no lock.
+#[derive(Debug, Default)]
+pub struct LatencyHistogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    sum_nanos: AtomicU64,
+}
+
+impl LatencyHistogram {
+    /// Counts one latency.
+    pub fn observe(&self, latency: Duration) {
+        let seconds = latency.as_secs_f64();
+        let bucket = LATENCY_BUCKETS
+            .iter()
+            .position(|bound| seconds <= *bound)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// The counts now.
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let mut snapshot = HistogramSnapshot::default();
+        for (i, bucket) in self.buckets.iter().enumerate() {
+            snapshot.buckets[i] = bucket.load(Ordering::Relaxed);
+        }
+        snapshot.sum = Duration::from_nanos(self.sum_nanos.load(Ordering::Relaxed));
+        snapshot
+    }
+}
+
+/// A [`LatencyHistogram`] read at one moment; adds up over writers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HistogramSnapshot {
+    /// Observations per bucket (not cumulative), the bounds of [`LATENCY_BUCKETS`] then `+Inf`.
+    pub buckets: [u64; LATENCY_BUCKETS.len() + 1],
+    /// The latencies added up.
+    pub sum: Duration,
+}
+
+impl HistogramSnapshot {
+    /// Observations in all.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// Adds `other`'s observations to these.
+    pub fn add(&mut self, other: &HistogramSnapshot) {
+        for (mine, theirs) in self.buckets.iter_mut().zip(other.buckets) {
+            *mine += theirs;
+        }
+        self.sum += other.sum;
+    }
+}
+
+/// Nanoseconds since the first call in this process, on the monotonic clock.
+fn monotonic_nanos() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Whether a writer reaches its service: its send RPCs on the wire, when one last came back,
+/// whether the service answered the last one, and whether the writer failed.
+#[derive(Debug, Default)]
+struct WriterHealth {
+    on_the_wire: AtomicU64,
+    /// [`monotonic_nanos`] of the last completion, or of the start of a send when none was
+    /// on the wire.
+    last_progress: AtomicU64,
+    /// The last send that came back got no answer from the service.
+    unanswered: AtomicBool,
+    /// 0: running; 1: failed; 2: failed because the rejection breaker tripped.
+    failed: AtomicU8,
+}
+
+impl WriterHealth {
+    fn started(&self) {
+        if self.on_the_wire.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.last_progress
+                .store(monotonic_nanos(), Ordering::Release);
+        }
+    }
+
+    fn completed(&self, answered: bool) {
+        self.last_progress
+            .store(monotonic_nanos(), Ordering::Release);
+        self.unanswered.store(!answered, Ordering::Release);
+        self.on_the_wire.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn failed(&self, breaker: bool) {
+        self.failed
+            .store(if breaker { 2 } else { 1 }, Ordering::Release);
+    }
+
+    fn snapshot(&self) -> WriterHealthSnapshot {
+        let on_the_wire = self.on_the_wire.load(Ordering::Acquire);
+        let since = self.last_progress.load(Ordering::Acquire);
+        let failed = self.failed.load(Ordering::Acquire);
+        WriterHealthSnapshot {
+            sends_on_the_wire: on_the_wire,
+            waiting: if on_the_wire > 0 {
+                Duration::from_nanos(monotonic_nanos().saturating_sub(since))
+            } else {
+                Duration::ZERO
+            },
+            unanswered: self.unanswered.load(Ordering::Acquire),
+            failed: failed > 0,
+            breaker_open: failed == 2,
+        }
+    }
+}
+
+/// Whether a writer reaches its service, read at one moment ([`SinkReading::health`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterHealthSnapshot {
+    /// Send RPCs on the wire now.
+    pub sends_on_the_wire: u64,
+    /// With sends on the wire: how long since a send last came back (or since the oldest of
+    /// them left, when none came back since); zero with none on the wire.
+    pub waiting: Duration,
+    /// The last send that came back got no answer from the service (`UNAVAILABLE`,
+    /// `DEADLINE_EXCEEDED`: it was not reached).
+    pub unanswered: bool,
+    /// The writer failed.
+    pub failed: bool,
+    /// It failed because its consecutive-rejection breaker tripped.
+    pub breaker_open: bool,
+}
+
+/// Everything the exporter reads of a sink's writers ([`SinkMetrics::reading`]); adds up over
+/// the writers of a statement ([`SinkReading::add`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SinkReading {
+    /// See [`names::RECORDS_SENT`].
+    pub records_sent: u64,
+    /// See [`names::RECORDS_ACKED`].
+    pub records_acked: u64,
+    /// See [`names::RECORDS_DEDUPLICATED`].
+    pub records_deduplicated: u64,
+    /// See [`names::BYTES_SENT`].
+    pub bytes_sent: u64,
+    /// See [`names::SEND_ERRORS_BY_CODE`]: by status code name.
+    pub send_errors_by_code: std::collections::BTreeMap<&'static str, u64>,
+    /// See [`names::RETRIES_BY_CODE`]: by status code name.
+    pub retries_by_code: std::collections::BTreeMap<&'static str, u64>,
+    /// See [`names::RECORDS_REJECTED`].
+    pub records_rejected: u64,
+    /// See [`names::RECORDS_DROPPED`].
+    pub records_dropped: u64,
+    /// See [`names::RECORDS_SKIPPED`].
+    pub records_skipped: u64,
+    /// See [`names::RECORDS_DEAD_LETTERED`].
+    pub records_dead_lettered: u64,
+    /// See [`names::IN_FLIGHT_RECORDS`].
+    pub in_flight_records: u64,
+    /// See [`names::IN_FLIGHT_BYTES`].
+    pub in_flight_bytes: u64,
+    /// See [`names::RESOURCES_CREATED`].
+    pub resources_created: u64,
+    /// See [`names::SEND_RPCS`].
+    pub send_rpcs: u64,
+    /// See [`names::THROTTLED_TIME`].
+    pub throttled: Duration,
+    /// The send latencies.
+    pub latency: HistogramSnapshot,
+    /// The writer's health (for a sum over writers: the first writer's; see
+    /// [`crate::core::telemetry`], which reads each writer's on its own).
+    pub health: WriterHealthSnapshot,
+}
+
+impl SinkReading {
+    /// Adds `other`'s counts to these (the health stays this one's).
+    pub fn add(&mut self, other: &SinkReading) {
+        self.records_sent += other.records_sent;
+        self.records_acked += other.records_acked;
+        self.records_deduplicated += other.records_deduplicated;
+        self.bytes_sent += other.bytes_sent;
+        for (code, n) in &other.send_errors_by_code {
+            *self.send_errors_by_code.entry(code).or_default() += n;
+        }
+        for (code, n) in &other.retries_by_code {
+            *self.retries_by_code.entry(code).or_default() += n;
+        }
+        self.records_rejected += other.records_rejected;
+        self.records_dropped += other.records_dropped;
+        self.records_skipped += other.records_skipped;
+        self.records_dead_lettered += other.records_dead_lettered;
+        self.in_flight_records += other.in_flight_records;
+        self.in_flight_bytes += other.in_flight_bytes;
+        self.resources_created += other.resources_created;
+        self.send_rpcs += other.send_rpcs;
+        self.throttled += other.throttled;
+        self.latency.add(&other.latency);
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -30,6 +30,7 @@ pub mod retry;
 pub mod run;
 pub mod statement;
 mod stop;
+pub mod telemetry;
 mod writer;
 
 use std::sync::Arc;

@@ -52,6 +52,7 @@ use crate::core::SinkMetrics;
 use crate::core::delivery::wait_settled;
 use crate::core::run::WriterContext;
 use crate::core::statement::{Running, Statement, WriterTask};
+use crate::core::telemetry::StatementLabels;
 use crate::plan::node::{name_and_properties, no_expressions, with_new_children_by_replace};
 
 /// Name of the gauge that holds how many writers the statement ran.
@@ -465,6 +466,23 @@ impl ExecutionPlan for SinkWriterExec {
         };
         let user_stop = control.as_ref().map(|c| c.signal());
         let counted = control.map(|c| c.writer_running());
+        // The exporter reads the metrics the writer keeps, and its input's counts, from here
+        // until the writer ends (and the statement's last readings for a while after).
+        let registered = crate::core::telemetry::global().writer_started(
+            StatementLabels {
+                statement: self.statement.id().clone(),
+                table: self.table.clone(),
+                connector: self.sink.kind().name(),
+                destination: self
+                    .spec
+                    .as_ref()
+                    .map(|s| s.destination())
+                    .unwrap_or_default(),
+            },
+            partition,
+            metrics.clone(),
+            ctx.delivery.clone(),
+        );
         let running = self.statement.start();
         let stop = ctx.stop.clone();
         let writer = Self::run_writer(self.sink.clone(), input, metrics, running, ctx);
@@ -478,6 +496,7 @@ impl ExecutionPlan for SinkWriterExec {
         };
         let stream = futures::stream::once(async move {
             let _counted = counted;
+            let _registered = registered;
             count_batch(&out, task.run(stop, user_stop, writer).await?)
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(

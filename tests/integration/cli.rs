@@ -173,6 +173,39 @@ fn quiet_prints_only_results() {
     assert_eq!(text(&output.stderr), "");
 }
 
+/// `--metrics-addr` serves while the tool runs and says where on stderr; an address the tool
+/// cannot listen on fails the run naming the flag (exit code 1), and one it cannot read is a
+/// bad argument (exit code 2).
+#[test]
+fn metrics_addr_serves_while_the_tool_runs_and_a_bad_or_busy_one_names_the_flag() {
+    let home = tempfile::tempdir().unwrap();
+    let output =
+        run(gcp_sql(home.path()).args(["--metrics-addr", "127.0.0.1:0", "-c", "SELECT 1"]));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("Serving metrics at http://127.0.0.1:"),
+        "{stderr}"
+    );
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = busy.local_addr().unwrap().to_string();
+    let output = run(gcp_sql(home.path()).args(["--metrics-addr", &taken, "-c", "SELECT 1"]));
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(&format!("Error: --metrics-addr {taken}: cannot listen")),
+        "{stderr}"
+    );
+    assert_eq!(text(&output.stdout), "", "nothing ran");
+    let output = run(gcp_sql(home.path()).args(["--metrics-addr", "localhost", "-c", "SELECT 1"]));
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("--metrics-addr") && stderr.contains("expected HOST:PORT"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn bad_arguments_exit_with_2() {
     let home = tempfile::tempdir().unwrap();

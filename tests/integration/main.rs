@@ -28,6 +28,7 @@
 //! | [`errors_help`] | errors that help: a sink whose emulator address refuses, the Pub/Sub inspection functions on a large backlog |
 //! | [`first_hour`] | what a new user meets first: `gcp-sql emulators`, errors printed once, a closed pipe, hints |
 //! | [`streaming`] | unbounded INSERTs from a FIFO: live delivery, flush points, a graceful stop |
+//! | [`metrics`] | the metrics and health endpoint over a subscription-into-Bigtable pipeline: scrapes checked against what landed, `/readyz` while Bigtable is black-holed |
 //! | [`transport_faults`] | each sink against its real emulator behind a TCP proxy that resets, stalls and cuts connections |
 //! | [`windows`] | windows over a subscription into Bigtable: counts equal to a recomputation, late rows, the progress marker, refusals, flow control (ADR 0068) |
 //!
@@ -76,6 +77,7 @@ mod env_options;
 mod errors_help;
 mod failure_counts;
 mod first_hour;
+mod metrics;
 mod pubsub_emulator_facts;
 mod pubsub_faults;
 mod pubsub_mapping;

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -23,6 +23,8 @@ struct Held {
     received: Instant,
     /// Held by a node that waits for a window to close: not counted by flow control.
     parked: bool,
+    /// When the service says the message was published.
+    published: Option<SystemTime>,
 }
 
 #[derive(Debug)]
@@ -75,11 +77,18 @@ impl<I: DeliveryId> Outstanding<I> {
 
     /// Records a received message of `bytes` data bytes.
     pub fn add(&self, id: I, bytes: u64) {
+        self.add_published(id, bytes, None);
+    }
+
+    /// Records a received message of `bytes` data bytes, published at `published` when the
+    /// service says.
+    pub fn add_published(&self, id: I, bytes: u64, published: Option<SystemTime>) {
         let mut s = self.lock();
         let held = Held {
             bytes,
             received: Instant::now(),
             parked: false,
+            published,
         };
         if let Some(old) = s.messages.insert(id, held) {
             s.forget(&old);
@@ -151,6 +160,21 @@ impl<I: DeliveryId> Outstanding<I> {
     /// Data bytes held in flight.
     pub fn bytes(&self) -> u64 {
         self.lock().bytes
+    }
+
+    /// The age of the oldest message held, from its publication when known, else from when
+    /// it was received; `None` when nothing is held. Walks the whole set: for a scrape, not for
+    /// the hot path.
+    pub fn oldest_age(&self) -> Option<Duration> {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        self.lock()
+            .messages
+            .values()
+            .map(|held| match held.published {
+                Some(at) => wall.duration_since(at).unwrap_or_default(),
+                None => now.duration_since(held.received),
+            })
+            .max()
     }
 
     /// Whether another response may be read: the messages in flight (held, not parked) below
@@ -289,5 +313,20 @@ mod tests {
         assert_eq!(expired, vec!["old".to_string()]);
         assert_eq!(o.bytes(), 7);
         assert_eq!(o.len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_oldest_age_counts_from_publication_when_known() {
+        let o = Outstanding::<String>::new(10, 100);
+        assert_eq!(o.oldest_age(), None);
+        o.add("read".to_string(), 1);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(o.oldest_age(), Some(Duration::from_secs(5)));
+        let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        o.add_published("old".to_string(), 1, Some(an_hour_ago));
+        let age = o.oldest_age().expect("held");
+        assert!(age >= Duration::from_secs(3600), "{age:?}");
+        o.remove(&["old".to_string()]);
+        assert_eq!(o.oldest_age(), Some(Duration::from_secs(5)));
     }
 }

@@ -151,6 +151,22 @@ pub trait DeliveryInput: Debug + Send + Sync {
     /// it holds is acknowledged within a flush interval. Called from the writer's task: it
     /// only signals the input, which acts when next polled or while it waits for input.
     fn flush_point(&self) {}
+
+    /// What the input is, for the labels of its metrics ([`crate::core::telemetry`]). By
+    /// default: no connector or table, and [`DeliveryInput::describe`] as the resource.
+    fn identity(&self) -> InputIdentity {
+        InputIdentity {
+            connector: "",
+            table: String::new(),
+            resource: self.describe(),
+        }
+    }
+
+    /// What the input holds now (every partition): read, not yet acknowledged or handed back.
+    /// By default nothing.
+    fn held(&self) -> Held {
+        Held::default()
+    }
 }
 
 /// How far one input partition has read in event time: the greatest event time of the rows it
@@ -194,6 +210,34 @@ impl EventClock {
     }
 }
 
+/// What an input reads from, for the labels of its metrics: bounded values of its
+/// declaration, never a value read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputIdentity {
+    /// The connector's name (`pubsub`).
+    pub connector: &'static str,
+    /// The table the input was declared as (empty when it was built without SQL).
+    pub table: String,
+    /// What it reads (`projects/p/subscriptions/s`).
+    pub resource: String,
+}
+
+/// What an input holds at one moment: read, and neither acknowledged nor handed back yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Messages held.
+    pub messages: u64,
+    /// Their data bytes.
+    pub bytes: u64,
+    /// The age of the oldest one: from its publication when the service says when that was,
+    /// else from when it was read. `None` when nothing is held.
+    pub oldest: Option<std::time::Duration>,
+    /// Streams the input runs now (one per partition that reads).
+    pub streams: u64,
+    /// Those of them connected to the service now.
+    pub streams_connected: u64,
+}
+
 /// What an input that carries delivery handles did: a snapshot of its [`DeliveryCounters`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeliveryCounts {
@@ -220,6 +264,8 @@ pub struct DeliveryCounts {
     /// acknowledged or nacked, its lease not lapsed) was received: the input's backlog age.
     /// `None` when it holds none (or does not say).
     pub oldest_unacked: Option<std::time::Duration>,
+    /// Leases extended (one per message per extension).
+    pub lease_extensions: u64,
 }
 
 /// The live counters of one input (all partitions); [`DeliveryCounters::snapshot`] reads them.
@@ -243,6 +289,14 @@ pub struct DeliveryCounters {
     pub reconnects: AtomicU64,
     /// See [`DeliveryCounts::messages_held`].
     pub held: AtomicU64,
+    /// See [`DeliveryCounts::lease_extensions`].
+    pub lease_extensions: AtomicU64,
+    /// Streams running now (see [`Held::streams`]); raised and lowered through
+    /// [`DeliveryCounters::stream_running`].
+    pub streams: AtomicU64,
+    /// Streams connected now (see [`Held::streams_connected`]); raised and lowered through
+    /// [`DeliveryCounters::stream_connected`].
+    pub streams_connected: AtomicU64,
 }
 
 impl DeliveryCounters {
@@ -265,7 +319,46 @@ impl DeliveryCounters {
             reconnects: get(&self.reconnects),
             messages_held: get(&self.held),
             oldest_unacked: None,
+            lease_extensions: get(&self.lease_extensions),
         }
+    }
+
+    /// Counts a stream as running (read by the input, connected or not) until the returned
+    /// guard is dropped.
+    pub fn stream_running(self: &Arc<Self>) -> StreamGuard {
+        self.streams.fetch_add(1, Ordering::AcqRel);
+        StreamGuard {
+            counters: self.clone(),
+            connected: false,
+        }
+    }
+
+    /// Counts a stream as connected to its service until the returned guard is dropped.
+    pub fn stream_connected(self: &Arc<Self>) -> StreamGuard {
+        self.streams_connected.fetch_add(1, Ordering::AcqRel);
+        StreamGuard {
+            counters: self.clone(),
+            connected: true,
+        }
+    }
+}
+
+/// A stream counted as running or connected ([`DeliveryCounters::stream_running`],
+/// [`DeliveryCounters::stream_connected`]) while it lives.
+#[derive(Debug)]
+pub struct StreamGuard {
+    counters: Arc<DeliveryCounters>,
+    connected: bool,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let counter = if self.connected {
+            &self.counters.streams_connected
+        } else {
+            &self.counters.streams
+        };
+        counter.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

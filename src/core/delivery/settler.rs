@@ -171,7 +171,8 @@ pub async fn run_settler<I: DeliveryId>(
                     );
                 }
                 if !extend.is_empty() {
-                    send(port.as_ref(), &config, Call::Extend, &extend).await;
+                    let failed = send(port.as_ref(), &config, Call::Extend, &extend).await;
+                    DeliveryCounters::add(&counters.lease_extensions, (extend.len() - failed) as u64);
                 }
             }
         }

@@ -243,7 +243,11 @@ impl<T: Transport> FlowWriter<T> {
             shared.check()?;
             let destination = first.destination.clone();
             // Under a rate limit the run is cut to the tokens there are (waiting for one).
+            let asked = tokio::time::Instant::now();
             let tokens = shared.throttle.take(|| shared.check()).await?;
+            if tokens.is_some() {
+                shared.metrics.throttled(asked.elapsed());
+            }
             let run = rest
                 .as_slice()
                 .iter()
@@ -622,6 +626,8 @@ impl<T: Transport> Shared<T> {
             // Debug only: the error is returned to the caller, who reports it (the tool prints it
             // once as `Error: ...`); an ERROR line here would say it twice.
             tracing::debug!(error = %e, "writer failed");
+            self.metrics
+                .writer_failed(matches!(e, Error::RejectionBreaker { .. }));
             f.summary = Some(e.to_string());
             self.has_failed.store(true, Ordering::Release);
         }
@@ -649,6 +655,8 @@ impl<T: Transport> Shared<T> {
             // Debug only: the error is returned to the caller, who reports it (the tool prints it
             // once as `Error: ...`); an ERROR line here would say it twice.
             tracing::debug!(error = %e, "writer failed");
+            self.metrics
+                .writer_failed(matches!(e, Error::RejectionBreaker { .. }));
             f.summary = Some(e.to_string());
             f.first = Some(e);
             self.has_failed.store(true, Ordering::Release);

@@ -451,7 +451,7 @@ impl<T: Transport> Shared<T> {
     ) {
         match wait {
             Wait::Retry => {
-                self.metrics.retried();
+                self.metrics.retried(status.code());
                 tracing::warn!(%destination, code = code_name(status.code()), records, ?delay, "retrying a send");
             }
             Wait::AfterCreation => {

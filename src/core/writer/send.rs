@@ -177,6 +177,7 @@ impl<T: Transport> Shared<T> {
             );
         }
         let batch: Vec<&T::Record> = items.iter().map(|i| &i.envelope.record).collect();
+        self.metrics.rpc_started();
         let start = Instant::now();
         let send = self.transport.send(client, destination, &batch, timeout);
         let outcome = match timeout {
@@ -187,7 +188,13 @@ impl<T: Transport> Shared<T> {
             }),
             None => send.await,
         };
-        self.metrics.rpc(start.elapsed());
+        // A transport failure says the service was not reached (readiness, `core::telemetry`).
+        let answered = !matches!(
+            &outcome,
+            SendOutcome::Whole(Err(status))
+                if matches!(status.code(), tonic::Code::Unavailable | tonic::Code::DeadlineExceeded)
+        );
+        self.metrics.rpc(start.elapsed(), answered);
         if let Some(hint) = self.transport.take_load_hint() {
             self.throttle.hint(hint);
         }

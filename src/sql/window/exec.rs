@@ -313,6 +313,26 @@ impl DeliveryInput for WindowInput {
         format!("windows over {}", self.run.source)
     }
 
+    fn identity(&self) -> crate::core::delivery::InputIdentity {
+        match self.run.inputs.first() {
+            Some(input) => input.identity(),
+            None => crate::core::delivery::InputIdentity {
+                connector: "",
+                table: String::new(),
+                resource: self.describe(),
+            },
+        }
+    }
+
+    fn held(&self) -> crate::core::delivery::Held {
+        // Every partition of the source reports the whole scan.
+        self.run
+            .inputs
+            .first()
+            .map(|input| input.held())
+            .unwrap_or_default()
+    }
+
     fn flush_point(&self) {
         // The late rows' dead letters are completed when the node is next polled; the
         // source completes its own.

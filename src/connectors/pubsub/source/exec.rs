@@ -51,7 +51,8 @@ use crate::core::dead_letter::{DeadClass, DeadLetterSink, DeadPayload, DeadRow};
 use crate::core::delivery::lease::Outstanding;
 use crate::core::delivery::settler::run_settler;
 use crate::core::delivery::{
-    DeliveryCounters, DeliveryCounts, DeliveryHandle, DeliveryInput, EventClock,
+    DeliveryCounters, DeliveryCounts, DeliveryHandle, DeliveryInput, EventClock, Held,
+    InputIdentity,
 };
 use crate::core::{FailurePolicy, StopKind};
 use crate::error::Error;
@@ -83,7 +84,7 @@ struct HandleInner {
     held_capacity: std::sync::atomic::AtomicU64,
     /// Each partition's event-time clock (with an event-time column).
     clocks: Vec<Arc<EventClock>>,
-    /// What each started partition holds (for the backlog age).
+    /// What each started partition holds (the backlog age, the held gauges).
     outstanding: Mutex<Vec<Arc<Outstanding<String>>>>,
 }
 
@@ -151,6 +152,23 @@ impl SourceHandle {
         }
     }
 
+    /// What the scan's partitions hold now, and how many of its streams are connected.
+    pub fn held(&self) -> Held {
+        let sets = self
+            .inner
+            .outstanding
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let counters = &self.inner.counters;
+        Held {
+            messages: sets.iter().map(|o| o.len() as u64).sum(),
+            bytes: sets.iter().map(|o| o.bytes()).sum(),
+            oldest: sets.iter().filter_map(|o| o.oldest_age()).max(),
+            streams: counters.streams.load(Ordering::Acquire),
+            streams_connected: counters.streams_connected.load(Ordering::Acquire),
+        }
+    }
+
     /// Waits until the settler of every started partition ended: every acknowledgement and nack
     /// decided so far was sent. A settler ends once its partition stream and every ticket of
     /// its batches are gone, so call this after the query finished and its consumers dropped
@@ -180,6 +198,7 @@ struct ScanSlot {
     handle: SourceHandle,
     partition: usize,
     subscription: String,
+    table: String,
 }
 
 impl DeliveryInput for ScanSlot {
@@ -222,6 +241,18 @@ impl DeliveryInput for ScanSlot {
             // or at once if it is waiting for messages.
             roll.notify_one();
         }
+    }
+
+    fn identity(&self) -> InputIdentity {
+        InputIdentity {
+            connector: crate::connectors::pubsub::KIND.name(),
+            table: self.table.clone(),
+            resource: self.subscription.clone(),
+        }
+    }
+
+    fn held(&self) -> Held {
+        self.handle.held()
     }
 }
 
@@ -274,6 +305,7 @@ impl PubSubSourceExec {
                 handle: self.handle.clone(),
                 partition,
                 subscription: self.config.options.subscription.clone(),
+                table: self.config.table.clone(),
             }) as Arc<dyn DeliveryInput>
         })
     }

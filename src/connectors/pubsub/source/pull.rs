@@ -87,6 +87,12 @@ async fn changed<T>(rx: &mut watch::Receiver<T>) {
     }
 }
 
+/// When the service says `m` was published.
+fn published(m: &ReceivedMessage) -> Option<std::time::SystemTime> {
+    let at = m.message.as_ref()?.publish_time?;
+    std::time::SystemTime::try_from(at).ok()
+}
+
 fn message_bytes(m: &ReceivedMessage) -> u64 {
     m.message.as_ref().map_or(0, |m| m.data.len() as u64)
 }
@@ -117,6 +123,8 @@ impl Puller {
         mut stop: watch::Receiver<Option<StopKind>>,
         mut idle: watch::Receiver<bool>,
     ) {
+        // Counted as a running stream until it returns (readiness, `core::telemetry`).
+        let _running = counters.stream_running();
         // Failures in a row: the backoff restarts once a response arrives.
         let mut failures = 0u32;
         let stopped = |stop: &watch::Receiver<Option<StopKind>>, idle: &watch::Receiver<bool>| {
@@ -165,6 +173,8 @@ impl Puller {
             };
             let status = match opened {
                 Ok(response) => {
+                    // Counted as connected while it is read (readiness, `core::telemetry`).
+                    let _connected = counters.stream_connected();
                     let mut stream = response.into_inner();
                     loop {
                         tokio::select! {
@@ -189,7 +199,11 @@ impl Puller {
                                     continue;
                                 }
                                 for m in &messages {
-                                    outstanding.add(m.ack_id.clone(), message_bytes(m));
+                                    outstanding.add_published(
+                                        m.ack_id.clone(),
+                                        message_bytes(m),
+                                        published(m),
+                                    );
                                 }
                                 DeliveryCounters::add(&counters.read, messages.len() as u64);
                                 if let Err(SendError(Pulled::Messages(messages))) =
