@@ -116,6 +116,8 @@ struct RunState {
     finished: bool,
     /// It ended because its input ended (a graceful stop), not with an error.
     graceful: bool,
+    /// The greatest watermark the node computed, for the marker.
+    watermark: Option<i64>,
     /// The marker could not be written: the stream fails with it.
     error: Option<String>,
 }
@@ -602,6 +604,7 @@ impl ExecutionPlan for WindowAggregateExec {
             tick: tokio::time::interval(tick_every(self.query.source.event_time.idle_timeout)),
             keys: self.query.aggregation.keys.len(),
             hold_until: None,
+            floor: None,
             marker_url: marker.url().to_string(),
         };
         driver.marker = Some(marker);
@@ -661,6 +664,8 @@ struct Driver {
     keys: usize,
     /// After an unclean stop: no window is emitted before this.
     hold_until: Option<Instant>,
+    /// The watermark the marker recorded: the watermark starts there.
+    floor: Option<i64>,
     /// The marker's URL, for errors.
     marker_url: String,
 }
@@ -735,18 +740,29 @@ impl Driver {
     /// Reads the marker and starts the task that keeps it.
     async fn start(&mut self, marker: Marker) -> Result<()> {
         let progress = marker.start().await?;
-        if !progress.clean {
-            // The previous run was killed: the messages it held come back once their leases
-            // lapse, maybe after newer ones; no window closes before they can be back.
+        self.floor = progress.watermark_ns;
+        self.run.lock().watermark = progress.watermark_ns;
+        let open_before = match (progress.watermark_ns, progress.frontier_ns) {
+            (Some(w), Some(f)) => w > f,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        if !progress.clean || open_before {
+            // The previous run was killed, or stopped with windows open: the messages it held
+            // come back (once their leases lapse, or once handed back), maybe after newer
+            // ones; no window closes before they can be back.
             let hold = self.source.recovery_hold;
             self.hold_until = Some(Instant::now() + hold);
             tracing::warn!(
                 source = %self.source.describe,
                 marker = %marker.url(),
-                "the previous run did not end gracefully: no window is emitted for {hold:?}, so the messages it held come back first"
+                clean = progress.clean,
+                "the previous run did not end gracefully or left windows open: no window is emitted for {hold:?}, so the messages it held come back first"
             );
         }
-        marker.record(progress.frontier_ns).await?;
+        marker
+            .record(progress.frontier_ns, progress.watermark_ns)
+            .await?;
         if let Some(f) = progress.frontier_ns {
             self.closed = f;
             self.covered_through = Some(f);
@@ -996,9 +1012,16 @@ impl Driver {
         if self.hold_until.is_some_and(|until| Instant::now() < until) {
             return Ok(());
         }
-        let Some(watermark) = self.watermark() else {
-            return Ok(());
+        let watermark = match (self.watermark(), self.floor) {
+            (Some(w), Some(f)) => w.max(f),
+            (Some(w), None) => w,
+            (None, Some(f)) => f,
+            (None, None) => return Ok(()),
         };
+        {
+            let mut s = self.run.lock();
+            s.watermark = Some(s.watermark.map_or(watermark, |old| old.max(watermark)));
+        }
         let lateness =
             i64::try_from(self.source.event_time.allowed_lateness.as_nanos()).unwrap_or(i64::MAX);
         let close = watermark.saturating_sub(lateness);
@@ -1129,7 +1152,8 @@ async fn keep(run: Arc<Run>, marker: Marker) {
             let mut attempt = 0;
             let written = loop {
                 attempt += 1;
-                match marker.record(Some(frontier)).await {
+                let watermark = run.lock().watermark;
+                match marker.record(Some(frontier), watermark).await {
                     Ok(()) => break Ok(()),
                     Err(e) if attempt < 5 => {
                         tracing::warn!(marker = %marker.url(), attempt, "the progress marker was not written, trying again: {e}");
@@ -1156,11 +1180,11 @@ async fn keep(run: Arc<Run>, marker: Marker) {
             continue;
         }
         if done {
-            let (graceful, recorded) = {
+            let (graceful, recorded, watermark) = {
                 let s = run.lock();
-                (s.graceful, s.recorded)
+                (s.graceful, s.recorded, s.watermark)
             };
-            if graceful && let Err(e) = marker.close(recorded).await {
+            if graceful && let Err(e) = marker.close(recorded, watermark).await {
                 tracing::warn!(marker = %marker.url(), "the progress marker could not say the run ended gracefully (the next run waits for redeliveries): {e}");
             }
             return;

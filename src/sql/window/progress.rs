@@ -33,6 +33,10 @@ pub struct Progress {
     pub frontier_ns: Option<i64>,
     /// When the marker was written (RFC 3339, UTC).
     pub recorded_at: String,
+    /// The statement's watermark when it was written (ns): rows up to it had been read. A
+    /// message that moved it may be acknowledged since (filtered out, say), so the next run
+    /// starts from it rather than from what it reads again.
+    pub watermark_ns: Option<i64>,
     /// Whether the run that wrote it ended gracefully: `false` while a run is going, so a
     /// marker that still says so after a run means that run was killed.
     pub clean: bool,
@@ -46,6 +50,7 @@ impl Progress {
             "frontier_ns": self.frontier_ns,
             "recorded_at": self.recorded_at,
             "clean": self.clean,
+            "watermark_ns": self.watermark_ns,
         })
         .to_string()
         .into_bytes()
@@ -76,6 +81,10 @@ impl Progress {
             clean: field("clean")?
                 .as_bool()
                 .ok_or("'clean' is not a boolean")?,
+            watermark_ns: match value.get("watermark_ns") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(v) => Some(v.as_i64().ok_or("'watermark_ns' is not an integer")?),
+            },
         })
     }
 }
@@ -167,7 +176,7 @@ impl Marker {
                 Ok(progress)
             }
             Err(datafusion::object_store::Error::NotFound { .. }) if self.may_create => {
-                let progress = self.progress(None, true);
+                let progress = self.progress(None, None, true);
                 self.write(&progress).await?;
                 Ok(progress)
             }
@@ -183,11 +192,17 @@ impl Marker {
         }
     }
 
-    fn progress(&self, frontier_ns: Option<i64>, clean: bool) -> Progress {
+    fn progress(
+        &self,
+        frontier_ns: Option<i64>,
+        watermark_ns: Option<i64>,
+        clean: bool,
+    ) -> Progress {
         Progress {
             version: VERSION,
             pipeline: self.pipeline.clone(),
             frontier_ns,
+            watermark_ns,
             clean,
             recorded_at: chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now())
                 .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
@@ -196,14 +211,16 @@ impl Marker {
 
     /// Records that every window ending at or before `frontier_ns` was delivered, by a run
     /// still going.
-    pub async fn record(&self, frontier_ns: Option<i64>) -> Result<()> {
-        self.write(&self.progress(frontier_ns, false)).await
+    pub async fn record(&self, frontier_ns: Option<i64>, watermark_ns: Option<i64>) -> Result<()> {
+        self.write(&self.progress(frontier_ns, watermark_ns, false))
+            .await
     }
 
     /// Records that the run ended gracefully, every window ending at or before
     /// `frontier_ns` delivered.
-    pub async fn close(&self, frontier_ns: Option<i64>) -> Result<()> {
-        self.write(&self.progress(frontier_ns, true)).await
+    pub async fn close(&self, frontier_ns: Option<i64>, watermark_ns: Option<i64>) -> Result<()> {
+        self.write(&self.progress(frontier_ns, watermark_ns, true))
+            .await
     }
 
     async fn write(&self, progress: &Progress) -> Result<()> {
@@ -236,8 +253,12 @@ mod tests {
 
         let new = Marker::open(&at(dir.path(), true), "p--t--1", None).unwrap();
         assert_eq!(new.start().await.unwrap().frontier_ns, None);
-        new.record(Some(42)).await.unwrap();
-        assert_eq!(strict.start().await.unwrap().frontier_ns, Some(42));
+        new.record(Some(42), Some(50)).await.unwrap();
+        let read = strict.start().await.unwrap();
+        assert_eq!(
+            (read.frontier_ns, read.watermark_ns, read.clean),
+            (Some(42), Some(50), false)
+        );
         let raw = std::fs::read_to_string(dir.path().join("p--t--1.json")).unwrap();
         assert!(raw.contains("\"frontier_ns\":42"), "{raw}");
     }
