@@ -79,7 +79,9 @@ pub fn plan_window(
              never ends, so its rows could never be delivered nor its messages acknowledged. \
              Group by a window over the source's event time as well, for instance \
              GROUP BY key, date_bin(INTERVAL '1 minute', event_time) or \
-             GROUP BY key, tumble(INTERVAL '1 minute') (hop(slide, width) for hopping windows)"
+             GROUP BY key, tumble(INTERVAL '1 minute') (hop(slide, width) for hopping windows); for a \
+             total over all that was read, land the rows in a table first and run a bounded \
+             query over it"
         )));
     };
     let input = connect(partial.input().clone())?;
