@@ -338,6 +338,27 @@ async fn windows_that_cannot_be_exact_are_refused_at_planning_with_what_to_write
     assert_eq!(back, ids, "nothing was taken");
 }
 
+/// The source of the two-stream tests: two streams, flow control of 20 messages each, a new
+/// progress marker in `progress`.
+fn two_streams_source(f: &Fixture, progress: &std::path::Path) -> String {
+    let folder = progress.display().to_string();
+    f.source_sql(
+        "clicks",
+        "user VARCHAR, ts TIMESTAMP, v BIGINT",
+        &[
+            ("format", "json"),
+            ("event_time_field", "ts"),
+            ("progress_path", folder.as_str()),
+            ("progress_start", "new"),
+            ("parallel_pull_count", "2"),
+            ("max_outstanding_messages", "20"),
+            // A stream that got no message for this long stops holding the watermark back
+            // (well before stop_after_idle ends the statement).
+            ("idle_timeout", "500ms"),
+        ],
+    )
+}
+
 /// Arroyo's `hop(slide, width)` and `tumble(width)`, the event time implied, over two streams
 /// whose flow control (20 messages each) is far below what the open windows hold: five-minute
 /// windows every minute and one-minute windows per user land in Bigtable with the window's end
@@ -364,22 +385,7 @@ async fn hopping_and_tumbling_windows_over_two_streams_are_not_stalled_by_flow_c
     }
     messages.push(event("zed", 30 * 60, 0));
     f.publish(messages).await;
-    let folder = progress.path().display().to_string();
-    let source = f.source_sql(
-        "clicks",
-        "user VARCHAR, ts TIMESTAMP, v BIGINT",
-        &[
-            ("format", "json"),
-            ("event_time_field", "ts"),
-            ("progress_path", folder.as_str()),
-            ("progress_start", "new"),
-            ("parallel_pull_count", "2"),
-            ("max_outstanding_messages", "20"),
-            // A stream that got no message for this long stops holding the watermark back
-            // (well before stop_after_idle ends the statement).
-            ("idle_timeout", "500ms"),
-        ],
-    );
+    let source = two_streams_source(&f, progress.path());
     let sink = bt.create_sql(
         "hops",
         "k VARCHAR, version TIMESTAMP, n VARCHAR",
@@ -446,22 +452,7 @@ async fn hopping_and_tumbling_windows_over_two_streams_are_not_stalled_by_flow_c
     again.push(event("zed", 30 * 60, 0));
     f.publish(again).await;
     let progress = tempfile::tempdir().unwrap();
-    let folder = progress.path().display().to_string();
-    let source = f.source_sql(
-        "clicks",
-        "user VARCHAR, ts TIMESTAMP, v BIGINT",
-        &[
-            ("format", "json"),
-            ("event_time_field", "ts"),
-            ("progress_path", folder.as_str()),
-            ("progress_start", "new"),
-            ("parallel_pull_count", "2"),
-            ("max_outstanding_messages", "20"),
-            // A stream that got no message for this long stops holding the watermark back
-            // (well before stop_after_idle ends the statement).
-            ("idle_timeout", "500ms"),
-        ],
-    );
+    let source = two_streams_source(&f, progress.path());
     let insert = "INSERT INTO hops
         SELECT 'min:' || user || '#' || to_char(w['start'], '%H:%M'), w['end'], CAST(count(*) AS VARCHAR)
         FROM (SELECT user, tumble(INTERVAL '1 minute') AS w FROM clicks WHERE user <> 'zed')
