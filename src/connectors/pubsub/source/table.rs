@@ -127,3 +127,37 @@ impl TableProvider for PubSubSourceTable {
         Ok(Arc::new(exec))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::{Field, Schema, TimeUnit};
+
+    use super::*;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("user", DataType::Utf8, true),
+            Field::new("ts", DataType::Timestamp(TimeUnit::Nanosecond, None), true),
+        ]))
+    }
+
+    #[test]
+    fn an_event_time_that_is_missing_or_not_a_timestamp_is_refused_naming_the_option() {
+        let mut options = PubSubSourceOptions::emulator("projects/p/subscriptions/s", "h:1");
+        options.event_time.column = Some("user".into());
+        let e = PubSubSourceTable::try_new("t", schema(), options.clone())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("event_time_field") && e.contains("TIMESTAMP") && e.contains("'user'"),
+            "{e}"
+        );
+        options.event_time.column = Some("nope".into());
+        let e = PubSubSourceTable::try_new("t", schema(), options.clone())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("event_time_field") && e.contains("nope"), "{e}");
+        options.event_time.column = Some("ts".into());
+        assert!(PubSubSourceTable::try_new("t", schema(), options).is_ok());
+    }
+}
