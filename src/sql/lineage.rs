@@ -27,8 +27,9 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::task::Poll;
 
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{Array, RecordBatch};
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::cast::as_boolean_array;
@@ -51,7 +52,8 @@ use futures::StreamExt;
 
 use crate::connectors::SourceDescriptor;
 use crate::connectors::registry;
-use crate::core::delivery::DeliveryInput;
+use crate::core::delivery::subset::{SubsetHandle, SubsetInput, SubsetSlot};
+use crate::core::delivery::{DeliveryHandle, DeliveryInput};
 use crate::error::{Error, Result};
 use crate::plan::node::{name_and_properties, with_new_children_by_replace};
 use crate::sql::window::WindowAggregateExec;
@@ -169,6 +171,11 @@ pub fn delivery_input(
     if let Some(window) = plan.downcast_ref::<WindowAggregateExec>() {
         return (partition == 0).then(|| window.delivery_input());
     }
+    if let Some(filter) = plan.downcast_ref::<BatchFilterExec>() {
+        let inner = delivery_input(filter.input(), partition)?;
+        let slot = filter.slots.get(partition)?.clone();
+        return Some(Arc::new(SubsetInput::new(inner, slot)));
+    }
     if plan.is::<UnionExec>() {
         // A union's partitions are its children's, one after the other.
         let mut first = 0;
@@ -263,6 +270,9 @@ pub struct BatchFilterExec {
     input: Arc<dyn ExecutionPlan>,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
+    /// Per partition, the handle of the batch emitted last: the input's, mapped to the rows
+    /// kept (see [`crate::core::delivery::subset`]).
+    slots: Arc<[Arc<SubsetSlot>]>,
 }
 
 impl BatchFilterExec {
@@ -292,12 +302,16 @@ impl BatchFilterExec {
             input_props.emission_type,
             input_props.boundedness,
         );
+        let slots = (0..input_props.partitioning.partition_count())
+            .map(|_| Arc::new(SubsetSlot::default()))
+            .collect();
         Ok(BatchFilterExec {
             predicate,
             projection,
             input,
             schema,
             properties: Arc::new(properties),
+            slots,
         })
     }
 }
@@ -352,15 +366,38 @@ impl ExecutionPlan for BatchFilterExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> DFResult<SendableRecordBatchStream> {
-        let input = self.input.execute(partition, context)?;
+        let upstream = delivery_input(&self.input, partition);
+        let slot = self.slots.get(partition).cloned();
+        let mut input = self.input.execute(partition, context)?;
         let predicate = self.predicate.clone();
         let projection = self.projection.clone();
-        let stream = input.filter_map(move |batch| {
-            let kept = batch.and_then(|batch| keep(&predicate, projection.as_deref(), &batch));
-            futures::future::ready(match kept {
-                Ok(b) if b.num_rows() == 0 => None,
-                other => Some(other),
-            })
+        let stream = futures::stream::poll_fn(move |cx| {
+            loop {
+                // A consumer retains what it keeps of a batch before it polls again: the
+                // handle is not kept past that, so nothing holds the input's batch after it.
+                if let Some(slot) = &slot {
+                    slot.put(None);
+                }
+                let batch = match futures::ready!(input.poll_next_unpin(cx)) {
+                    None => return Poll::Ready(None),
+                    Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                    Some(Ok(batch)) => batch,
+                };
+                let (kept, rows) = match keep(&predicate, projection.as_deref(), &batch) {
+                    Ok(k) => k,
+                    Err(e) => return Poll::Ready(Some(Err(e))),
+                };
+                if kept.num_rows() == 0 {
+                    continue;
+                }
+                if let (Some(upstream), Some(slot)) = (&upstream, &slot) {
+                    let handle = upstream
+                        .current()
+                        .map(|h| Arc::new(SubsetHandle::new(h, rows)) as Arc<dyn DeliveryHandle>);
+                    slot.put(handle);
+                }
+                return Poll::Ready(Some(Ok(kept)));
+            }
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
@@ -369,15 +406,23 @@ impl ExecutionPlan for BatchFilterExec {
     }
 }
 
+/// The rows of `batch` the predicate keeps (projected), and their indices in `batch`.
 fn keep(
     predicate: &Arc<dyn PhysicalExpr>,
     projection: Option<&[usize]>,
     batch: &RecordBatch,
-) -> DFResult<RecordBatch> {
+) -> DFResult<(RecordBatch, Vec<u32>)> {
     let mask = predicate.evaluate(batch)?.into_array(batch.num_rows())?;
-    let kept = filter_record_batch(batch, as_boolean_array(&mask)?)?;
-    Ok(match projection {
+    let mask = as_boolean_array(&mask)?;
+    let kept = filter_record_batch(batch, mask)?;
+    // A NULL counts as false, as the filter counts it.
+    let rows = (0..mask.len())
+        .filter(|&i| mask.is_valid(i) && mask.value(i))
+        .map(|i| i as u32)
+        .collect();
+    let kept = match projection {
         Some(p) => kept.project(p)?,
         None => kept,
-    })
+    };
+    Ok((kept, rows))
 }

@@ -15,6 +15,8 @@
 //!   size, extends the leases of what is held and lets overdue ones lapse, through a small port
 //!   the input implements ([`settler::Acknowledger`]); every call is retried through
 //!   [`crate::core::retry`].
+//! - [`subset`]: the handle of a batch that keeps some rows of its input's batch (a filter's
+//!   output), which maps row indices back to the input's rows.
 //!
 //! One stop vocabulary serves the statement and its inputs alike: [`crate::core::StopKind`].
 //!
@@ -50,6 +52,7 @@
 
 pub mod lease;
 pub mod settler;
+pub mod subset;
 pub mod ticket;
 
 use std::fmt::Debug;
@@ -173,10 +176,25 @@ pub trait DeliveryInput: Debug + Send + Sync {
 /// emitted, and when it last emitted anything (for idleness). A watermark is made from these
 /// where the rows are read, as Flink makes it at the source, so a filter between the input
 /// and a window cannot hold it back.
+///
+/// A consumer that records its watermark durably (a window's progress marker) may
+/// [`gate`](Self::gate) the clock: from then on, a batch that raises the clock past the
+/// recorded watermark keeps its messages unacknowledged until a watermark at least its
+/// greatest event time was recorded ([`recorded`](Self::recorded)). Otherwise a batch whose rows
+/// a filter dropped would be acknowledged at once, and a kill before the marker caught up
+/// would lose the event time that let windows close (the next run could not close them).
 #[derive(Debug)]
 pub struct EventClock {
     max: std::sync::atomic::AtomicI64,
     last: std::sync::Mutex<Option<tokio::time::Instant>>,
+    gate: std::sync::Mutex<Option<Gate>>,
+}
+
+/// The batches a gated clock keeps, oldest first, with the recorded watermark.
+#[derive(Debug, Default)]
+struct Gate {
+    recorded: Option<i64>,
+    waiting: std::collections::VecDeque<(i64, Arc<dyn DeliveryHandle>)>,
 }
 
 impl Default for EventClock {
@@ -184,6 +202,7 @@ impl Default for EventClock {
         EventClock {
             max: std::sync::atomic::AtomicI64::new(i64::MIN),
             last: std::sync::Mutex::new(None),
+            gate: std::sync::Mutex::new(None),
         }
     }
 }
@@ -207,6 +226,74 @@ impl EventClock {
     /// When the partition last emitted rows.
     pub fn last(&self) -> Option<tokio::time::Instant> {
         *self.last.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The partition emits a batch whose handle is `handle` and whose greatest event time is
+    /// `max`: observed as [`observe`](Self::observe) does; on a gated clock, a batch that
+    /// raises the clock past the recorded watermark is held (one count retained on its
+    /// handle, its messages out of flow control) until [`recorded`](Self::recorded) passes it.
+    /// Call before the batch is emitted (before the handle can be sealed).
+    pub fn observe_batch(&self, max: Option<i64>, handle: &Arc<dyn DeliveryHandle>) -> Result<()> {
+        self.observe(max);
+        let Some(max) = max else {
+            return Ok(());
+        };
+        let mut gate = self.gate_lock();
+        let Some(gate) = gate.as_mut() else {
+            return Ok(());
+        };
+        if gate.recorded.is_some_and(|r| max <= r) {
+            return Ok(());
+        }
+        handle.retain(1)?;
+        handle.hold();
+        gate.waiting.push_back((max, handle.clone()));
+        Ok(())
+    }
+
+    /// A consumer records watermarks durably, the last one `recorded`: gate the clock (see
+    /// the type's docs).
+    pub fn gate(&self, recorded: Option<i64>) {
+        let mut gate = self.gate_lock();
+        let g = gate.get_or_insert_with(Gate::default);
+        g.recorded = g.recorded.max(recorded);
+    }
+
+    /// A watermark of `watermark` was recorded durably: the batches it covers are released
+    /// (the count they retained settled, so they may be acknowledged).
+    pub fn recorded(&self, watermark: i64) {
+        let released: Vec<Arc<dyn DeliveryHandle>> = {
+            let mut gate = self.gate_lock();
+            let Some(g) = gate.as_mut() else {
+                return;
+            };
+            g.recorded = Some(g.recorded.map_or(watermark, |r| r.max(watermark)));
+            let (out, keep): (Vec<_>, Vec<_>) =
+                g.waiting.drain(..).partition(|(max, _)| *max <= watermark);
+            g.waiting = keep.into();
+            out.into_iter().map(|(_, h)| h).collect()
+        };
+        for handle in released {
+            handle.settle(1, Delivery::Dropped);
+        }
+    }
+
+    /// The least greatest event time of a batch the gate holds: a watermark at least this,
+    /// once recorded, releases something.
+    pub fn gated_until(&self) -> Option<i64> {
+        let gate = self.gate_lock();
+        gate.as_ref()?.waiting.iter().map(|(max, _)| *max).min()
+    }
+
+    /// The consumer no longer records watermarks: the gate lets go of what it holds
+    /// unsettled (those batches are handed back, not acknowledged) and holds nothing more.
+    pub fn ungate(&self) {
+        let gate = self.gate_lock().take();
+        drop(gate);
+    }
+
+    fn gate_lock(&self) -> std::sync::MutexGuard<'_, Option<Gate>> {
+        self.gate.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -497,6 +584,62 @@ pub(crate) mod tests {
         assert_eq!(
             oldest_unacked([&a, &b]),
             Some(std::time::Duration::from_secs(4))
+        );
+    }
+
+    fn verdicts(
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<ticket::Verdict<&'static str>>,
+    ) -> Vec<ticket::Verdict<&'static str>> {
+        std::iter::from_fn(|| rx.try_recv().ok()).collect()
+    }
+
+    #[test]
+    fn a_gated_clock_keeps_a_batch_until_a_watermark_past_it_was_recorded() {
+        use ticket::{Ticket, Verdict, Verdicts};
+        let (queue, mut rx) = Verdicts::new(Arc::new(std::sync::atomic::AtomicBool::new(false)));
+        let clock = EventClock::default();
+        clock.gate(Some(5));
+        // At or below the recorded watermark: not held.
+        let old: Arc<dyn DeliveryHandle> = Arc::new(Ticket::new(vec!["old"], 1, queue.clone()));
+        clock.observe_batch(Some(5), &old).unwrap();
+        // Past it: held (out of flow control) until the marker records 10.
+        let ticket = Arc::new(Ticket::new(vec!["new"], 1, queue.clone()));
+        let new: Arc<dyn DeliveryHandle> = ticket.clone();
+        clock.observe_batch(Some(10), &new).unwrap();
+        assert_eq!(clock.gated_until(), Some(10));
+        ticket.seal();
+        assert_eq!(verdicts(&mut rx), vec![Verdict::Hold(vec!["new"])]);
+        clock.recorded(9);
+        assert!(verdicts(&mut rx).is_empty());
+        clock.recorded(10);
+        assert_eq!(verdicts(&mut rx), vec![Verdict::Ack(vec!["new"])]);
+        assert_eq!(clock.gated_until(), None);
+        assert_eq!(clock.max(), Some(10));
+    }
+
+    #[test]
+    fn an_ungated_clock_lets_go_and_the_batch_is_handed_back() {
+        use ticket::{Ticket, Verdict, Verdicts};
+        let (queue, mut rx) = Verdicts::new(Arc::new(std::sync::atomic::AtomicBool::new(false)));
+        let clock = EventClock::default();
+        let ticket = Arc::new(Ticket::new(vec!["a"], 1, queue.clone()));
+        let handle: Arc<dyn DeliveryHandle> = ticket.clone();
+        // Not gated: nothing retained; the seal acknowledges.
+        clock.observe_batch(Some(1), &handle).unwrap();
+        ticket.seal();
+        assert_eq!(verdicts(&mut rx), vec![Verdict::Ack(vec!["a"])]);
+
+        clock.gate(None);
+        let ticket = Arc::new(Ticket::new(vec!["b"], 1, queue));
+        let handle: Arc<dyn DeliveryHandle> = ticket.clone();
+        clock.observe_batch(Some(2), &handle).unwrap();
+        ticket.seal();
+        clock.ungate();
+        drop(handle);
+        drop(ticket);
+        assert_eq!(
+            verdicts(&mut rx),
+            vec![Verdict::Hold(vec!["b"]), Verdict::Nack(vec!["b"])]
         );
     }
 
