@@ -494,14 +494,17 @@ async fn hopping_and_tumbling_windows_over_two_streams_are_not_stalled_by_flow_c
 /// holds exactly the counts and sums of a recomputation of the input, no window missing, extra
 /// or partial.
 ///
-/// It does not pass yet. Without the hold after an unclean stop it showed the gap ADR 0068
-/// names ("disorder after a restart"): a window emitted from 4 of its 10 rows. With the hold
-/// and the watermark the marker records, every window that lands is exact (27 of 30 in a run
-/// of six final passes), but the last minute never closes: the closing message, filtered
-/// out, was acknowledged before a marker recorded the watermark it moved, so no later run
-/// sees the watermark pass that minute. It runs for about six minutes on the emulator.
+/// It does not pass on the emulator. Without the hold after an unclean stop it showed the gap
+/// ADR 0068 names ("disorder after a restart"): a window emitted from 4 of its 10 rows. With the
+/// hold, the watermark the marker records, and the clocks gated until the marker records it,
+/// every window now closes (30 of 30 in one final pass, where the closing message used to be
+/// acknowledged before its watermark was recorded), but the emulator hands a killed reader's
+/// messages back in blocks of 100 every 15-60 s, longer than the hold (twice the ack deadline
+/// plus 5 s), so one window may still be emitted from part of its rows (6 of 10 in the last
+/// run). The service redelivers within the ack deadline; a subscription server that does so
+/// is issue 36's. It runs for about four minutes on the emulator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the last window stays open after the message that closed it was acknowledged as filtered (ADR 0068); about six minutes on the emulator"]
+#[ignore = "the emulator redelivers a killed reader's messages later than the hold after an unclean stop (ADR 0068); about four minutes"]
 async fn a_windowed_pipeline_killed_with_sigkill_twice_ends_with_exact_windows() {
     let f = Fixture::new("win-kill").await;
     let bt = Bigtable::connect().await;

@@ -118,6 +118,8 @@ struct RunState {
     graceful: bool,
     /// The greatest watermark the node computed, for the marker.
     watermark: Option<i64>,
+    /// The watermark the marker says.
+    recorded_watermark: Option<i64>,
     /// The marker could not be written: the stream fails with it.
     error: Option<String>,
 }
@@ -136,11 +138,35 @@ struct Run {
     source: String,
     /// The writer made a flush point: complete the late rows' dead-letter object.
     flush: AtomicBool,
+    /// The input partitions' event-time clocks, gated while the marker is kept (see
+    /// [`EventClock`]).
+    clocks: Vec<Arc<EventClock>>,
 }
 
 impl Run {
     fn lock(&self) -> std::sync::MutexGuard<'_, RunState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The marker now says `watermark`: what the clocks held for it may be acknowledged.
+    fn watermark_recorded(&self, watermark: Option<i64>) {
+        let Some(w) = watermark else {
+            return;
+        };
+        {
+            let mut s = self.lock();
+            s.recorded_watermark = Some(s.recorded_watermark.map_or(w, |r| r.max(w)));
+        }
+        for clock in &self.clocks {
+            clock.recorded(w);
+        }
+    }
+
+    /// The marker is no longer kept: the clocks let go of what they hold.
+    fn ungate(&self) {
+        for clock in &self.clocks {
+            clock.ungate();
+        }
     }
 
     /// A batch of round `close` was settled (`ok`) or dropped unsettled.
@@ -389,9 +415,11 @@ impl WindowAggregateExec {
                 requires_infinite_memory: false,
             },
         );
+        let clocks = inputs.iter().filter_map(|i| i.clock()).collect();
         let run = Arc::new(Run {
             state: Mutex::new(RunState::default()),
             changed: Notify::new(),
+            clocks,
             inputs,
             current: Mutex::new(None),
             keeper: Mutex::new(None),
@@ -618,6 +646,9 @@ impl ExecutionPlan for WindowAggregateExec {
     }
 }
 
+/// How often the marker is written when only the watermark moved.
+const WATERMARK_WRITES_EVERY: Duration = Duration::from_secs(1);
+
 fn tick_every(idle: Duration) -> Duration {
     (idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
@@ -741,7 +772,11 @@ impl Driver {
     async fn start(&mut self, marker: Marker) -> Result<()> {
         let progress = marker.start().await?;
         self.floor = progress.watermark_ns;
-        self.run.lock().watermark = progress.watermark_ns;
+        {
+            let mut s = self.run.lock();
+            s.watermark = progress.watermark_ns;
+            s.recorded_watermark = progress.watermark_ns;
+        }
         let open_before = match (progress.watermark_ns, progress.frontier_ns) {
             (Some(w), Some(f)) => w > f,
             (Some(_), None) => true,
@@ -776,6 +811,11 @@ impl Driver {
             frontier_ns = ?progress.frontier_ns,
             "windows start from their progress marker"
         );
+        // From here on, a batch that moves a clock past the recorded watermark is
+        // acknowledged only once the marker caught up with it.
+        for clock in &self.run.clocks {
+            clock.gate(progress.watermark_ns);
+        }
         let keeper = tokio::spawn(keep(self.run.clone(), marker));
         *self.run.keeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(keeper);
         Ok(())
@@ -1018,9 +1058,15 @@ impl Driver {
             (None, Some(f)) => f,
             (None, None) => return Ok(()),
         };
-        {
+        let raised = {
             let mut s = self.run.lock();
+            let raised = s.watermark.is_none_or(|old| watermark > old);
             s.watermark = Some(s.watermark.map_or(watermark, |old| old.max(watermark)));
+            raised
+        };
+        if raised {
+            // The keeper may record it, releasing what the clocks hold for it.
+            self.run.changed.notify_waiters();
         }
         let lateness =
             i64::try_from(self.source.event_time.allowed_lateness.as_nanos()).unwrap_or(i64::MAX);
@@ -1136,25 +1182,50 @@ fn row_json(batch: &RecordBatch, row: usize) -> Result<serde_json::Map<String, s
 /// then settles those rows (their messages may then be acknowledged). Ends once the node's
 /// stream ended and every emitted batch was settled or dropped.
 async fn keep(run: Arc<Run>, marker: Marker) {
+    let mut last_write: Option<Instant> = None;
     loop {
         let notified = run.changed.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let (target, done) = {
+        let (target, watermark_only, done) = {
             let s = run.lock();
             let target = s.delivered.filter(|d| {
                 s.recorded.is_none_or(|r| *d > r) && s.held.range(..=*d).next().is_some()
             });
+            // A watermark the clocks hold batches for, not yet recorded.
+            let watermark_only = s.watermark.filter(|w| {
+                s.recorded_watermark.is_none_or(|r| *w > r)
+                    && run
+                        .clocks
+                        .iter()
+                        .any(|c| c.gated_until().is_some_and(|g| g <= *w))
+            });
             let done = s.finished && s.rounds.values().all(|r| r.pending == 0);
-            (target, done)
+            (target, watermark_only, done)
         };
-        if let Some(frontier) = target {
+        if target.is_none()
+            && !done
+            && watermark_only.is_some()
+            && let Some(wait) = last_write
+                .map(|at| (at + WATERMARK_WRITES_EVERY).saturating_duration_since(Instant::now()))
+                .filter(|wait| !wait.is_zero())
+        {
+            // A watermark alone is recorded at most this often (an object store allows about
+            // one write a second to an object); a frontier is recorded at once.
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = notified.as_mut() => {}
+            }
+            continue;
+        }
+        if target.is_some() || (watermark_only.is_some() && !done) {
+            let frontier = target.or(run.lock().recorded);
             let mut attempt = 0;
             let written = loop {
                 attempt += 1;
                 let watermark = run.lock().watermark;
-                match marker.record(Some(frontier), watermark).await {
-                    Ok(()) => break Ok(()),
+                match marker.record(frontier, watermark).await {
+                    Ok(()) => break Ok(watermark),
                     Err(e) if attempt < 5 => {
                         tracing::warn!(marker = %marker.url(), attempt, "the progress marker was not written, trying again: {e}");
                         tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
@@ -1162,12 +1233,21 @@ async fn keep(run: Arc<Run>, marker: Marker) {
                     Err(e) => break Err(e),
                 }
             };
-            if let Err(e) = written {
-                tracing::error!(marker = %marker.url(), "{e}");
-                run.lock().error = Some(e.to_string());
-                run.changed.notify_waiters();
-                return;
-            }
+            last_write = Some(Instant::now());
+            let watermark = match written {
+                Ok(watermark) => watermark,
+                Err(e) => {
+                    tracing::error!(marker = %marker.url(), "{e}");
+                    run.lock().error = Some(e.to_string());
+                    run.ungate();
+                    run.changed.notify_waiters();
+                    return;
+                }
+            };
+            run.watermark_recorded(watermark);
+            let Some(frontier) = target else {
+                continue;
+            };
             let released = {
                 let mut s = run.lock();
                 s.recorded = Some(frontier);
@@ -1184,9 +1264,16 @@ async fn keep(run: Arc<Run>, marker: Marker) {
                 let s = run.lock();
                 (s.graceful, s.recorded, s.watermark)
             };
-            if graceful && let Err(e) = marker.close(recorded, watermark).await {
-                tracing::warn!(marker = %marker.url(), "the progress marker could not say the run ended gracefully (the next run waits for redeliveries): {e}");
+            if graceful {
+                match marker.close(recorded, watermark).await {
+                    Ok(()) => run.watermark_recorded(watermark),
+                    Err(e) => {
+                        tracing::warn!(marker = %marker.url(), "the progress marker could not say the run ended gracefully (the next run waits for redeliveries): {e}");
+                    }
+                }
             }
+            // What the clocks still hold (past the last watermark recorded) is handed back.
+            run.ungate();
             return;
         }
         notified.await;

@@ -898,10 +898,11 @@ impl PartitionReader {
         }
         ack_ids.append(&mut handled_ids);
         let rows = decoded.batch.num_rows();
-        if let Some(clock) = self.handle_clock() {
-            clock.observe(self.batch_max_event_time(&decoded.batch)?);
-        }
         let ticket = Arc::new(BatchTicket::new(ack_ids, rows, self.queue.clone()));
+        if let Some(clock) = self.handle_clock() {
+            let handle: Arc<dyn DeliveryHandle> = ticket.clone();
+            clock.observe_batch(self.batch_max_event_time(&decoded.batch)?, &handle)?;
+        }
         if rows == 0 {
             ticket.seal();
             return Ok(None);
