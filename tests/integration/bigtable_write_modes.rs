@@ -31,7 +31,12 @@ fn cells_of(rows: &Rows, key: &str) -> Vec<(String, Vec<u8>)> {
         .map(|cells| {
             cells
                 .iter()
-                .map(|c| (String::from_utf8(c.qualifier.clone()).unwrap(), c.value.clone()))
+                .map(|c| {
+                    (
+                        String::from_utf8(c.qualifier.clone()).unwrap(),
+                        c.value.clone(),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -240,7 +245,11 @@ async fn insert_if_absent_writes_only_rows_that_do_not_exist() {
     assert_eq!(done.metric(names::RECORDS_ACKED), 4);
     assert_eq!(done.metric(names::SEND_ERRORS), 0);
     let expected = |rows: &Rows| {
-        assert_eq!(cells_of(rows, "old"), vec![q("v", "v0")], "an existing row is left");
+        assert_eq!(
+            cells_of(rows, "old"),
+            vec![q("v", "v0")],
+            "an existing row is left"
+        );
         assert_eq!(cells_of(rows, "new"), vec![q("v", "v1"), q("w", "w1")]);
         // Rows of a key are applied in input order: the first one wins.
         assert_eq!(cells_of(rows, "twice"), vec![q("v", "first"), q("w", "w")]);
@@ -275,7 +284,12 @@ async fn increment_adds_to_64_bit_counters_and_a_replay_adds_again() {
     .await;
     exec(
         &ctx,
-        &bt.create_sql("text", "id VARCHAR, clicks VARCHAR", &table, &[("row_key", "id")]),
+        &bt.create_sql(
+            "text",
+            "id VARCHAR, clicks VARCHAR",
+            &table,
+            &[("row_key", "id")],
+        ),
     )
     .await;
     let statement = "INSERT INTO counts SELECT concat('k', CAST(value % 3 AS VARCHAR)), value, \
@@ -298,7 +312,10 @@ async fn increment_adds_to_64_bit_counters_and_a_replay_adds_again() {
             // it read); the newest is the counter.
             assert_eq!(
                 latest(rows, &format!("k{k}")),
-                vec![q("clicks", be(clicks * times)), q("views", be(views * times))],
+                vec![
+                    q("clicks", be(clicks * times)),
+                    q("views", be(views * times))
+                ],
                 "k{k}"
             );
         }
@@ -312,7 +329,11 @@ async fn increment_adds_to_64_bit_counters_and_a_replay_adds_again() {
     insert(&ctx, "INSERT INTO text VALUES ('word', 'abc')")
         .await
         .count();
-    let refused = insert(&ctx, "INSERT INTO counts VALUES ('word', 1, 1), ('k0', 1, 0)").await;
+    let refused = insert(
+        &ctx,
+        "INSERT INTO counts VALUES ('word', 1, 1), ('k0', 1, 0)",
+    )
+    .await;
     assert_eq!(refused.count(), 1);
     assert_eq!(refused.metric(names::RECORDS_DROPPED), 1);
     let rows = bt.read(&table).await;
@@ -358,16 +379,17 @@ async fn increment_a_string_column_is_refused_at_declaration_naming_column_and_o
     );
 }
 
-/// Events `0..events` over `keys` keys in order: event `v` is of key `k{v % keys}`; the first
-/// event of a key inserts it, then about two in ten delete it, one in ten is a Debezium
-/// snapshot read, the rest update it. `n` is null for every seventh event; `ts` is the event's
+/// Events `0..events` over `keys` keys in order, in runs of [`RUN`] events of one key: event
+/// `v` is of key `k{(v / RUN) % keys}`; the first event of a key inserts it, then about two in
+/// ten delete it, one in ten is a Debezium snapshot read, the rest update it. `n` is null for every seventh event; `ts` is the event's
 /// version.
 fn changelog_sql(table: &str, events: i64, keys: i64) -> String {
     format!(
         "INSERT INTO {table} SELECT \
-           CASE WHEN value < {keys} THEN 'c' WHEN (value * 31) % 10 < 2 THEN 'd' \
+           CASE WHEN value % {RUN} = 0 AND value < {keys} * {RUN} THEN 'c' \
+                WHEN (value * 31) % 10 < 2 THEN 'd' \
                 WHEN (value * 31) % 10 = 2 THEN 'r' ELSE 'u' END, \
-           concat('k', CAST(value % {keys} AS VARCHAR)), \
+           concat('k', CAST((value / {RUN}) % {keys} AS VARCHAR)), \
            concat('n', CAST(value AS VARCHAR)), \
            CASE WHEN value % 7 = 0 THEN NULL ELSE value END, \
            1700000000000000 + value * 1000 \
@@ -376,13 +398,18 @@ fn changelog_sql(table: &str, events: i64, keys: i64) -> String {
     )
 }
 
+/// Events of one key in a row: a key's updates come in bursts, so that rows of a key share
+/// batches and follow each other closely (the case `write_mode`'s ordering is for).
+const RUN: i64 = 4;
+
 /// The table the changelog of [`changelog_sql`] leaves under `replace_row`: per key, exactly
 /// the cells of its last event, or no row when that event deletes it.
 fn changelog_state(events: i64, keys: i64) -> Rows {
     let mut state: BTreeMap<Vec<u8>, Option<Vec<Cell>>> = BTreeMap::new();
     for v in 0..events {
-        let key = format!("k{}", v % keys).into_bytes();
-        let delete = v >= keys && (v * 31) % 10 < 2;
+        let key = format!("k{}", (v / RUN) % keys).into_bytes();
+        let first = v % RUN == 0 && v < keys * RUN;
+        let delete = !first && (v * 31) % 10 < 2;
         let ts = 1_700_000_000_000_000 + v * 1000;
         let row = (!delete).then(|| {
             let mut cells = vec![cell("cf", "name", ts, format!("n{v}"))];
@@ -416,7 +443,8 @@ async fn changelog_replayed_twice(events: i64, keys: i64) {
                 ("op_column", "op"),
                 ("write_mode", "replace_row"),
                 ("timestamp_column", "ts"),
-                ("batch_element_count_threshold", "1000"),
+                // Small batches, many in flight: a key's run spreads over concurrent requests.
+                ("batch_element_count_threshold", "10"),
                 ("max_in_flight_entries", "5000"),
             ],
         ),
