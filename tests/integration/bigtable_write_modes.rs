@@ -534,3 +534,94 @@ async fn an_increment_that_fails_transiently_is_not_retried_and_fails_the_statem
     // The rules carry the row's value.
     assert!(script.requests().iter().all(|r| r.rules.len() == 1));
 }
+
+/// Under `failure_policy = 'dead_letter'`: a row whose op names no operation and an increment
+/// the service refuses (a counter cell that is not 8 bytes) are dead letters, each with why,
+/// and the other rows land.
+#[tokio::test]
+async fn a_bad_op_and_a_refused_increment_go_to_the_dead_letters() {
+    use crate::dead_letter::dead_letter_lines;
+    let bt = Bigtable::connect().await;
+    let table = Bigtable::table_name("dlqmodes");
+    bt.create_table(&table, &["cf"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = format!("file://{}", dir.path().display());
+    let ctx = gcp_sql::sql::new_context();
+    exec(
+        &ctx,
+        &bt.create_sql(
+            "cl",
+            "op VARCHAR, id VARCHAR, n BIGINT",
+            &table,
+            &[
+                ("row_key", "id"),
+                ("op_column", "op"),
+                ("failure_policy", "dead_letter"),
+                ("dead_letter_path", &path),
+            ],
+        ),
+    )
+    .await;
+    exec(
+        &ctx,
+        &bt.create_sql(
+            "counts",
+            "id VARCHAR, n BIGINT",
+            &table,
+            &[
+                ("row_key", "id"),
+                ("write_mode", "increment"),
+                ("failure_policy", "dead_letter"),
+                ("dead_letter_path", &path),
+            ],
+        ),
+    )
+    .await;
+    let done = insert(
+        &ctx,
+        "INSERT INTO cl VALUES ('c', 'a', 1), ('nope', 'b', 2), ('u', 'c', 3)",
+    )
+    .await;
+    assert_eq!(done.count(), 2);
+    assert_eq!(done.metric(names::RECORDS_DEAD_LETTERED), 1);
+    exec(
+        &ctx,
+        &bt.create_sql(
+            "seed",
+            "id VARCHAR, n VARCHAR",
+            &table,
+            &[("row_key", "id")],
+        ),
+    )
+    .await;
+    insert(&ctx, "INSERT INTO seed VALUES ('text', 'abc')")
+        .await
+        .count();
+    let done = insert(&ctx, "INSERT INTO counts VALUES ('a', 5), ('text', 1)").await;
+    assert_eq!(done.count(), 1);
+    assert_eq!(done.metric(names::RECORDS_DEAD_LETTERED), 1);
+    let rows = bt.read(&table).await;
+    assert_eq!(latest(&rows, "a"), vec![q("n", be(6))]);
+    assert_eq!(cells_of(&rows, "text"), vec![q("n", "abc")]);
+
+    let (_, lines) = dead_letter_lines(dir.path());
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let encoding = lines
+        .iter()
+        .find(|l| l["error_class"] == "encoding")
+        .expect("the bad op's dead letter");
+    let message = encoding["error_message"].as_str().unwrap();
+    assert!(message.contains("op_column 'op'"), "{message}");
+    assert!(!message.contains("nope"), "{message}");
+    assert_eq!(encoding["row"]["id"], "b");
+    let refused = lines
+        .iter()
+        .find(|l| l["error_class"] != "encoding")
+        .expect("the refused increment's dead letter");
+    let message = refused["error_message"].as_str().unwrap();
+    assert!(message.contains("non-64-bit"), "{message}");
+    // The record as sent: the row key and its increment.
+    let increment = &refused["row"]["mutations"][0]["increment"];
+    assert_eq!(increment["qualifier"], "n", "{refused:?}");
+    assert_eq!(increment["amount"], 1, "{refused:?}");
+}
