@@ -625,3 +625,101 @@ async fn a_bad_op_and_a_refused_increment_go_to_the_dead_letters() {
     assert_eq!(increment["qualifier"], "n", "{refused:?}");
     assert_eq!(increment["amount"], 1, "{refused:?}");
 }
+
+/// `add_to_cell` on a table `auto_create_table` makes (its families then sum 64-bit integers):
+/// every add of a version merges into one cell, with `timestamp_column` one cell per version
+/// (a bucket); a replay adds again; on an ordinary family the service refuses the row.
+#[tokio::test]
+async fn add_to_cell_sums_into_aggregate_families_the_sink_creates() {
+    let bt = Bigtable::connect().await;
+    let table = Bigtable::table_name("aggregates");
+    let plain = Bigtable::table_name("plainfamily");
+    bt.create_table(&plain, &["cf"]).await;
+    let ctx = gcp_sql::sql::new_context();
+    exec(
+        &ctx,
+        &bt.create_sql(
+            "totals",
+            "id VARCHAR, clicks BIGINT",
+            &table,
+            &[
+                ("row_key", "id"),
+                ("write_mode", "add_to_cell"),
+                ("auto_create_table", "true"),
+            ],
+        ),
+    )
+    .await;
+    exec(
+        &ctx,
+        &bt.create_sql(
+            "hourly",
+            "id VARCHAR, views INT, hour BIGINT",
+            &table,
+            &[
+                ("row_key", "id"),
+                ("column_family", "h"),
+                ("write_mode", "add_to_cell"),
+                ("timestamp_column", "hour"),
+                ("auto_create_table", "true"),
+            ],
+        ),
+    )
+    .await;
+    let statement = "INSERT INTO totals SELECT concat('k', CAST(value % 2 AS VARCHAR)), value \
+                     FROM generate_series(1, 100)";
+    let done = insert(&ctx, statement).await;
+    assert_eq!(done.count(), 100);
+    assert_eq!(done.metric(names::RESOURCES_CREATED), 1);
+    let sum = |k: i64| (1..=100).filter(|v| v % 2 == k).sum::<i64>();
+    let rows = bt.read(&table).await;
+    for k in 0..2 {
+        // One cell, at version 0, holding the sum.
+        assert_eq!(
+            rows[format!("k{k}").as_bytes()],
+            vec![cell("cf", "clicks", 0, be(sum(k)))]
+        );
+    }
+    insert(&ctx, statement).await.count();
+    assert_eq!(
+        bt.read(&table).await[b"k1".as_slice()],
+        vec![cell("cf", "clicks", 0, be(2 * sum(1)))],
+        "a replay adds again"
+    );
+    // The family `h` is added to the existing table as an aggregate too.
+    let done = insert(
+        &ctx,
+        "INSERT INTO hourly VALUES ('p', 1, 3600000000), ('p', 2, 3600000000), \
+           ('p', 5, 7200000000)",
+    )
+    .await;
+    assert_eq!(done.count(), 3);
+    let p: Vec<Cell> = bt.read(&table).await[b"p".as_slice()].clone();
+    assert_eq!(
+        p,
+        vec![
+            cell("h", "views", 3_600_000_000, be(3)),
+            cell("h", "views", 7_200_000_000, be(5)),
+        ]
+    );
+
+    // An ordinary family cannot take an add: the row is refused, the others land elsewhere.
+    exec(
+        &ctx,
+        &bt.create_sql(
+            "onplain",
+            "id VARCHAR, clicks BIGINT",
+            &plain,
+            &[
+                ("row_key", "id"),
+                ("write_mode", "add_to_cell"),
+                ("failure_policy", "drop"),
+            ],
+        ),
+    )
+    .await;
+    let refused = insert(&ctx, "INSERT INTO onplain VALUES ('x', 1)").await;
+    assert_eq!(refused.count(), 0);
+    assert_eq!(refused.metric(names::RECORDS_DROPPED), 1);
+    assert!(bt.read(&plain).await.is_empty());
+}

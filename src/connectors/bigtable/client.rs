@@ -106,6 +106,10 @@ pub const DEFAULT_ADMIN_ENDPOINT: &str = "https://bigtableadmin.googleapis.com";
 pub const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub(crate) const MUTATE_ROWS_PATH: &str = "/google.bigtable.v2.Bigtable/MutateRows";
+/// Appended to the status of an add (`increment`, `add_to_cell`) that failed in a way other
+/// writes retry.
+const NOT_RETRIED: &str = " (an add to a counter is not retried: it is not idempotent, and \
+                           whether this one was applied is unknown)";
 /// Metadata key marking a status as one entry's (not the whole call's), for classification.
 const ENTRY_SCOPE_KEY: &str = "x-gcp-sql-entry-status";
 
@@ -563,6 +567,28 @@ fn admin_request<M>(message: M, routing: (&str, &str), google: bool) -> Result<t
 }
 
 impl BigtableTransport {
+    /// A column family as the auto-create recovery makes it: under `write_mode =
+    /// 'add_to_cell'` an aggregate family summing 64-bit integers, else a plain one.
+    fn new_family(&self) -> ColumnFamily {
+        use gcloud_sdk::google::bigtable::admin::v2::r#type::{self, Aggregate, Int64, aggregate};
+        if self.write_mode != WriteMode::AddToCell {
+            return ColumnFamily::default();
+        }
+        let int64 = gcloud_sdk::google::bigtable::admin::v2::Type {
+            kind: Some(r#type::Kind::Int64Type(Int64::default())),
+        };
+        ColumnFamily {
+            value_type: Some(gcloud_sdk::google::bigtable::admin::v2::Type {
+                kind: Some(r#type::Kind::AggregateType(Box::new(Aggregate {
+                    input_type: Some(Box::new(int64)),
+                    state_type: None,
+                    aggregator: Some(aggregate::Aggregator::Sum(aggregate::Sum {})),
+                }))),
+            }),
+            ..Default::default()
+        }
+    }
+
     /// Adds the mapping's families the existing table `destination` lacks. Returns whether it
     /// added any.
     async fn ensure_families(&self, service: &GrpcChannel, destination: &str) -> Result<bool> {
@@ -596,7 +622,7 @@ impl BigtableTransport {
                     .map(|f| Modification {
                         id: f.to_string(),
                         update_mask: None,
-                        r#mod: Some(modification::Mod::Create(ColumnFamily::default())),
+                        r#mod: Some(modification::Mod::Create(self.new_family())),
                     })
                     .collect(),
                 ignore_warnings: false,
@@ -626,7 +652,7 @@ impl Transport for BigtableTransport {
 
     fn operation(&self) -> &'static str {
         match self.write_mode {
-            WriteMode::Upsert | WriteMode::ReplaceRow => "MutateRows",
+            WriteMode::Upsert | WriteMode::ReplaceRow | WriteMode::AddToCell => "MutateRows",
             WriteMode::InsertIfAbsent => "CheckAndMutateRow",
             WriteMode::Increment => "ReadModifyWriteRow",
         }
@@ -681,9 +707,10 @@ impl Transport for BigtableTransport {
             return Class::Fatal;
         }
         let class = classify_mutate_rows_status(status);
-        if self.write_mode == WriteMode::Increment && class == Class::Retryable {
-            // ReadModifyWriteRow is not idempotent: the official clients do not retry it, and
-            // neither does this one (a retry after an unknown outcome could count twice).
+        if self.write_mode.adds() && class == Class::Retryable {
+            // ReadModifyWriteRow and AddToCell are not idempotent: the official clients do not
+            // retry the first, and this one retries neither (a retry after an unknown outcome
+            // could count twice).
             return Class::Fatal;
         }
         class
@@ -716,7 +743,7 @@ impl Transport for BigtableTransport {
                     column_families: self
                         .families
                         .iter()
-                        .map(|f| (f.clone(), ColumnFamily::default()))
+                        .map(|f| (f.clone(), self.new_family()))
                         .collect(),
                     ..Default::default()
                 }),
@@ -777,16 +804,19 @@ impl BigtableTransport {
         request
             .metadata_mut()
             .insert(ROUTING_HEADER, client.routing.clone());
+        let adds = self.write_mode.adds();
         let describe = |i: usize, status: tonic::Status| {
             let entry = batch[i];
+            let not_retried = adds && classify_mutate_rows_status(&status) == Class::Retryable;
             entry_status(tonic::Status::new(
                 status.code(),
                 // The row key is a row's value: the row number and the key's size name it.
                 format!(
-                    "row {} (row key of {} bytes): {}",
+                    "row {} (row key of {} bytes): {}{}",
                     entry.row(),
                     entry.row_key().len(),
-                    status.message()
+                    status.message(),
+                    if not_retried { NOT_RETRIED } else { "" }
                 ),
             ))
         };
@@ -896,12 +926,7 @@ impl BigtableTransport {
                         entry.row(),
                         entry.row_key().len(),
                         status.message(),
-                        if not_retried {
-                            " (an increment is not retried: it is not idempotent, and whether \
-                             this one was applied is unknown)"
-                        } else {
-                            ""
-                        }
+                        if not_retried { NOT_RETRIED } else { "" }
                     ),
                 ))
             }));

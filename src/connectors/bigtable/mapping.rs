@@ -375,6 +375,9 @@ struct CellPlan {
     /// The serialized `family_name` and `column_qualifier` fields, shared by `SetCell` and
     /// `DeleteFromColumn`.
     prefix: Box<[u8]>,
+    /// The family and qualifier, for `AddToCell`.
+    family: String,
+    qualifier: String,
 }
 
 /// Per batch: the table of each (table value, instance value) pair seen, or why it has none.
@@ -564,6 +567,8 @@ impl BigtableMapping {
                         column: i,
                         field: Some(j),
                         prefix: cell_prefix(name, child.name()),
+                        family: name.clone(),
+                        qualifier: child.name().clone(),
                         label,
                         kind,
                         cast,
@@ -587,6 +592,8 @@ impl BigtableMapping {
                     column: i,
                     field: None,
                     prefix: cell_prefix(family, name),
+                    family: family.clone(),
+                    qualifier: name.clone(),
                     label,
                     kind,
                     cast,
@@ -981,7 +988,7 @@ impl BigtableMapping {
             mutations += 1;
         }
         let kind = match self.write_mode {
-            WriteMode::Upsert | WriteMode::ReplaceRow => EntryKind::Mutate,
+            WriteMode::Upsert | WriteMode::ReplaceRow | WriteMode::AddToCell => EntryKind::Mutate,
             WriteMode::InsertIfAbsent => EntryKind::InsertIfAbsent,
             WriteMode::Increment => EntryKind::Increment,
         };
@@ -1006,6 +1013,14 @@ impl BigtableMapping {
             }
             if kind == EntryKind::Increment {
                 write_increment(&mut scratch.body, plan, &scratch.value);
+            } else if self.write_mode == WriteMode::AddToCell {
+                // Adds of one version merge into one cell: the data's version, else 0.
+                let version = if self.timestamp.is_some() {
+                    timestamp
+                } else {
+                    0
+                };
+                write_add_to_cell(&mut scratch.body, plan, version, &scratch.value);
             } else {
                 write_mutation(&mut scratch.body, plan, delete, timestamp, &scratch.value);
             }
@@ -1050,6 +1065,30 @@ fn write_increment(out: &mut Vec<u8>, plan: &CellPlan, value: &[u8]) {
     out.extend_from_slice(&plan.prefix);
     out.push(KEY_FIELD_4_VARINT);
     encode_varint(amount as u64, out);
+}
+
+/// Appends one `Entry.mutations` element: an `AddToCell` adding the 8-byte big-endian integer
+/// `value` to the cell of `plan` at version `timestamp`.
+fn write_add_to_cell(out: &mut Vec<u8>, plan: &CellPlan, timestamp: i64, value: &[u8]) {
+    use gcloud_sdk::google::bigtable::v2::mutation::{self, AddToCell};
+    use gcloud_sdk::google::bigtable::v2::{Mutation, Value, value::Kind};
+    let amount = value.try_into().map(i64::from_be_bytes).unwrap_or_default();
+    let value = |kind| {
+        Some(Value {
+            kind: Some(kind),
+            ..Default::default()
+        })
+    };
+    let m = Mutation {
+        mutation: Some(mutation::Mutation::AddToCell(AddToCell {
+            family_name: plan.family.clone(),
+            column_qualifier: value(Kind::RawValue(plan.qualifier.as_bytes().to_vec())),
+            timestamp: value(Kind::RawTimestampMicros(timestamp)),
+            input: value(Kind::IntValue(amount)),
+        })),
+        ..Default::default()
+    };
+    put_len_field(out, KEY_FIELD_2_LEN, &m.encode_to_vec());
 }
 
 /// Appends one `Entry.mutations` element: a `SetCell` or a `DeleteFromColumn`.

@@ -259,12 +259,18 @@ pub static OP_COLUMN: OptionSpec = OptionSpec {
 pub static WRITE_MODE: OptionSpec = OptionSpec {
     name: "write_mode",
     group: OptionGroup::Mapping,
-    kind: OptionKind::Enum(&["upsert", "replace_row", "insert_if_absent", "increment"]),
+    kind: OptionKind::Enum(&[
+        "upsert",
+        "replace_row",
+        "insert_if_absent",
+        "increment",
+        "add_to_cell",
+    ]),
     default: DefaultValue::Text("upsert"),
     bound: Bound::None,
-    cross_rule: "`insert_if_absent` and `increment` cannot be combined with `op_column`; `increment` needs integer cell columns and cannot be combined with `timestamp_column` or `null_handling = 'delete'`",
+    cross_rule: "`insert_if_absent`, `increment` and `add_to_cell` cannot be combined with `op_column`; `increment` and `add_to_cell` need integer cell columns and cannot be combined with `null_handling = 'delete'`; `increment` cannot be combined with `timestamp_column`",
     example: "replace_row",
-    description: "How a row is applied: `upsert` sets its cells (other cells of the row stay); `replace_row` deletes the row and sets its cells in one entry, so it ends with exactly them; `insert_if_absent` sets its cells only when the row does not exist (`CheckAndMutateRow`, one call per row); `increment` adds each integer cell's value to the stored 64-bit counter (`ReadModifyWriteRow`, one call per row, never retried). See docs/bigtable.md, \"Write modes and changelogs\", for what a replay does in each.",
+    description: "How a row is applied: `upsert` sets its cells (other cells of the row stay); `replace_row` deletes the row and sets its cells in one entry, so it ends with exactly them; `insert_if_absent` sets its cells only when the row does not exist (`CheckAndMutateRow`, one call per row); `increment` adds each integer cell's value to the stored 64-bit counter (`ReadModifyWriteRow`, one call per row, never retried); `add_to_cell` adds it to a cell of an aggregate (sum) family (`AddToCell` in `MutateRows`, batched, never retried; `auto_create_table` creates the families as sums of 64-bit integers). See docs/bigtable.md, \"Write modes and changelogs\", for what a replay does in each.",
     redact: Redact::None,
 };
 
@@ -280,6 +286,8 @@ pub enum WriteMode {
     InsertIfAbsent,
     /// Add each cell's integer value to the stored counter (`ReadModifyWriteRow`).
     Increment,
+    /// Add each cell's integer value to a cell of an aggregate family (`AddToCell`).
+    AddToCell,
 }
 
 impl WriteMode {
@@ -290,7 +298,14 @@ impl WriteMode {
             WriteMode::ReplaceRow => "replace_row",
             WriteMode::InsertIfAbsent => "insert_if_absent",
             WriteMode::Increment => "increment",
+            WriteMode::AddToCell => "add_to_cell",
         }
+    }
+
+    /// Whether a row adds to counters: such writes are not idempotent, so they are never
+    /// retried.
+    pub fn adds(self) -> bool {
+        matches!(self, WriteMode::Increment | WriteMode::AddToCell)
     }
 
     /// The mode an option value names, if any.
@@ -300,6 +315,7 @@ impl WriteMode {
             WriteMode::ReplaceRow,
             WriteMode::InsertIfAbsent,
             WriteMode::Increment,
+            WriteMode::AddToCell,
         ]
         .into_iter()
         .find(|m| m.name().eq_ignore_ascii_case(text.trim()))
@@ -699,7 +715,7 @@ impl TableOptions for BigtableSinkOptions {
                 Some(text) => WriteMode::parse(text).ok_or_else(|| {
                     WRITE_MODE.invalid(
                         text,
-                        "expected 'upsert', 'replace_row', 'insert_if_absent' or 'increment'",
+                        "expected 'upsert', 'replace_row', 'insert_if_absent', 'increment' or 'add_to_cell'",
                     )
                 })?,
             },
@@ -774,7 +790,7 @@ impl BigtableSinkOptions {
         if let Some(op) = &m.op_column
             && matches!(
                 m.write_mode,
-                WriteMode::InsertIfAbsent | WriteMode::Increment
+                WriteMode::InsertIfAbsent | WriteMode::Increment | WriteMode::AddToCell
             )
         {
             return Err(OP_COLUMN.invalid(
@@ -786,27 +802,27 @@ impl BigtableSinkOptions {
                 ),
             ));
         }
-        if m.write_mode == WriteMode::Increment {
-            if let Some(ts) = &m.timestamp_column {
-                return Err(TIMESTAMP_COLUMN.invalid(
-                    ts,
-                    format!(
-                        "'{}' cannot be combined with '{}' = 'increment': the service gives an \
-                         incremented cell its version",
-                        TIMESTAMP_COLUMN.name, WRITE_MODE.name
-                    ),
-                ));
-            }
-            if m.null_handling == NullHandling::Delete {
-                return Err(NULL_HANDLING.invalid(
-                    "delete",
-                    format!(
-                        "'{}' = 'delete' cannot be combined with '{}' = 'increment': a null adds \
-                         nothing to a counter",
-                        NULL_HANDLING.name, WRITE_MODE.name
-                    ),
-                ));
-            }
+        if m.write_mode == WriteMode::Increment
+            && let Some(ts) = &m.timestamp_column
+        {
+            return Err(TIMESTAMP_COLUMN.invalid(
+                ts,
+                format!(
+                    "'{}' cannot be combined with '{}' = 'increment': the service gives an \
+                     incremented cell its version",
+                    TIMESTAMP_COLUMN.name, WRITE_MODE.name
+                ),
+            ));
+        }
+        if m.write_mode.adds() && m.null_handling == NullHandling::Delete {
+            return Err(NULL_HANDLING.invalid(
+                "delete",
+                format!(
+                    "'{}' = 'delete' cannot be combined with '{}' = '{mode}': a null adds \
+                     nothing to a counter",
+                    NULL_HANDLING.name, WRITE_MODE.name
+                ),
+            ));
         }
         Ok(())
     }
@@ -863,8 +879,8 @@ impl BigtableSinkOptions {
             }
         }
         let skip = m.non_cell_columns();
-        if m.write_mode == WriteMode::Increment {
-            check_increment_columns(schema, &skip)?;
+        if m.write_mode.adds() {
+            check_increment_columns(schema, m.write_mode, &skip)?;
         }
         if !schema
             .fields()
@@ -904,9 +920,9 @@ impl BigtableSinkOptions {
     }
 }
 
-/// Under `write_mode = 'increment'` every cell column (and every field of a struct column) must
-/// be an integer that fits a signed 64-bit counter.
-fn check_increment_columns(schema: &Schema, skip: &[&str]) -> Result<()> {
+/// Under `write_mode = 'increment'` or `'add_to_cell'` every cell column (and every field of a
+/// struct column) must be an integer that fits a signed 64-bit counter.
+fn check_increment_columns(schema: &Schema, mode: WriteMode, skip: &[&str]) -> Result<()> {
     let fits = |dt: &DataType| {
         matches!(
             dt,
@@ -923,9 +939,10 @@ fn check_increment_columns(schema: &Schema, skip: &[&str]) -> Result<()> {
         Error::schema(
             column,
             format!(
-                "'{}' = 'increment' adds integers to 64-bit counters: every cell column must be an \
+                "'{}' = '{}' adds integers to 64-bit counters: every cell column must be an \
                  integer type up to BIGINT (UInt64 excluded), found {dt}",
-                WRITE_MODE.name
+                WRITE_MODE.name,
+                mode.name()
             ),
         )
     };

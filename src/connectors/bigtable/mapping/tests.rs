@@ -1003,6 +1003,14 @@ fn conflicting_write_mode_options_are_refused_naming_both() {
             vec![("null_handling", "delete"), ("write_mode", "increment")],
             ["null_handling", "write_mode"],
         ),
+        (
+            vec![("op_column", "op"), ("write_mode", "add_to_cell")],
+            ["op_column", "add_to_cell"],
+        ),
+        (
+            vec![("null_handling", "delete"), ("write_mode", "add_to_cell")],
+            ["null_handling", "add_to_cell"],
+        ),
     ] {
         let mut pairs = vec![("table", TABLE), ("row_key", "id")];
         pairs.extend(extra);
@@ -1067,4 +1075,72 @@ fn increment_and_op_columns_are_checked_against_the_schema() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("op_column") && err.contains("'op'"), "{err}");
+}
+
+#[test]
+fn add_to_cell_entries_add_each_integer_cell_at_the_data_version_or_zero() {
+    use gcloud_sdk::google::bigtable::v2::mutation::AddToCell;
+    use gcloud_sdk::google::bigtable::v2::{Value, value::Kind};
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("clicks", DataType::Int64, true),
+        Field::new("ts", DataType::Int64, true),
+    ]);
+    let value = |kind| {
+        Some(Value {
+            kind: Some(kind),
+            ..Default::default()
+        })
+    };
+    let add = |amount: i64, version: i64| Mutation {
+        timestamp_origin: 0,
+        mutation: Some(mutation::Mutation::AddToCell(AddToCell {
+            family_name: "cf".into(),
+            column_qualifier: value(Kind::RawValue(b"clicks".to_vec())),
+            timestamp: value(Kind::RawTimestampMicros(version)),
+            input: value(Kind::IntValue(amount)),
+        })),
+    };
+    let b = batch(vec![
+        ("id", Arc::new(StringArray::from(vec!["a"])) as ArrayRef),
+        ("clicks", Arc::new(Int64Array::from(vec![Some(-3)]))),
+        ("ts", Arc::new(Int64Array::from(vec![Some(3_600_000_123)]))),
+    ]);
+    // Without timestamp_column every add goes to version 0: one cell per counter.
+    let plain = mapping(
+        &Schema::new(schema.fields()[..2].to_vec()),
+        &[
+            ("table", TABLE),
+            ("row_key", "id"),
+            ("write_mode", "add_to_cell"),
+        ],
+    )
+    .unwrap();
+    let out = encode(&plain, &b.project(&[0, 1]).unwrap());
+    let e = out[0].as_ref().unwrap();
+    assert_eq!(e.record.kind(), EntryKind::Mutate);
+    assert!(e.serial_key.is_none(), "adds commute");
+    assert_eq!(e.record.to_entry().unwrap().mutations, vec![add(-3, 0)]);
+    // With it, the version is the row's (in whole milliseconds): one cell per bucket.
+    let bucketed = mapping(
+        &schema,
+        &[
+            ("table", TABLE),
+            ("row_key", "id"),
+            ("write_mode", "add_to_cell"),
+            ("timestamp_column", "ts"),
+        ],
+    )
+    .unwrap();
+    let out = encode(&bucketed, &b);
+    assert_eq!(
+        out[0]
+            .as_ref()
+            .unwrap()
+            .record
+            .to_entry()
+            .unwrap()
+            .mutations,
+        vec![add(-3, 3_600_000_000)]
+    );
 }
