@@ -1936,6 +1936,7 @@ fn reads_bigtable_write_mode_and_op_column() {
         ("REPLACE_ROW", WriteMode::ReplaceRow),
         ("insert_if_absent", WriteMode::InsertIfAbsent),
         ("increment", WriteMode::Increment),
+        ("add_to_cell", WriteMode::AddToCell),
     ] {
         assert_eq!(
             bigtable(&[("write_mode", text)])
@@ -1957,7 +1958,7 @@ fn rejects_unknown_write_mode_and_op_column_with_a_one_row_mode() {
     let rule = invalid(bigtable(&[("write_mode", "merge")]), "write_mode");
     assert!(rule.contains("insert_if_absent"), "{rule}");
     invalid(bigtable(&[("write_mode", "")]), "write_mode");
-    for mode in ["insert_if_absent", "increment"] {
+    for mode in ["insert_if_absent", "increment", "add_to_cell"] {
         let rule = invalid(
             bigtable(&[("op_column", "op"), ("write_mode", mode)]),
             "op_column",

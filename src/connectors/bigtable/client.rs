@@ -55,7 +55,7 @@
 //! | `INTERNAL` on an entry whose message names an unknown column family | [`Class::NotFound`] (how the emulator reports a missing family) |
 //! | other `INTERNAL` on an entry | [`Class::Rejected`]: the emulator (`cbtemulator`) reports every per-entry refusal as `INTERNAL` where the service says `INVALID_ARGUMENT`; the isolation pass confirms it against the entry alone before the failure policy sees it |
 //! | `UNKNOWN` or `FAILED_PRECONDITION` of one row's `CheckAndMutateRow` / `ReadModifyWriteRow` | [`Class::Rejected`] (`UNKNOWN` naming a family: [`Class::NotFound`]): how the emulator refuses an increment of a cell that is not 8 bytes, or a missing family |
-//! | under `write_mode = 'increment'`, anything retryable above | [`Class::Fatal`]: `ReadModifyWriteRow` is not idempotent, so it is never retried (as in the official clients) |
+//! | under `write_mode = 'increment'` or `'add_to_cell'`, anything retryable above | [`Class::Fatal`]: an add is not idempotent, so it is never retried (as the official clients never retry `ReadModifyWriteRow`) |
 //! | anything else (`PERMISSION_DENIED`, `UNAUTHENTICATED`, `INTERNAL` on the call, ...) | [`Class::Fatal`] |
 //!
 //! A connection the emulator's address refuses before anything has answered there is
@@ -134,7 +134,7 @@ pub struct ClientSettings {
     /// Open-or-closing instance channels (`max_active_instances`).
     pub max_active_instances: usize,
     /// How rows are applied (`write_mode`): which calls the transport makes, and under
-    /// `increment` (`ReadModifyWriteRow` is not idempotent) a failure that would be retried
+    /// `increment` and `add_to_cell` (adds are not idempotent) a failure that would be retried
     /// fails the statement instead.
     pub write_mode: WriteMode,
 }
@@ -280,7 +280,8 @@ pub struct BigtableTransport {
     reach: Reachability,
     /// The latest `RateLimitInfo` a `MutateRows` response carried, for the core to take.
     load_hint: Mutex<Option<LoadHint>>,
-    /// How rows are applied; under `increment` nothing is retried.
+    /// How rows are applied; under `increment` and `add_to_cell` nothing is retried, and
+    /// under `add_to_cell` created families are aggregates.
     write_mode: WriteMode,
 }
 
