@@ -1929,6 +1929,45 @@ fn reads_bigtable_mapping() {
 }
 
 #[test]
+fn reads_bigtable_write_mode_and_op_column() {
+    use gcp_sql::connectors::bigtable::options::WriteMode;
+    for (text, mode) in [
+        ("upsert", WriteMode::Upsert),
+        ("REPLACE_ROW", WriteMode::ReplaceRow),
+        ("insert_if_absent", WriteMode::InsertIfAbsent),
+        ("increment", WriteMode::Increment),
+        ("add_to_cell", WriteMode::AddToCell),
+    ] {
+        assert_eq!(
+            bigtable(&[("write_mode", text)])
+                .unwrap()
+                .mapping
+                .write_mode,
+            mode
+        );
+    }
+    let d = bigtable(&[]).unwrap().mapping;
+    assert_eq!((d.write_mode, d.op_column), (WriteMode::Upsert, None));
+    let o = bigtable(&[("op_column", "op"), ("write_mode", "replace_row")]).unwrap();
+    assert_eq!(o.mapping.op_column.as_deref(), Some("op"));
+    assert!(o.mapping.non_cell_columns().contains(&"op"));
+}
+
+#[test]
+fn rejects_unknown_write_mode_and_op_column_with_a_one_row_mode() {
+    let rule = invalid(bigtable(&[("write_mode", "merge")]), "write_mode");
+    assert!(rule.contains("insert_if_absent"), "{rule}");
+    invalid(bigtable(&[("write_mode", "")]), "write_mode");
+    for mode in ["insert_if_absent", "increment", "add_to_cell"] {
+        let rule = invalid(
+            bigtable(&[("op_column", "op"), ("write_mode", mode)]),
+            "op_column",
+        );
+        assert!(rule.contains("write_mode") && rule.contains(mode), "{rule}");
+    }
+}
+
+#[test]
 fn rejects_invalid_column_family_name() {
     invalid(bigtable(&[("column_family", "has space")]), "column_family");
     invalid(bigtable(&[("column_family", "")]), "column_family");

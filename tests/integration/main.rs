@@ -20,6 +20,7 @@
 //! | [`docs_examples`] | every SQL example of README.md and docs/*.md, run against the emulators |
 //! | [`dead_letter`] | `failure_policy = 'dead_letter'` on each sink: the dead-letter topic and folder, read back |
 //! | [`bigtable_sink`] | the Bigtable sink against `cbtemulator` and a scripted fake |
+//! | [`bigtable_write_modes`] | the Bigtable sink's changelog (`op_column`) and write modes against `cbtemulator`, a 50,000-event changelog replayed twice, and a fake `ReadModifyWriteRow` |
 //! | [`cli`] | the `gcp-sql` binary as a process |
 //! | [`cli_shell`] | the `gcp-sql` shell: `SHOW TABLES`, `\d`, result formats, log colours |
 //! | [`quickstart`] | `sql/quickstart.sql` on `--emulators`, and the inspection functions it reads back with |
@@ -59,6 +60,7 @@ mod support;
 mod a_pubsub_source_kill;
 
 mod bigtable_sink;
+mod bigtable_write_modes;
 // Runs the `gcp-sql` binary (`CARGO_BIN_EXE_gcp-sql`), which is built only with the `cli`
 // feature (on by default).
 #[cfg(feature = "cli")]

@@ -26,6 +26,12 @@
 //!
 //! # Sending
 //!
+//! `write_mode = 'insert_if_absent'` and `'increment'` apply each row by its own call
+//! (`CheckAndMutateRow` with no predicate, i.e. "the row has any cell", and the row's cells as
+//! its false mutations; `ReadModifyWriteRow` with one increment rule per cell). The core still
+//! batches and bounds them: a batch's rows are sent as concurrent calls, and its statuses come
+//! back per record as for `MutateRows`. A changelog's deletes go in one `MutateRows`.
+//!
 //! A batch of [`BigtableEntry`]s, already serialized, becomes a `MutateRowsRequest` body by
 //! concatenation, sent as a server-streaming call on the generated client's method path. The
 //! per-entry statuses of the response stream are collected by index into
@@ -48,6 +54,8 @@
 //! | `INVALID_ARGUMENT` | [`Class::Rejected`] (isolation pass, then the failure policy) |
 //! | `INTERNAL` on an entry whose message names an unknown column family | [`Class::NotFound`] (how the emulator reports a missing family) |
 //! | other `INTERNAL` on an entry | [`Class::Rejected`]: the emulator (`cbtemulator`) reports every per-entry refusal as `INTERNAL` where the service says `INVALID_ARGUMENT`; the isolation pass confirms it against the entry alone before the failure policy sees it |
+//! | `UNKNOWN` or `FAILED_PRECONDITION` of one row's `CheckAndMutateRow` / `ReadModifyWriteRow` | [`Class::Rejected`] (`UNKNOWN` naming a family: [`Class::NotFound`]): how the emulator refuses an increment of a cell that is not 8 bytes, or a missing family |
+//! | under `write_mode = 'increment'` or `'add_to_cell'`, anything retryable above | [`Class::Fatal`]: an add is not idempotent, so it is never retried (as the official clients never retry `ReadModifyWriteRow`) |
 //! | anything else (`PERMISSION_DENIED`, `UNAUTHENTICATED`, `INTERNAL` on the call, ...) | [`Class::Fatal`] |
 //!
 //! A connection the emulator's address refuses before anything has answered there is
@@ -67,16 +75,20 @@ use gcloud_sdk::google::bigtable::admin::v2::modify_column_families_request::{
 use gcloud_sdk::google::bigtable::admin::v2::{
     ColumnFamily, CreateTableRequest, GetTableRequest, ModifyColumnFamiliesRequest, Table, table,
 };
-use gcloud_sdk::google::bigtable::v2::MutateRowsResponse;
+use gcloud_sdk::google::bigtable::v2::bigtable_client::BigtableClient;
+use gcloud_sdk::google::bigtable::v2::{
+    CheckAndMutateRowRequest, MutateRowsResponse, ReadModifyWriteRowRequest,
+};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::Code;
 use tonic::codegen::http;
 use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 
 use super::mapping::{
-    BigtableEntry, request_base_len, request_entry_len, write_mutate_rows_request,
+    BigtableEntry, EntryKind, request_base_len, request_entry_len, write_mutate_rows_request,
 };
 use crate::connectors::bigtable::names;
+use crate::connectors::bigtable::options::WriteMode;
 use crate::core::{Class, Destination, LoadHint, SendOutcome, Transport};
 use crate::error::{Error, Result};
 use crate::google::{
@@ -94,6 +106,10 @@ pub const DEFAULT_ADMIN_ENDPOINT: &str = "https://bigtableadmin.googleapis.com";
 pub const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub(crate) const MUTATE_ROWS_PATH: &str = "/google.bigtable.v2.Bigtable/MutateRows";
+/// Appended to the status of an add (`increment`, `add_to_cell`) that failed in a way other
+/// writes retry.
+const NOT_RETRIED: &str = " (an add to a counter is not retried: it is not idempotent, and \
+                           whether this one was applied is unknown)";
 /// Metadata key marking a status as one entry's (not the whole call's), for classification.
 const ENTRY_SCOPE_KEY: &str = "x-gcp-sql-entry-status";
 
@@ -117,6 +133,10 @@ pub struct ClientSettings {
     pub families: Vec<String>,
     /// Open-or-closing instance channels (`max_active_instances`).
     pub max_active_instances: usize,
+    /// How rows are applied (`write_mode`): which calls the transport makes, and under
+    /// `increment` and `add_to_cell` (adds are not idempotent) a failure that would be retried
+    /// fails the statement instead.
+    pub write_mode: WriteMode,
 }
 
 impl ClientSettings {
@@ -260,6 +280,9 @@ pub struct BigtableTransport {
     reach: Reachability,
     /// The latest `RateLimitInfo` a `MutateRows` response carried, for the core to take.
     load_hint: Mutex<Option<LoadHint>>,
+    /// How rows are applied; under `increment` and `add_to_cell` nothing is retried, and
+    /// under `add_to_cell` created families are aggregates.
+    write_mode: WriteMode,
 }
 
 impl std::fmt::Debug for BigtableTransport {
@@ -347,6 +370,7 @@ impl BigtableTransport {
             instances: InstancePool::new(settings.max_active_instances),
             admin: tokio::sync::OnceCell::new(),
             load_hint: Mutex::new(None),
+            write_mode: settings.write_mode,
         }
     }
 
@@ -519,8 +543,10 @@ pub fn classify_mutate_rows_status(status: &tonic::Status) -> Class {
         }
         Code::NotFound => Class::NotFound,
         Code::InvalidArgument => Class::Rejected,
-        Code::Internal if entry && names_unknown_family(status.message()) => Class::NotFound,
-        Code::Internal if entry => Class::Rejected,
+        Code::Internal | Code::Unknown if entry && names_unknown_family(status.message()) => {
+            Class::NotFound
+        }
+        Code::Internal | Code::Unknown | Code::FailedPrecondition if entry => Class::Rejected,
         _ => Class::Fatal,
     }
 }
@@ -542,6 +568,28 @@ fn admin_request<M>(message: M, routing: (&str, &str), google: bool) -> Result<t
 }
 
 impl BigtableTransport {
+    /// A column family as the auto-create recovery makes it: under `write_mode =
+    /// 'add_to_cell'` an aggregate family summing 64-bit integers, else a plain one.
+    fn new_family(&self) -> ColumnFamily {
+        use gcloud_sdk::google::bigtable::admin::v2::r#type::{self, Aggregate, Int64, aggregate};
+        if self.write_mode != WriteMode::AddToCell {
+            return ColumnFamily::default();
+        }
+        let int64 = gcloud_sdk::google::bigtable::admin::v2::Type {
+            kind: Some(r#type::Kind::Int64Type(Int64::default())),
+        };
+        ColumnFamily {
+            value_type: Some(gcloud_sdk::google::bigtable::admin::v2::Type {
+                kind: Some(r#type::Kind::AggregateType(Box::new(Aggregate {
+                    input_type: Some(Box::new(int64)),
+                    state_type: None,
+                    aggregator: Some(aggregate::Aggregator::Sum(aggregate::Sum {})),
+                }))),
+            }),
+            ..Default::default()
+        }
+    }
+
     /// Adds the mapping's families the existing table `destination` lacks. Returns whether it
     /// added any.
     async fn ensure_families(&self, service: &GrpcChannel, destination: &str) -> Result<bool> {
@@ -575,7 +623,7 @@ impl BigtableTransport {
                     .map(|f| Modification {
                         id: f.to_string(),
                         update_mask: None,
-                        r#mod: Some(modification::Mod::Create(ColumnFamily::default())),
+                        r#mod: Some(modification::Mod::Create(self.new_family())),
                     })
                     .collect(),
                 ignore_warnings: false,
@@ -604,7 +652,11 @@ impl Transport for BigtableTransport {
     type Client = BigtableTableClient;
 
     fn operation(&self) -> &'static str {
-        "MutateRows"
+        match self.write_mode {
+            WriteMode::Upsert | WriteMode::ReplaceRow | WriteMode::AddToCell => "MutateRows",
+            WriteMode::InsertIfAbsent => "CheckAndMutateRow",
+            WriteMode::Increment => "ReadModifyWriteRow",
+        }
     }
 
     async fn open(&self, destination: &Destination) -> Result<BigtableTableClient> {
@@ -642,6 +694,100 @@ impl Transport for BigtableTransport {
             Ok(slot) => slot,
             Err(status) => return SendOutcome::Whole(Err(status)),
         };
+        if batch.iter().all(|e| e.kind() == EntryKind::Mutate) {
+            return self
+                .mutate_rows(slot, client, destination, batch, timeout)
+                .await;
+        }
+        self.send_mixed(slot, client, destination, batch, timeout)
+            .await
+    }
+    fn classify(&self, status: &tonic::Status, _solo: bool) -> Class {
+        if nothing_listens(status) {
+            // A refused first connection to the emulator: nothing to retry against.
+            return Class::Fatal;
+        }
+        let class = classify_mutate_rows_status(status);
+        if self.write_mode.adds() && class == Class::Retryable {
+            // ReadModifyWriteRow and AddToCell are not idempotent: the official clients do not
+            // retry the first, and this one retries neither (a retry after an unknown outcome
+            // could count twice).
+            return Class::Fatal;
+        }
+        class
+    }
+
+    async fn create_destination(
+        &self,
+        _client: &BigtableTableClient,
+        destination: &Destination,
+    ) -> Result<bool> {
+        if !self.auto_create_table {
+            return Err(Error::Unsupported(format!(
+                "table '{destination}' is missing and 'auto_create_table' is off, so it is not created"
+            )));
+        }
+        let Some((parent, table_id)) = destination.split_once("/tables/") else {
+            return Err(Error::invalid(
+                "table",
+                destination.to_string(),
+                "expected projects/PROJECT/instances/INSTANCE/tables/TABLE",
+            ));
+        };
+        let service = self.admin_service().await?;
+        let google = service.is_google();
+        let request = admin_request(
+            CreateTableRequest {
+                parent: parent.to_string(),
+                table_id: table_id.to_string(),
+                table: Some(Table {
+                    column_families: self
+                        .families
+                        .iter()
+                        .map(|f| (f.clone(), self.new_family()))
+                        .collect(),
+                    ..Default::default()
+                }),
+                initial_splits: Vec::new(),
+            },
+            ("parent", parent),
+            google,
+        )?;
+        match BigtableTableAdminClient::new(service.clone())
+            .create_table(request)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(table = %destination, families = ?self.families, "created table {destination} (auto_create_table)");
+                Ok(true)
+            }
+            // The table exists (created meanwhile): a NOT_FOUND then means a missing family.
+            Err(s) if s.code() == Code::AlreadyExists => {
+                self.ensure_families(&service, destination).await
+            }
+            Err(s) => Err(admin_error("CreateTable", destination, &s)),
+        }
+    }
+
+    async fn close(&self, client: BigtableTableClient) {
+        self.instances.table_closed(&client.instance);
+    }
+
+    fn take_load_hint(&self) -> Option<LoadHint> {
+        lock(&self.load_hint).take()
+    }
+}
+
+impl BigtableTransport {
+    /// One `MutateRows` call carrying every entry of `batch` (all [`EntryKind::Mutate`]).
+    async fn mutate_rows(
+        &self,
+        slot: Arc<Slot>,
+        client: &BigtableTableClient,
+        destination: &Destination,
+        batch: &[&BigtableEntry],
+        timeout: Option<Duration>,
+    ) -> SendOutcome {
         let size = request_base_len(destination, &self.app_profile_id)
             + batch
                 .iter()
@@ -659,16 +805,19 @@ impl Transport for BigtableTransport {
         request
             .metadata_mut()
             .insert(ROUTING_HEADER, client.routing.clone());
+        let adds = self.write_mode.adds();
         let describe = |i: usize, status: tonic::Status| {
             let entry = batch[i];
+            let not_retried = adds && classify_mutate_rows_status(&status) == Class::Retryable;
             entry_status(tonic::Status::new(
                 status.code(),
                 // The row key is a row's value: the row number and the key's size name it.
                 format!(
-                    "row {} (row key of {} bytes): {}",
+                    "row {} (row key of {} bytes): {}{}",
                     entry.row(),
                     entry.row_key().len(),
-                    status.message()
+                    status.message(),
+                    if not_retried { NOT_RETRIED } else { "" }
                 ),
             ))
         };
@@ -712,73 +861,139 @@ impl Transport for BigtableTransport {
             }
         }
     }
+}
 
-    fn classify(&self, status: &tonic::Status, _solo: bool) -> Class {
-        if nothing_listens(status) {
-            // A refused first connection to the emulator: nothing to retry against.
-            return Class::Fatal;
-        }
-        classify_mutate_rows_status(status)
-    }
-
-    async fn create_destination(
+impl BigtableTransport {
+    /// A batch with entries applied one row at a time (`insert_if_absent`, `increment`): the
+    /// [`EntryKind::Mutate`] entries (a changelog's deletes) in one `MutateRows`, each other
+    /// entry in its own `CheckAndMutateRow` or `ReadModifyWriteRow`, all at once. The batch
+    /// was admitted under the in-flight caps like any other, so the caps bound these calls too.
+    async fn send_mixed(
         &self,
-        _client: &BigtableTableClient,
+        slot: Arc<Slot>,
+        client: &BigtableTableClient,
         destination: &Destination,
-    ) -> Result<bool> {
-        if !self.auto_create_table {
-            return Err(Error::Unsupported(format!(
-                "table '{destination}' is missing and 'auto_create_table' is off, so it is not created"
-            )));
-        }
-        let Some((parent, table_id)) = destination.split_once("/tables/") else {
-            return Err(Error::invalid(
-                "table",
-                destination.to_string(),
-                "expected projects/PROJECT/instances/INSTANCE/tables/TABLE",
-            ));
+        batch: &[&BigtableEntry],
+        timeout: Option<Duration>,
+    ) -> SendOutcome {
+        let (mutate, single): (Vec<usize>, Vec<usize>) =
+            (0..batch.len()).partition(|&i| batch[i].kind() == EntryKind::Mutate);
+        let mut results: Vec<Option<std::result::Result<(), tonic::Status>>> =
+            vec![None; batch.len()];
+        let mutate_entries: Vec<&BigtableEntry> = mutate.iter().map(|&i| batch[i]).collect();
+        let mutate_call = async {
+            if mutate_entries.is_empty() {
+                return None;
+            }
+            Some(
+                self.mutate_rows(slot.clone(), client, destination, &mutate_entries, timeout)
+                    .await,
+            )
         };
-        let service = self.admin_service().await?;
-        let google = service.is_google();
-        let request = admin_request(
-            CreateTableRequest {
-                parent: parent.to_string(),
-                table_id: table_id.to_string(),
-                table: Some(Table {
-                    column_families: self
-                        .families
-                        .iter()
-                        .map(|f| (f.clone(), ColumnFamily::default()))
-                        .collect(),
-                    ..Default::default()
-                }),
-                initial_splits: Vec::new(),
-            },
-            ("parent", parent),
-            google,
-        )?;
-        match BigtableTableAdminClient::new(service.clone())
-            .create_table(request)
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(table = %destination, families = ?self.families, "created table {destination} (auto_create_table)");
-                Ok(true)
+        let single_calls = futures::future::join_all(single.iter().map(|&i| {
+            let service = slot.service.clone();
+            async move {
+                let result = self
+                    .one_row_call(service, client, destination, batch[i], timeout)
+                    .await;
+                (i, result)
             }
-            // The table exists (created meanwhile): a NOT_FOUND then means a missing family.
-            Err(s) if s.code() == Code::AlreadyExists => {
-                self.ensure_families(&service, destination).await
+        }));
+        let (mutated, singles) = futures::join!(mutate_call, single_calls);
+        drop(slot);
+        match mutated {
+            Some(SendOutcome::Whole(r)) => {
+                for &i in &mutate {
+                    results[i] = Some(r.clone());
+                }
             }
-            Err(s) => Err(admin_error("CreateTable", destination, &s)),
+            Some(SendOutcome::PerRecord(v)) => {
+                for (&i, r) in mutate.iter().zip(v) {
+                    results[i] = Some(r);
+                }
+            }
+            None => {}
         }
+        for (i, result) in singles {
+            let entry = batch[i];
+            results[i] = Some(self.reach.observe(result).map_err(|status| {
+                let not_retried = entry.kind() == EntryKind::Increment
+                    && classify_mutate_rows_status(&status) == Class::Retryable;
+                // The row key is a row's value: the row number and the key's size name it.
+                entry_status(tonic::Status::new(
+                    status.code(),
+                    format!(
+                        "row {} (row key of {} bytes): {}{}",
+                        entry.row(),
+                        entry.row_key().len(),
+                        status.message(),
+                        if not_retried { NOT_RETRIED } else { "" }
+                    ),
+                ))
+            }));
+        }
+        SendOutcome::PerRecord(
+            results
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|| Err(tonic::Status::unknown("no status"))))
+                .collect(),
+        )
     }
 
-    async fn close(&self, client: BigtableTableClient) {
-        self.instances.table_closed(&client.instance);
-    }
-
-    fn take_load_hint(&self) -> Option<LoadHint> {
-        lock(&self.load_hint).take()
+    /// One `CheckAndMutateRow` (set the cells when the row has none) or `ReadModifyWriteRow`
+    /// (increment the counters) for `entry`.
+    async fn one_row_call(
+        &self,
+        service: GrpcChannel,
+        client: &BigtableTableClient,
+        destination: &Destination,
+        entry: &BigtableEntry,
+        timeout: Option<Duration>,
+    ) -> std::result::Result<(), tonic::Status> {
+        let google = service.is_google();
+        let undecodable =
+            |e: prost::DecodeError| tonic::Status::internal(format!("undecodable entry: {e}"));
+        let mut grpc = BigtableClient::new(service);
+        match entry.kind() {
+            EntryKind::InsertIfAbsent => {
+                let row = entry.to_entry().map_err(undecodable)?;
+                // No predicate: "checks that the row contains any values at all" (the
+                // `predicate_filter` field of googleapis `bigtable.proto`), so the cells are
+                // set only on a row with none.
+                let message = CheckAndMutateRowRequest {
+                    table_name: destination.to_string(),
+                    app_profile_id: self.app_profile_id.clone(),
+                    row_key: row.row_key,
+                    predicate_filter: None,
+                    true_mutations: Vec::new(),
+                    false_mutations: row.mutations,
+                    ..Default::default()
+                };
+                let mut request = with_deadline(tonic::Request::new(message), timeout, google);
+                request
+                    .metadata_mut()
+                    .insert(ROUTING_HEADER, client.routing.clone());
+                grpc.check_and_mutate_row(request).await.map(drop)
+            }
+            EntryKind::Increment => {
+                let row = entry.to_increment().map_err(undecodable)?;
+                let message = ReadModifyWriteRowRequest {
+                    table_name: destination.to_string(),
+                    app_profile_id: self.app_profile_id.clone(),
+                    row_key: row.row_key,
+                    rules: row.rules,
+                    ..Default::default()
+                };
+                let mut request = with_deadline(tonic::Request::new(message), timeout, google);
+                request
+                    .metadata_mut()
+                    .insert(ROUTING_HEADER, client.routing.clone());
+                grpc.read_modify_write_row(request).await.map(drop)
+            }
+            EntryKind::Mutate => Err(tonic::Status::internal(
+                "a MutateRows entry reached the one-row path",
+            )),
+        }
     }
 }
 

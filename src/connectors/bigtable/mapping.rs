@@ -88,12 +88,15 @@ use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::buffer::NullBuffer;
 use arrow::compute::{can_cast_types, cast};
 use arrow::datatypes::{DataType, Int64Type, Schema, TimeUnit, UInt64Type};
+use gcloud_sdk::google::bigtable::v2::ReadModifyWriteRule;
 use gcloud_sdk::google::bigtable::v2::mutate_rows_request::Entry;
 use prost::Message as _;
 use prost::encoding::{encode_varint, encoded_len_varint};
 
 use super::names;
-use super::options::{BigtableSinkOptions, NullHandling};
+use super::options::{
+    BigtableSinkOptions, NullHandling, OP_DELETE_VALUES, OP_WRITE_VALUES, WriteMode,
+};
 use crate::core::{Destination, Envelope};
 use crate::encode::json::{ColumnEncoder, check_json_type};
 use crate::encode::raw::BytesColumn;
@@ -131,13 +134,45 @@ const KEY_FIELD_3_VARINT: u8 = 0x18;
 const KEY_FIELD_4_LEN: u8 = 0x22;
 /// `MutateRowsRequest.app_profile_id` (3, length-delimited).
 const KEY_FIELD_3_LEN: u8 = 0x1a;
+/// `ReadModifyWriteRule.increment_amount` (4, varint).
+const KEY_FIELD_4_VARINT: u8 = 0x20;
+/// One `Entry.mutations` element holding an empty `Mutation.delete_from_row` (field 4).
+const DELETE_FROM_ROW_MUTATION: [u8; 4] = [KEY_FIELD_2_LEN, 0x02, KEY_FIELD_4_LEN, 0x00];
 
-/// One encoded entry of a `MutateRows` request: the serialized
-/// `google.bigtable.v2.MutateRowsRequest.Entry` and the input row it came from.
+/// Which call applies an entry: every kind starts with the row key as field 1, so
+/// [`BigtableEntry::row_key`] reads any of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EntryKind {
+    /// A `MutateRowsRequest.Entry`, sent in a batched `MutateRows` (upsert, replace, delete).
+    #[default]
+    Mutate,
+    /// A `MutateRowsRequest.Entry` whose mutations are applied by `CheckAndMutateRow` only when
+    /// the row has no cell (`write_mode = 'insert_if_absent'`), one call per entry.
+    InsertIfAbsent,
+    /// The row key (field 1) and `ReadModifyWriteRule`s (field 2, increments), applied by
+    /// `ReadModifyWriteRow` (`write_mode = 'increment'`), one call per entry.
+    Increment,
+}
+
+/// The serialized form of an [`EntryKind::Increment`] entry: the fields of a
+/// `ReadModifyWriteRowRequest` that differ per row.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct IncrementRow {
+    /// The row key.
+    #[prost(bytes = "vec", tag = "1")]
+    pub row_key: Vec<u8>,
+    /// One increment per cell column.
+    #[prost(message, repeated, tag = "2")]
+    pub rules: Vec<ReadModifyWriteRule>,
+}
+
+/// One encoded entry: the serialized `google.bigtable.v2.MutateRowsRequest.Entry` (or
+/// [`IncrementRow`]), which call applies it and the input row it came from.
 #[derive(Clone, PartialEq, Eq)]
 pub struct BigtableEntry {
     row: u64,
     mutations: u32,
+    kind: EntryKind,
     encoded: Box<[u8]>,
 }
 
@@ -147,6 +182,7 @@ impl std::fmt::Debug for BigtableEntry {
             .field("row", &self.row)
             .field("row_key", &String::from_utf8_lossy(self.row_key()))
             .field("mutations", &self.mutations)
+            .field("kind", &self.kind)
             .field("encoded_len", &self.encoded.len())
             .finish()
     }
@@ -158,8 +194,25 @@ impl BigtableEntry {
         BigtableEntry {
             row,
             mutations: u32::try_from(entry.mutations.len()).unwrap_or(u32::MAX),
+            kind: EntryKind::Mutate,
             encoded: entry.encode_to_vec().into_boxed_slice(),
         }
+    }
+
+    /// The same entry, applied by another call (for tests and callers that build entries).
+    pub fn with_kind(mut self, kind: EntryKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Which call applies the entry.
+    pub fn kind(&self) -> EntryKind {
+        self.kind
+    }
+
+    /// Decodes an [`EntryKind::Increment`] entry back.
+    pub fn to_increment(&self) -> std::result::Result<IncrementRow, prost::DecodeError> {
+        IncrementRow::decode(&self.encoded[..])
     }
 
     /// The input row (counted from 0 within the statement) this entry was encoded from.
@@ -201,7 +254,8 @@ impl BigtableEntry {
         }
     }
 
-    /// Decodes the entry back (for tests, logs and the failure policy).
+    /// Decodes the entry back (for tests, logs and the failure policy); for an
+    /// [`EntryKind::Increment`] entry see [`to_increment`](Self::to_increment).
     pub fn to_entry(&self) -> std::result::Result<Entry, prost::DecodeError> {
         Entry::decode(&self.encoded[..])
     }
@@ -321,6 +375,9 @@ struct CellPlan {
     /// The serialized `family_name` and `column_qualifier` fields, shared by `SetCell` and
     /// `DeleteFromColumn`.
     prefix: Box<[u8]>,
+    /// The family and qualifier, for `AddToCell`.
+    family: String,
+    qualifier: String,
 }
 
 /// Per batch: the table of each (table value, instance value) pair seen, or why it has none.
@@ -348,6 +405,10 @@ pub struct BigtableMapping {
     tables: TablePlan,
     null_handling: NullHandling,
     families: Vec<String>,
+    /// The operation column (`op_column`): its index and name.
+    op: Option<(usize, String)>,
+    /// How rows are applied (`write_mode`).
+    write_mode: WriteMode,
     /// The highest clock version given to a cell so far (microseconds), shared by the
     /// statement's writers: see [`ClockVersions`].
     last_clock: Arc<AtomicI64>,
@@ -506,6 +567,8 @@ impl BigtableMapping {
                         column: i,
                         field: Some(j),
                         prefix: cell_prefix(name, child.name()),
+                        family: name.clone(),
+                        qualifier: child.name().clone(),
                         label,
                         kind,
                         cast,
@@ -529,6 +592,8 @@ impl BigtableMapping {
                     column: i,
                     field: None,
                     prefix: cell_prefix(family, name),
+                    family: family.clone(),
+                    qualifier: name.clone(),
                     label,
                     kind,
                     cast,
@@ -553,6 +618,11 @@ impl BigtableMapping {
             tables,
             null_handling: m.null_handling,
             families,
+            op: match &m.op_column {
+                Some(c) => Some((index_of(schema, c, "op_column")?, c.clone())),
+                None => None,
+            },
+            write_mode: m.write_mode,
             last_clock: Arc::new(AtomicI64::new(0)),
         })
     }
@@ -563,9 +633,22 @@ impl BigtableMapping {
         &self.families
     }
 
-    /// The most mutations one entry can carry: one per cell column (struct fields included).
+    /// The most mutations one entry can carry: one per cell column (struct fields included),
+    /// plus the `DeleteFromRow` of `replace_row`.
     pub fn max_mutations_per_entry(&self) -> usize {
-        self.cells.len().max(1)
+        let delete = usize::from(self.write_mode == WriteMode::ReplaceRow);
+        (self.cells.len() + delete).max(1)
+    }
+
+    /// Whether the rows of a key must be applied one at a time, in input order, whatever
+    /// their versions: a whole-row delete, a replacement or a check removes or reads cells of
+    /// every version, so two such rows of a key in flight at once could land in either order.
+    fn rows_of_a_key_in_order(&self) -> bool {
+        self.op.is_some()
+            || matches!(
+                self.write_mode,
+                WriteMode::ReplaceRow | WriteMode::InsertIfAbsent
+            )
     }
 
     /// The fixed table, when the sink has one.
@@ -638,7 +721,14 @@ impl BigtableMapping {
             let encoded = self
                 .row_destination(&bound, row, &mut destinations)
                 .and_then(|destination| {
-                    let ts = self.row_timestamp(&bound, row, clock)?;
+                    // A delete row needs only its key: a null timestamp does not refuse it.
+                    let ts =
+                        self.row_timestamp(&bound, row, clock).or_else(|reason| {
+                            match &bound.op {
+                                Some(op) if self.row_deletes(op, row) == Ok(true) => Ok(clock),
+                                _ => Err(reason),
+                            }
+                        })?;
                     let (record, bytes) = self.encode_row(
                         &bound,
                         row,
@@ -650,10 +740,13 @@ impl BigtableMapping {
                     // With data versions, two rows of a key may write the same cells at the
                     // same version: only one of them in flight at a time keeps the last row
                     // the one a read sees (ADR 0031). Clock versions already order them.
-                    let serial_key = self
-                        .timestamp
-                        .is_some()
-                        .then(|| self.serial_key(record.row_key(), ts));
+                    let serial_key = if self.rows_of_a_key_in_order() {
+                        Some(Arc::from(record.row_key()))
+                    } else {
+                        self.timestamp
+                            .is_some()
+                            .then(|| self.serial_key(record.row_key(), ts))
+                    };
                     Ok(Envelope {
                         record,
                         bytes,
@@ -731,7 +824,12 @@ impl BigtableMapping {
                 },
             ),
         };
+        let op = match &self.op {
+            Some((i, name)) => Some(decoded(column(*i, name)?)?),
+            None => None,
+        };
         Ok(Prepared {
+            op,
             key,
             cells,
             timestamp,
@@ -785,6 +883,33 @@ impl BigtableMapping {
         key.extend_from_slice(row_key);
         key.extend_from_slice(&version_micros.to_be_bytes());
         Arc::from(key)
+    }
+
+    /// Whether the row's `op_column` value deletes it; an error (naming the column, never the
+    /// value) when the value is null or names no operation.
+    fn row_deletes(&self, op: &BytesColumn<'_>, row: usize) -> std::result::Result<bool, String> {
+        let name = self.op.as_ref().map_or("op_column", |(_, n)| n.as_str());
+        let Some(value) = op.value(row) else {
+            return Err(format!(
+                "op_column '{name}' is null; expected one of {}",
+                op_values_text()
+            ));
+        };
+        let value = value.trim_ascii();
+        let is = |list: &[&str]| {
+            list.iter()
+                .any(|v| value.eq_ignore_ascii_case(v.as_bytes()))
+        };
+        if is(OP_DELETE_VALUES) {
+            Ok(true)
+        } else if is(OP_WRITE_VALUES) {
+            Ok(false)
+        } else {
+            Err(format!(
+                "op_column '{name}' holds a value that names no operation; expected one of {}",
+                op_values_text()
+            ))
+        }
     }
 
     fn row_timestamp(
@@ -854,10 +979,28 @@ impl BigtableMapping {
         // Mutations.
         scratch.body.clear();
         let mut mutations = 0u32;
-        for (cell, plan) in bound.cells.iter().zip(&self.cells) {
+        let delete = match &bound.op {
+            Some(op) => self.row_deletes(op, row)?,
+            None => false,
+        };
+        if delete || self.write_mode == WriteMode::ReplaceRow {
+            scratch.body.extend_from_slice(&DELETE_FROM_ROW_MUTATION);
+            mutations += 1;
+        }
+        let kind = match self.write_mode {
+            WriteMode::Upsert | WriteMode::ReplaceRow | WriteMode::AddToCell => EntryKind::Mutate,
+            WriteMode::InsertIfAbsent => EntryKind::InsertIfAbsent,
+            WriteMode::Increment => EntryKind::Increment,
+        };
+        // A delete row writes no cell: only its key matters.
+        let cells = if delete { &[][..] } else { &bound.cells[..] };
+        for (cell, plan) in cells.iter().zip(&self.cells) {
             scratch.value.clear();
             let present = cell.append(row, &mut scratch.value);
-            let delete = !present && self.null_handling == NullHandling::Delete;
+            // After a replacement's DeleteFromRow a null cell is already gone.
+            let delete = !present
+                && self.null_handling == NullHandling::Delete
+                && self.write_mode != WriteMode::ReplaceRow;
             if !present && !delete {
                 continue;
             }
@@ -868,7 +1011,19 @@ impl BigtableMapping {
                     scratch.value.len()
                 ));
             }
-            write_mutation(&mut scratch.body, plan, delete, timestamp, &scratch.value);
+            if kind == EntryKind::Increment {
+                write_increment(&mut scratch.body, plan, &scratch.value);
+            } else if self.write_mode == WriteMode::AddToCell {
+                // Adds of one version merge into one cell: the data's version, else 0.
+                let version = if self.timestamp.is_some() {
+                    timestamp
+                } else {
+                    0
+                };
+                write_add_to_cell(&mut scratch.body, plan, version, &scratch.value);
+            } else {
+                write_mutation(&mut scratch.body, plan, delete, timestamp, &scratch.value);
+            }
             mutations += 1;
         }
         if mutations == 0 {
@@ -890,11 +1045,50 @@ impl BigtableMapping {
         let record = BigtableEntry {
             row: row_index,
             mutations,
+            // A delete row is a plain mutation in every mode that allows `op_column`.
+            kind: if delete { EntryKind::Mutate } else { kind },
             encoded: encoded.into_boxed_slice(),
         };
         let bytes = record.encoded.len() as u64;
         Ok((record, bytes))
     }
+}
+
+/// Appends one `ReadModifyWriteRule` (field 2 of an [`IncrementRow`]) adding the 8-byte
+/// big-endian integer `value` to the cell of `plan`.
+fn write_increment(out: &mut Vec<u8>, plan: &CellPlan, value: &[u8]) {
+    let amount = value.try_into().map(i64::from_be_bytes).unwrap_or_default();
+    // ReadModifyWriteRule { family (1), qualifier (2), increment_amount (4) }
+    let inner = plan.prefix.len() + 1 + encoded_len_varint(amount as u64);
+    out.push(KEY_FIELD_2_LEN);
+    encode_varint(inner as u64, out);
+    out.extend_from_slice(&plan.prefix);
+    out.push(KEY_FIELD_4_VARINT);
+    encode_varint(amount as u64, out);
+}
+
+/// Appends one `Entry.mutations` element: an `AddToCell` adding the 8-byte big-endian integer
+/// `value` to the cell of `plan` at version `timestamp`.
+fn write_add_to_cell(out: &mut Vec<u8>, plan: &CellPlan, timestamp: i64, value: &[u8]) {
+    use gcloud_sdk::google::bigtable::v2::mutation::{self, AddToCell};
+    use gcloud_sdk::google::bigtable::v2::{Mutation, Value, value::Kind};
+    let amount = value.try_into().map(i64::from_be_bytes).unwrap_or_default();
+    let value = |kind| {
+        Some(Value {
+            kind: Some(kind),
+            ..Default::default()
+        })
+    };
+    let m = Mutation {
+        mutation: Some(mutation::Mutation::AddToCell(AddToCell {
+            family_name: plan.family.clone(),
+            column_qualifier: value(Kind::RawValue(plan.qualifier.as_bytes().to_vec())),
+            timestamp: value(Kind::RawTimestampMicros(timestamp)),
+            input: value(Kind::IntValue(amount)),
+        })),
+        ..Default::default()
+    };
+    put_len_field(out, KEY_FIELD_2_LEN, &m.encode_to_vec());
 }
 
 /// Appends one `Entry.mutations` element: a `SetCell` or a `DeleteFromColumn`.
@@ -931,6 +1125,16 @@ fn write_mutation_head(out: &mut Vec<u8>, kind: u8, inner: usize, prefix: &[u8])
     out.extend_from_slice(prefix);
 }
 
+/// The accepted `op_column` values, for messages.
+fn op_values_text() -> String {
+    OP_WRITE_VALUES
+        .iter()
+        .chain(OP_DELETE_VALUES)
+        .map(|v| format!("'{v}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Microseconds since the epoch by the system clock.
 fn clock_micros() -> i64 {
     std::time::SystemTime::now()
@@ -948,6 +1152,7 @@ struct Scratch {
 
 /// The owned (cast) arrays of one batch.
 struct Prepared {
+    op: Option<ArrayRef>,
     key: Vec<ArrayRef>,
     cells: Vec<(ArrayRef, Option<NullBuffer>)>,
     timestamp: Option<ArrayRef>,
@@ -1071,6 +1276,7 @@ fn append_be_bytes<T: arrow::datatypes::ArrowPrimitiveType>(
 
 /// The views of one batch the rows are encoded from.
 struct Bound<'a> {
+    op: Option<BytesColumn<'a>>,
     key: Vec<KeyPart<'a>>,
     cells: Vec<Cell<'a>>,
     timestamp: Option<&'a arrow::array::Int64Array>,
@@ -1121,6 +1327,7 @@ impl<'a> Bound<'a> {
                 .transpose()
         };
         Ok(Bound {
+            op: strings(&p.op, "op_column")?,
             key,
             cells,
             timestamp,

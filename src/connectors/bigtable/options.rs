@@ -235,6 +235,95 @@ pub static APP_PROFILE_ID: OptionSpec = OptionSpec {
     redact: Redact::None,
 };
 
+// ---- Changelogs and write modes (issue 34) ----
+
+/// The `op_column` values that write the row (insert or update), Debezium's included.
+pub const OP_WRITE_VALUES: &[&str] = &["insert", "upsert", "update", "c", "u", "r"];
+/// The `op_column` values that delete the row, Debezium's included.
+pub const OP_DELETE_VALUES: &[&str] = &["delete", "d"];
+
+/// `op_column`.
+pub static OP_COLUMN: OptionSpec = OptionSpec {
+    name: "op_column",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Column,
+    default: DefaultValue::Unset("every row is written"),
+    bound: Bound::None,
+    cross_rule: "a string column; only with `write_mode` `upsert` or `replace_row`",
+    example: "op",
+    description: "A string column saying what each row is, for a changelog: `insert`, `upsert`, `update` (and Debezium's `c`, `u`, `r`) write the row as `write_mode` says; `delete` (and Debezium's `d`) deletes the whole row (`DeleteFromRow`; only the key columns matter). Case is ignored; any other value, or a null, refuses the row (the failure policy). The column is not written as a cell.",
+    redact: Redact::None,
+};
+
+/// `write_mode`.
+pub static WRITE_MODE: OptionSpec = OptionSpec {
+    name: "write_mode",
+    group: OptionGroup::Mapping,
+    kind: OptionKind::Enum(&[
+        "upsert",
+        "replace_row",
+        "insert_if_absent",
+        "increment",
+        "add_to_cell",
+    ]),
+    default: DefaultValue::Text("upsert"),
+    bound: Bound::None,
+    cross_rule: "`insert_if_absent`, `increment` and `add_to_cell` cannot be combined with `op_column`; `increment` and `add_to_cell` need integer cell columns and cannot be combined with `null_handling = 'delete'`; `increment` cannot be combined with `timestamp_column`",
+    example: "replace_row",
+    description: "How a row is applied: `upsert` sets its cells (other cells of the row stay); `replace_row` deletes the row and sets its cells in one entry, so it ends with exactly them; `insert_if_absent` sets its cells only when the row does not exist (`CheckAndMutateRow`, one call per row); `increment` adds each integer cell's value to the stored 64-bit counter (`ReadModifyWriteRow`, one call per row, never retried); `add_to_cell` adds it to a cell of an aggregate (sum) family (`AddToCell` in `MutateRows`, batched, never retried; `auto_create_table` creates the families as sums of 64-bit integers). See docs/bigtable.md, \"Write modes and changelogs\", for what a replay does in each.",
+    redact: Redact::None,
+};
+
+/// How each row is applied (`write_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteMode {
+    /// Set the row's cells; other cells stay (the default).
+    #[default]
+    Upsert,
+    /// Delete the row, then set its cells, in one `MutateRows` entry.
+    ReplaceRow,
+    /// Set the row's cells only when the row has no cell (`CheckAndMutateRow`).
+    InsertIfAbsent,
+    /// Add each cell's integer value to the stored counter (`ReadModifyWriteRow`).
+    Increment,
+    /// Add each cell's integer value to a cell of an aggregate family (`AddToCell`).
+    AddToCell,
+}
+
+impl WriteMode {
+    /// The option value naming this mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            WriteMode::Upsert => "upsert",
+            WriteMode::ReplaceRow => "replace_row",
+            WriteMode::InsertIfAbsent => "insert_if_absent",
+            WriteMode::Increment => "increment",
+            WriteMode::AddToCell => "add_to_cell",
+        }
+    }
+
+    /// Whether a row adds to counters: such writes are not idempotent, so they are never
+    /// retried.
+    pub fn adds(self) -> bool {
+        matches!(self, WriteMode::Increment | WriteMode::AddToCell)
+    }
+
+    /// The mode an option value names, if any.
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            WriteMode::Upsert,
+            WriteMode::ReplaceRow,
+            WriteMode::InsertIfAbsent,
+            WriteMode::Increment,
+            WriteMode::AddToCell,
+        ]
+        .into_iter()
+        .find(|m| m.name().eq_ignore_ascii_case(text.trim()))
+    }
+}
+
+// ---- end of changelogs and write modes ----
+
 /// Every option of the Bigtable connector, in the order the reference lists them: the shared
 /// ones, the mapping, then the writer options in declaration order.
 pub fn options() -> &'static [&'static OptionSpec] {
@@ -251,6 +340,8 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &NULL_HANDLING,
             &AUTO_CREATE_TABLE,
             &APP_PROFILE_ID,
+            &OP_COLUMN,
+            &WRITE_MODE,
         ];
         [
             &crate::options::common::SHARED_OPTIONS[..],
@@ -464,6 +555,10 @@ pub struct BigtableMappingOptions {
     pub timestamp_column: Option<String>,
     /// What a null cell value does.
     pub null_handling: NullHandling,
+    /// Column saying whether each row is written or deleted (a changelog's operation).
+    pub op_column: Option<String>,
+    /// How each row is applied.
+    pub write_mode: WriteMode,
 }
 
 impl BigtableMappingOptions {
@@ -478,10 +573,13 @@ impl BigtableMappingOptions {
             column_family: DEFAULT_COLUMN_FAMILY.into(),
             timestamp_column: None,
             null_handling: NullHandling::Ignore,
+            op_column: None,
+            write_mode: WriteMode::Upsert,
         }
     }
 
-    /// The columns that are not written as cells: the key, the timestamp and the destinations.
+    /// The columns that are not written as cells: the key, the timestamp, the destinations and
+    /// the operation.
     pub fn non_cell_columns(&self) -> Vec<&str> {
         let mut out: Vec<&str> = self.row_key.iter().map(String::as_str).collect();
         out.extend(
@@ -489,6 +587,7 @@ impl BigtableMappingOptions {
                 &self.timestamp_column,
                 &self.table_column,
                 &self.instance_column,
+                &self.op_column,
             ]
             .into_iter()
             .filter_map(|c| c.as_deref()),
@@ -610,6 +709,16 @@ impl TableOptions for BigtableSinkOptions {
             column_family,
             timestamp_column: p.text(&TIMESTAMP_COLUMN)?.map(str::to_string),
             null_handling,
+            op_column: p.text(&OP_COLUMN)?.map(str::to_string),
+            write_mode: match p.text(&WRITE_MODE)? {
+                None => WriteMode::Upsert,
+                Some(text) => WriteMode::parse(text).ok_or_else(|| {
+                    WRITE_MODE.invalid(
+                        text,
+                        "expected 'upsert', 'replace_row', 'insert_if_absent', 'increment' or 'add_to_cell'",
+                    )
+                })?,
+            },
         };
 
         let writer = BigtableWriterOptionsBuilder::from_parsed(p)?.build()?;
@@ -671,6 +780,50 @@ impl BigtableSinkOptions {
                 rule: "at least one column".into(),
             });
         }
+        self.validate_write_mode()
+    }
+
+    /// The rules between `write_mode` and the other mapping options; each error names both.
+    fn validate_write_mode(&self) -> Result<()> {
+        let m = &self.mapping;
+        let mode = m.write_mode.name();
+        if let Some(op) = &m.op_column
+            && matches!(
+                m.write_mode,
+                WriteMode::InsertIfAbsent | WriteMode::Increment | WriteMode::AddToCell
+            )
+        {
+            return Err(OP_COLUMN.invalid(
+                op,
+                format!(
+                    "'{}' cannot be combined with '{}' = '{mode}': a changelog's updates and deletes \
+                     are applied by 'upsert' or 'replace_row'",
+                    OP_COLUMN.name, WRITE_MODE.name
+                ),
+            ));
+        }
+        if m.write_mode == WriteMode::Increment
+            && let Some(ts) = &m.timestamp_column
+        {
+            return Err(TIMESTAMP_COLUMN.invalid(
+                ts,
+                format!(
+                    "'{}' cannot be combined with '{}' = 'increment': the service gives an \
+                     incremented cell its version",
+                    TIMESTAMP_COLUMN.name, WRITE_MODE.name
+                ),
+            ));
+        }
+        if m.write_mode.adds() && m.null_handling == NullHandling::Delete {
+            return Err(NULL_HANDLING.invalid(
+                "delete",
+                format!(
+                    "'{}' = 'delete' cannot be combined with '{}' = '{mode}': a null adds \
+                     nothing to a counter",
+                    NULL_HANDLING.name, WRITE_MODE.name
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -716,7 +869,19 @@ impl BigtableSinkOptions {
                 }
             }
         }
+        if let Some(c) = &m.op_column {
+            let dt = schema_types::column_type(schema, c, OP_COLUMN.name)?;
+            if !schema_types::is_string(dt) {
+                return Err(Error::schema(
+                    c,
+                    format!("'{}' needs a string column, found {dt}", OP_COLUMN.name),
+                ));
+            }
+        }
         let skip = m.non_cell_columns();
+        if m.write_mode.adds() {
+            check_increment_columns(schema, m.write_mode, &skip)?;
+        }
         if !schema
             .fields()
             .iter()
@@ -753,6 +918,54 @@ impl BigtableSinkOptions {
             (None, _, None) => Err("the sink has no table".into()),
         }
     }
+}
+
+/// Under `write_mode = 'increment'` or `'add_to_cell'` every cell column (and every field of a
+/// struct column) must be an integer that fits a signed 64-bit counter.
+fn check_increment_columns(schema: &Schema, mode: WriteMode, skip: &[&str]) -> Result<()> {
+    let fits = |dt: &DataType| {
+        matches!(
+            dt,
+            DataType::Int8
+                | DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+                | DataType::UInt8
+                | DataType::UInt16
+                | DataType::UInt32
+        )
+    };
+    let refuse = |column: String, dt: &DataType| {
+        Error::schema(
+            column,
+            format!(
+                "'{}' = '{}' adds integers to 64-bit counters: every cell column must be an \
+                 integer type up to BIGINT (UInt64 excluded), found {dt}",
+                WRITE_MODE.name,
+                mode.name()
+            ),
+        )
+    };
+    for field in schema.fields() {
+        if skip.contains(&field.name().as_str()) {
+            continue;
+        }
+        match field.data_type() {
+            DataType::Struct(children) => {
+                for child in children {
+                    if !fits(child.data_type()) {
+                        return Err(refuse(
+                            format!("{}.{}", field.name(), child.name()),
+                            child.data_type(),
+                        ));
+                    }
+                }
+            }
+            dt if fits(dt) => {}
+            dt => return Err(refuse(field.name().clone(), dt)),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

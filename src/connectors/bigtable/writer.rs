@@ -170,6 +170,7 @@ impl Connector for Bigtable {
             max_active_instances: usize::try_from(options.writer.max_active_instances())
                 .unwrap_or(1)
                 .max(1),
+            write_mode: options.mapping.write_mode,
         }
     }
 
@@ -247,6 +248,34 @@ fn describe_bigtable(record: &BigtableEntry) -> crate::core::DeadPayload {
     use gcloud_sdk::google::bigtable::v2::mutation::Mutation as M;
 
     use crate::connectors::dead_letter::bytes_value;
+    if record.kind() == mapping::EntryKind::Increment {
+        let Ok(increment) = record.to_increment() else {
+            return crate::core::DeadPayload::default();
+        };
+        let mut row = serde_json::Map::new();
+        row.insert("row_key".into(), bytes_value(&increment.row_key));
+        let rules = increment
+            .rules
+            .into_iter()
+            .map(|r| {
+                use gcloud_sdk::google::bigtable::v2::read_modify_write_rule::Rule;
+                let amount = match r.rule {
+                    Some(Rule::IncrementAmount(n)) => n,
+                    _ => 0,
+                };
+                serde_json::json!({"increment": {
+                    "family": r.family_name,
+                    "qualifier": bytes_value(&r.column_qualifier),
+                    "amount": amount,
+                }})
+            })
+            .collect();
+        row.insert("mutations".into(), serde_json::Value::Array(rules));
+        return crate::core::DeadPayload {
+            payload: None,
+            row: Some(row),
+        };
+    }
     let Ok(entry) = record.to_entry() else {
         return crate::core::DeadPayload::default();
     };

@@ -697,3 +697,450 @@ fn rows_of_a_key_are_serial_only_where_their_writes_can_overwrite_each_other() {
     let clock = keys(&[("table", TABLE), ("row_key", "id")]);
     assert!(clock.iter().all(Option::is_none));
 }
+
+// ---- Changelogs and write modes ----
+
+fn changelog_schema() -> Schema {
+    Schema::new(vec![
+        Field::new("op", DataType::Utf8, true),
+        Field::new("id", DataType::Utf8, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("n", DataType::Int64, true),
+    ])
+}
+
+fn changelog_batch(ops: Vec<Option<&str>>) -> RecordBatch {
+    let rows = ops.len();
+    batch(vec![
+        ("op", Arc::new(StringArray::from(ops)) as ArrayRef),
+        (
+            "id",
+            Arc::new(StringArray::from(
+                (0..rows).map(|i| format!("k{i}")).collect::<Vec<_>>(),
+            )),
+        ),
+        ("name", Arc::new(StringArray::from(vec![Some("x"); rows]))),
+        ("n", Arc::new(Int64Array::from(vec![Some(7); rows]))),
+    ])
+}
+
+fn is_delete_from_row(m: &Mutation) -> bool {
+    matches!(&m.mutation, Some(mutation::Mutation::DeleteFromRow(_)))
+}
+
+#[test]
+fn op_column_deletes_rows_and_writes_the_others() {
+    let m = mapping(
+        &changelog_schema(),
+        &[("table", TABLE), ("row_key", "id"), ("op_column", "op")],
+    )
+    .unwrap();
+    let b = changelog_batch(vec![
+        Some("insert"),
+        Some("delete"),
+        Some("U"),
+        Some("d"),
+        Some(" r "),
+        Some("c"),
+        Some("upsert"),
+        Some("update"),
+    ]);
+    let out = encode(&m, &b);
+    for (i, r) in out.iter().enumerate() {
+        let envelope = r.as_ref().expect("every row encodes");
+        let entry = envelope.record.to_entry().unwrap();
+        assert_eq!(envelope.record.kind(), EntryKind::Mutate);
+        // Rows of a key stay in order whatever they do.
+        assert_eq!(
+            envelope.serial_key.as_deref(),
+            Some(format!("k{i}").as_bytes())
+        );
+        if i == 1 || i == 3 {
+            assert_eq!(entry.mutations.len(), 1, "a delete writes no cell");
+            assert!(is_delete_from_row(&entry.mutations[0]));
+        } else {
+            // The op column is not a cell.
+            let qualifiers: Vec<&[u8]> = entry
+                .mutations
+                .iter()
+                .map(|m| set_cell(m).column_qualifier.as_slice())
+                .collect();
+            assert_eq!(qualifiers, [b"name".as_slice(), b"n".as_slice()]);
+        }
+    }
+}
+
+#[test]
+fn a_delete_row_needs_only_its_key() {
+    let schema = Schema::new(vec![
+        Field::new("op", DataType::Utf8, true),
+        Field::new("id", DataType::Utf8, false),
+        Field::new("v", DataType::Utf8, true),
+        Field::new("ts", DataType::Int64, true),
+    ]);
+    let m = mapping(
+        &schema,
+        &[
+            ("table", TABLE),
+            ("row_key", "id"),
+            ("op_column", "op"),
+            ("timestamp_column", "ts"),
+        ],
+    )
+    .unwrap();
+    let b = batch(vec![
+        (
+            "op",
+            Arc::new(StringArray::from(vec!["d", "u"])) as ArrayRef,
+        ),
+        ("id", Arc::new(StringArray::from(vec!["a", "b"]))),
+        ("v", Arc::new(StringArray::from(vec![None::<&str>, None]))),
+        ("ts", Arc::new(Int64Array::from(vec![None, None]))),
+    ]);
+    let out = encode(&m, &b);
+    let delete = out[0]
+        .as_ref()
+        .expect("a delete with null cells and timestamp");
+    assert_eq!(delete.record.mutation_count(), 1);
+    // A write row still needs its timestamp.
+    assert!(reason(&out[1]).contains("timestamp column 'ts' is null"));
+}
+
+#[test]
+fn an_unknown_or_null_op_refuses_the_row_naming_the_column_not_the_value() {
+    let m = mapping(
+        &changelog_schema(),
+        &[("table", TABLE), ("row_key", "id"), ("op_column", "op")],
+    )
+    .unwrap();
+    let b = changelog_batch(vec![Some("insert"), Some("secret-op-value"), None]);
+    let out = encode(&m, &b);
+    assert!(out[0].is_ok());
+    match &out[1] {
+        Err(Error::Encode { row, reason }) => {
+            assert_eq!(*row, 101, "the row index within the statement");
+            assert!(reason.contains("op_column 'op'"), "{reason}");
+            assert!(reason.contains("'delete'"), "{reason}");
+            assert!(!reason.contains("secret-op-value"), "{reason}");
+        }
+        other => panic!("expected an encode error, found {other:?}"),
+    }
+    assert!(reason(&out[2]).contains("op_column 'op' is null"));
+}
+
+#[test]
+fn replace_row_deletes_the_row_then_sets_its_cells_in_one_entry() {
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("a", DataType::Utf8, true),
+        Field::new("b", DataType::Int64, true),
+    ]);
+    let m = mapping(
+        &schema,
+        &[
+            ("table", TABLE),
+            ("row_key", "id"),
+            ("write_mode", "replace_row"),
+            ("null_handling", "delete"),
+        ],
+    )
+    .unwrap();
+    let b = batch(vec![
+        (
+            "id",
+            Arc::new(StringArray::from(vec!["k1", "k2"])) as ArrayRef,
+        ),
+        ("a", Arc::new(StringArray::from(vec![Some("x"), None]))),
+        ("b", Arc::new(Int64Array::from(vec![None, None]))),
+    ]);
+    let out = encode(&m, &b);
+    let first = out[0].as_ref().unwrap();
+    let expected = Entry {
+        row_key: b"k1".to_vec(),
+        mutations: vec![
+            Mutation {
+                timestamp_origin: 0,
+                mutation: Some(mutation::Mutation::DeleteFromRow(
+                    mutation::DeleteFromRow {},
+                )),
+            },
+            Mutation {
+                timestamp_origin: 0,
+                mutation: Some(mutation::Mutation::SetCell(SetCell {
+                    family_name: "cf".into(),
+                    column_qualifier: b"a".to_vec(),
+                    timestamp_micros: NOW_MS_ALIGNED,
+                    value: b"x".to_vec(),
+                })),
+            },
+        ],
+        idempotency: None,
+    };
+    // The null `b` needs no DeleteFromColumn after the row's delete.
+    assert_eq!(first.record.encoded(), expected.encode_to_vec().as_slice());
+    assert_eq!(first.serial_key.as_deref(), Some(b"k1".as_slice()));
+    // Every cell null: the row ends empty, which is what replacing it with nothing means.
+    let second = out[1].as_ref().unwrap().record.to_entry().unwrap();
+    assert_eq!(second.mutations.len(), 1);
+    assert!(is_delete_from_row(&second.mutations[0]));
+    assert_eq!(m.max_mutations_per_entry(), 3);
+}
+
+#[test]
+fn insert_if_absent_entries_go_by_check_and_mutate_in_key_order() {
+    let m = mapping(
+        &changelog_schema(),
+        &[
+            ("table", TABLE),
+            ("row_key", "id"),
+            ("write_mode", "insert_if_absent"),
+        ],
+    )
+    .unwrap();
+    let out = encode(&m, &changelog_batch(vec![Some("x")]));
+    let e = out[0].as_ref().unwrap();
+    assert_eq!(e.record.kind(), EntryKind::InsertIfAbsent);
+    assert_eq!(e.serial_key.as_deref(), Some(b"k0".as_slice()));
+    let entry = e.record.to_entry().unwrap();
+    // The op column is a cell here: there is no op_column.
+    assert_eq!(entry.mutations.len(), 3);
+}
+
+#[test]
+fn increment_entries_carry_one_rule_per_integer_cell() {
+    use gcloud_sdk::google::bigtable::v2::read_modify_write_rule::Rule;
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("clicks", DataType::Int64, true),
+        Field::new("views", DataType::Int32, true),
+        struct_field("s", vec![Field::new("n", DataType::Int8, true)]),
+    ]);
+    let m = mapping(
+        &schema,
+        &[
+            ("table", TABLE),
+            ("row_key", "id"),
+            ("write_mode", "increment"),
+        ],
+    )
+    .unwrap();
+    let s = StructArray::from(vec![(
+        Arc::new(Field::new("n", DataType::Int8, true)),
+        Arc::new(Int8Array::from(vec![Some(3), None])) as ArrayRef,
+    )]);
+    let b = batch(vec![
+        (
+            "id",
+            Arc::new(StringArray::from(vec!["a", "b"])) as ArrayRef,
+        ),
+        ("clicks", Arc::new(Int64Array::from(vec![Some(-5), None]))),
+        (
+            "views",
+            Arc::new(Int32Array::from(vec![Some(i32::MAX), None])),
+        ),
+        ("s", Arc::new(s)),
+    ]);
+    let out = encode(&m, &b);
+    let e = out[0].as_ref().unwrap();
+    assert_eq!(e.record.kind(), EntryKind::Increment);
+    // Increments commute: rows of a key need no order.
+    assert!(e.serial_key.is_none());
+    let row = e.record.to_increment().unwrap();
+    assert_eq!(row.row_key, b"a");
+    let rules: Vec<(String, Vec<u8>, Option<Rule>)> = row
+        .rules
+        .iter()
+        .map(|r| {
+            (
+                r.family_name.clone(),
+                r.column_qualifier.clone(),
+                r.rule.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        vec![
+            (
+                "cf".into(),
+                b"clicks".to_vec(),
+                Some(Rule::IncrementAmount(-5))
+            ),
+            (
+                "cf".into(),
+                b"views".to_vec(),
+                Some(Rule::IncrementAmount(i64::from(i32::MAX)))
+            ),
+            ("s".into(), b"n".to_vec(), Some(Rule::IncrementAmount(3))),
+        ]
+    );
+    // The hand-written bytes are what prost writes.
+    assert_eq!(e.record.encoded(), row.encode_to_vec().as_slice());
+    // A row with nothing to add is refused, as a row with no cell is.
+    assert!(reason(&out[1]).contains("writes no cell"));
+}
+
+#[test]
+fn conflicting_write_mode_options_are_refused_naming_both() {
+    let raw = |pairs: &[(&str, &str)]| {
+        RawOptions::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap()
+    };
+    let declare = |pairs: &[(&str, &str)]| BigtableSinkOptions::from_raw(None, &raw(pairs));
+    for (extra, names) in [
+        (
+            vec![("op_column", "op"), ("write_mode", "insert_if_absent")],
+            ["op_column", "write_mode"],
+        ),
+        (
+            vec![("op_column", "op"), ("write_mode", "increment")],
+            ["op_column", "write_mode"],
+        ),
+        (
+            vec![("timestamp_column", "ts"), ("write_mode", "increment")],
+            ["timestamp_column", "write_mode"],
+        ),
+        (
+            vec![("null_handling", "delete"), ("write_mode", "increment")],
+            ["null_handling", "write_mode"],
+        ),
+        (
+            vec![("op_column", "op"), ("write_mode", "add_to_cell")],
+            ["op_column", "add_to_cell"],
+        ),
+        (
+            vec![("null_handling", "delete"), ("write_mode", "add_to_cell")],
+            ["null_handling", "add_to_cell"],
+        ),
+    ] {
+        let mut pairs = vec![("table", TABLE), ("row_key", "id")];
+        pairs.extend(extra);
+        let err = declare(&pairs).unwrap_err().to_string();
+        for name in names {
+            assert!(err.contains(name), "{err} should name {name}");
+        }
+    }
+    let err = declare(&[("table", TABLE), ("row_key", "id"), ("write_mode", "merge")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("write_mode") && err.contains("replace_row"),
+        "{err}"
+    );
+}
+
+#[test]
+fn increment_and_op_columns_are_checked_against_the_schema() {
+    let err = mapping(
+        &changelog_schema(),
+        &[
+            ("table", TABLE),
+            ("row_key", "id"),
+            ("write_mode", "increment"),
+        ],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("'op'") && err.contains("increment"), "{err}");
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        struct_field("s", vec![Field::new("f", DataType::Float64, true)]),
+    ]);
+    let err = mapping(
+        &schema,
+        &[
+            ("table", TABLE),
+            ("row_key", "id"),
+            ("write_mode", "increment"),
+        ],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("s.f") && err.contains("Float64"), "{err}");
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("op", DataType::Int32, true),
+        Field::new("v", DataType::Utf8, true),
+    ]);
+    let err = mapping(
+        &schema,
+        &[("table", TABLE), ("row_key", "id"), ("op_column", "op")],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("op_column") && err.contains("string"), "{err}");
+    let err = mapping(
+        &schema,
+        &[("table", TABLE), ("row_key", "id"), ("op_column", "opp")],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("op_column") && err.contains("'op'"), "{err}");
+}
+
+#[test]
+fn add_to_cell_entries_add_each_integer_cell_at_the_data_version_or_zero() {
+    use gcloud_sdk::google::bigtable::v2::mutation::AddToCell;
+    use gcloud_sdk::google::bigtable::v2::{Value, value::Kind};
+    let schema = Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("clicks", DataType::Int64, true),
+        Field::new("ts", DataType::Int64, true),
+    ]);
+    let value = |kind| {
+        Some(Value {
+            kind: Some(kind),
+            ..Default::default()
+        })
+    };
+    let add = |amount: i64, version: i64| Mutation {
+        timestamp_origin: 0,
+        mutation: Some(mutation::Mutation::AddToCell(AddToCell {
+            family_name: "cf".into(),
+            column_qualifier: value(Kind::RawValue(b"clicks".to_vec())),
+            timestamp: value(Kind::RawTimestampMicros(version)),
+            input: value(Kind::IntValue(amount)),
+        })),
+    };
+    let b = batch(vec![
+        ("id", Arc::new(StringArray::from(vec!["a"])) as ArrayRef),
+        ("clicks", Arc::new(Int64Array::from(vec![Some(-3)]))),
+        ("ts", Arc::new(Int64Array::from(vec![Some(3_600_000_123)]))),
+    ]);
+    // Without timestamp_column every add goes to version 0: one cell per counter.
+    let plain = mapping(
+        &Schema::new(schema.fields()[..2].to_vec()),
+        &[
+            ("table", TABLE),
+            ("row_key", "id"),
+            ("write_mode", "add_to_cell"),
+        ],
+    )
+    .unwrap();
+    let out = encode(&plain, &b.project(&[0, 1]).unwrap());
+    let e = out[0].as_ref().unwrap();
+    assert_eq!(e.record.kind(), EntryKind::Mutate);
+    assert!(e.serial_key.is_none(), "adds commute");
+    assert_eq!(e.record.to_entry().unwrap().mutations, vec![add(-3, 0)]);
+    // With it, the version is the row's (in whole milliseconds): one cell per bucket.
+    let bucketed = mapping(
+        &schema,
+        &[
+            ("table", TABLE),
+            ("row_key", "id"),
+            ("write_mode", "add_to_cell"),
+            ("timestamp_column", "ts"),
+        ],
+    )
+    .unwrap();
+    let out = encode(&bucketed, &b);
+    assert_eq!(
+        out[0]
+            .as_ref()
+            .unwrap()
+            .record
+            .to_entry()
+            .unwrap()
+            .mutations,
+        vec![add(-3, 3_600_000_000)]
+    );
+}
