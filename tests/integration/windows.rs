@@ -613,3 +613,71 @@ async fn a_windowed_pipeline_killed_with_sigkill_twice_ends_with_exact_windows()
     }
     assert_eq!(landed(&bt, &table).await, expected, "exact after two kills");
 }
+
+/// Two runs of one windowed pipeline (replicas, or an operator starting it twice): the second
+/// is refused while the first keeps its progress marker, naming the marker and the other run,
+/// and reads nothing; the first is not disturbed and its windows land whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_of_a_windowed_pipeline_is_refused_while_the_first_keeps_its_marker() {
+    let f = Fixture::new("win-twice").await;
+    let bt = Bigtable::connect().await;
+    let table = Bigtable::table_name("win-twice");
+    bt.create_table(&table, &["c"]).await;
+    let progress = tempfile::tempdir().unwrap();
+    let mut messages: Vec<_> = (0..60i64).map(|i| event("ann", i, i)).collect();
+    messages.push(event("zed", 10 * 60, 0));
+    f.publish(messages).await;
+    let source = source_sql(&f, progress.path(), &[("progress_start", "new")])
+        .replace("stop_after_idle = '2s'", "stop_after_idle = '12s'");
+    let sink = bt.create_sql(
+        "counts",
+        "k VARCHAR, views VARCHAR",
+        &table,
+        &[("row_key", "k"), ("column_family", "c")],
+    );
+    let insert = "INSERT INTO counts
+        SELECT user || '#' || to_char(minute, '%H:%M'), CAST(n AS VARCHAR)
+        FROM (SELECT user, date_bin(INTERVAL '1 minute', ts) AS minute, count(*) AS n
+              FROM clicks WHERE user <> 'zed' GROUP BY user, date_bin(INTERVAL '1 minute', ts))";
+    let script = format!("{source}; {sink}; {insert}");
+    let first = {
+        let script = script.clone();
+        tokio::spawn(async move {
+            let ctx = crate::pubsub_source::sql_context(10);
+            gcp_sql::sql::run(&ctx, &script).await
+        })
+    };
+    // The first run has claimed the marker once it says a run is going.
+    let marker = || {
+        std::fs::read_dir(progress.path())
+            .ok()?
+            .next()?
+            .ok()
+            .and_then(|e| std::fs::read_to_string(e.path()).ok())
+    };
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !marker().is_some_and(|m| m.contains("\"clean\":false"))
+        && tokio::time::Instant::now() < until
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ctx = crate::pubsub_source::sql_context(10);
+    let refused = gcp_sql::sql::run(&ctx, &script)
+        .await
+        .expect_err("a second run of the same windowed pipeline")
+        .to_string();
+    assert!(
+        refused.contains("another run of this pipeline"),
+        "{refused}"
+    );
+    assert!(refused.contains("runs as one process"), "{refused}");
+    assert!(refused.contains(".json"), "{refused}");
+    first
+        .await
+        .unwrap()
+        .expect("the first run is not disturbed");
+    let landed = bt.read(&table).await;
+    let key = format!("ann#{}", minute(0));
+    assert_eq!(landed.len(), 1, "one window, whole");
+    assert_eq!(landed[key.as_bytes()][0].value, b"60");
+}

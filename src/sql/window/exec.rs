@@ -796,8 +796,12 @@ impl Driver {
             );
         }
         marker
-            .record(progress.frontier_ns, progress.watermark_ns)
+            .claim(progress.frontier_ns, progress.watermark_ns)
             .await?;
+        // A second run of the pipeline that started at the same moment has written its own
+        // marker by now: the run whose marker is not there gives way, before it reads.
+        tokio::time::sleep(super::progress::CONFIRM_AFTER).await;
+        marker.confirm().await?;
         if let Some(f) = progress.frontier_ns {
             self.closed = f;
             self.covered_through = Some(f);
@@ -1203,8 +1207,13 @@ async fn keep(run: Arc<Run>, marker: Marker) {
             let done = s.finished && s.rounds.values().all(|r| r.pending == 0);
             (target, watermark_only, done)
         };
+        // The marker is written at least this often while the run goes, so another run of
+        // the pipeline sees it is alive.
+        let refresh =
+            !done && last_write.is_none_or(|at| at.elapsed() >= super::progress::REFRESH_EVERY);
         if target.is_none()
             && !done
+            && !refresh
             && watermark_only.is_some()
             && let Some(wait) = last_write
                 .map(|at| (at + WATERMARK_WRITES_EVERY).saturating_duration_since(Instant::now()))
@@ -1218,7 +1227,7 @@ async fn keep(run: Arc<Run>, marker: Marker) {
             }
             continue;
         }
-        if target.is_some() || (watermark_only.is_some() && !done) {
+        if target.is_some() || (!done && (watermark_only.is_some() || refresh)) {
             let frontier = target.or(run.lock().recorded);
             let mut attempt = 0;
             let written = loop {
@@ -1276,6 +1285,10 @@ async fn keep(run: Arc<Run>, marker: Marker) {
             run.ungate();
             return;
         }
-        notified.await;
+        let refresh_at = last_write.unwrap_or_else(Instant::now) + super::progress::REFRESH_EVERY;
+        tokio::select! {
+            _ = notified => {}
+            _ = tokio::time::sleep_until(refresh_at) => {}
+        }
     }
 }

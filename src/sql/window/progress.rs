@@ -9,6 +9,7 @@
 //! after the windows it covers were delivered, and before any of their messages is settled.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnv;
@@ -40,6 +41,10 @@ pub struct Progress {
     /// Whether the run that wrote it ended gracefully: `false` while a run is going, so a
     /// marker that still says so after a run means that run was killed.
     pub clean: bool,
+    /// The run that wrote it (a process-unique id), so a second run of the same pipeline
+    /// (a replica) can tell that the marker is kept by another; `None` in markers written
+    /// before runs were named.
+    pub run: Option<String>,
 }
 
 impl Progress {
@@ -51,6 +56,7 @@ impl Progress {
             "recorded_at": self.recorded_at,
             "clean": self.clean,
             "watermark_ns": self.watermark_ns,
+            "run": self.run,
         })
         .to_string()
         .into_bytes()
@@ -85,7 +91,22 @@ impl Progress {
                 None | Some(serde_json::Value::Null) => None,
                 Some(v) => Some(v.as_i64().ok_or("'watermark_ns' is not an integer")?),
             },
+            run: match value.get("run") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(v) => Some(v.as_str().ok_or("'run' is not a string")?.to_string()),
+            },
         })
+    }
+
+    /// How long ago it was written, by this machine's clock (`None` when `recorded_at` does
+    /// not parse).
+    fn age(&self) -> Option<Duration> {
+        let at = chrono::DateTime::parse_from_rfc3339(&self.recorded_at).ok()?;
+        let now = chrono::Utc::now();
+        (now - at.with_timezone(&chrono::Utc))
+            .to_std()
+            .ok()
+            .or(Some(Duration::ZERO))
     }
 }
 
@@ -98,7 +119,21 @@ pub struct Marker {
     url: String,
     pipeline: String,
     may_create: bool,
+    /// This run's id, written in every marker it writes.
+    run: String,
 }
+
+/// How often a run refreshes its marker while it goes, so another run of the same pipeline can
+/// tell it is alive.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
+
+/// A marker that says a run is going, unwritten for this long, belongs to a run that is gone
+/// (killed): three refreshes missed.
+pub const STALE_AFTER: Duration = Duration::from_secs(15);
+
+/// After a run first writes its marker, it reads it back this much later, before it emits
+/// anything: a second run that started at the same moment has written its own by then.
+pub const CONFIRM_AFTER: Duration = Duration::from_secs(1);
 
 impl Marker {
     /// The marker of `pipeline` in `at`, through the session's object stores (a default
@@ -128,12 +163,17 @@ impl Marker {
         }
         let path = format!("{}/{pipeline}.json", folder.path().trim_end_matches('/'));
         let location = StorePath::from_url_path(&path).map_err(|e| fail(e.to_string()))?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
         Ok(Marker {
             store,
             location,
             url,
             pipeline: pipeline.to_string(),
             may_create: at.may_create,
+            run: format!("{:x}-{nanos:x}", std::process::id()),
         })
     }
 
@@ -149,46 +189,116 @@ impl Marker {
         }
     }
 
+    /// This run's id (in every marker it writes).
+    pub fn run(&self) -> &str {
+        &self.run
+    }
+
+    /// Reads the marker: `None` when it does not exist; an error when it cannot be read, is
+    /// not a marker of this format, or belongs to another pipeline.
+    async fn read(&self) -> Result<Option<Progress>> {
+        let found = match self.store.get(&self.location).await {
+            Ok(found) => found,
+            Err(datafusion::object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.fail(format!("it cannot be read: {e}"))),
+        };
+        let bytes = found
+            .bytes()
+            .await
+            .map_err(|e| self.fail(format!("it cannot be read: {e}")))?;
+        let progress = Progress::from_json(&bytes)
+            .map_err(|e| self.fail(format!("it is not a progress marker: {e}")))?;
+        if progress.version != VERSION {
+            return Err(self.fail(format!(
+                "its version is {}; this build reads version {VERSION}",
+                progress.version
+            )));
+        }
+        if progress.pipeline != self.pipeline {
+            return Err(self.fail(format!(
+                "it belongs to pipeline '{}', not '{}'",
+                progress.pipeline, self.pipeline
+            )));
+        }
+        Ok(Some(progress))
+    }
+
     /// Reads the marker when a run starts. A missing marker is created (with no frontier) when
     /// `progress_start = 'new'`, and is an error otherwise; a marker of another pipeline or
     /// format is an error.
+    ///
+    /// A marker that says another run is going (not `clean`, written by another run) is
+    /// watched: if that run refreshes it, it is alive, and this run is refused (a windowed
+    /// pipeline runs as one process); once it went [`STALE_AFTER`] unwritten, that run is
+    /// gone (killed) and this one takes over.
     pub async fn start(&self) -> Result<Progress> {
-        match self.store.get(&self.location).await {
-            Ok(found) => {
-                let bytes = found
-                    .bytes()
-                    .await
-                    .map_err(|e| self.fail(format!("it cannot be read: {e}")))?;
-                let progress = Progress::from_json(&bytes)
-                    .map_err(|e| self.fail(format!("it is not a progress marker: {e}")))?;
-                if progress.version != VERSION {
-                    return Err(self.fail(format!(
-                        "its version is {}; this build reads version {VERSION}",
-                        progress.version
-                    )));
-                }
-                if progress.pipeline != self.pipeline {
-                    return Err(self.fail(format!(
-                        "it belongs to pipeline '{}', not '{}'",
-                        progress.pipeline, self.pipeline
-                    )));
-                }
-                Ok(progress)
-            }
-            Err(datafusion::object_store::Error::NotFound { .. }) if self.may_create => {
+        let Some(mut progress) = self.read().await? else {
+            if self.may_create {
                 let progress = self.progress(None, None, true);
                 self.write(&progress).await?;
-                Ok(progress)
+                return Ok(progress);
             }
-            Err(datafusion::object_store::Error::NotFound { .. }) => Err(self.fail(
+            return Err(self.fail(
                 "it does not exist. If this is the pipeline's first run, add \
                  progress_start = 'new' to the source table's options (and drop it after the \
                  first run); if the pipeline ran before, its marker was deleted: windows whose \
                  messages were partly acknowledged would be computed again from part of them, \
                  so restore the marker, or seek the subscription past the windows already \
                  written before starting it as new",
-            )),
-            Err(e) => Err(self.fail(format!("it cannot be read: {e}"))),
+            ));
+        };
+        loop {
+            let Some(other) = progress
+                .run
+                .clone()
+                .filter(|r| !progress.clean && *r != self.run)
+            else {
+                return Ok(progress);
+            };
+            let age = progress.age().unwrap_or(STALE_AFTER);
+            if age >= STALE_AFTER {
+                tracing::warn!(
+                    marker = %self.url,
+                    run = %other,
+                    "the run that kept this marker last wrote it {age:?} ago: it is gone, this run takes over"
+                );
+                return Ok(progress);
+            }
+            tokio::time::sleep((STALE_AFTER - age).min(Duration::from_secs(1))).await;
+            let again = self
+                .read()
+                .await?
+                .ok_or_else(|| self.fail("it was deleted while this run started"))?;
+            if again.run != progress.run || again.recorded_at != progress.recorded_at {
+                if again.clean {
+                    // It ended gracefully meanwhile: start from what it left.
+                    progress = again;
+                    continue;
+                }
+                return Err(self.another_run(again.run.as_deref().unwrap_or("?")));
+            }
+            progress = again;
+        }
+    }
+
+    fn another_run(&self, other: &str) -> Error {
+        self.fail(format!(
+            "another run of this pipeline (run {other}) keeps it and is going: a windowed \
+             pipeline runs as one process, since a window needs every message of its keys and \
+             Pub/Sub spreads a subscription's messages over every reader. Stop the other run, \
+             or run this one on another subscription (this run read nothing)"
+        ))
+    }
+
+    /// Reads the marker back after this run wrote it: an error naming the other run when a
+    /// run of the same pipeline wrote it since.
+    pub async fn confirm(&self) -> Result<()> {
+        match self.read().await? {
+            Some(p) if p.run.as_deref().is_some_and(|r| r != self.run) => {
+                Err(self.another_run(p.run.as_deref().unwrap_or("?")))
+            }
+            Some(_) => Ok(()),
+            None => Err(self.fail("it was deleted while the run was going")),
         }
     }
 
@@ -204,14 +314,23 @@ impl Marker {
             frontier_ns,
             watermark_ns,
             clean,
+            run: Some(self.run.clone()),
             recorded_at: chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now())
                 .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         }
     }
 
     /// Records that every window ending at or before `frontier_ns` was delivered, by a run
-    /// still going.
+    /// still going. Refused when another run of the pipeline wrote the marker since this one
+    /// last did ([`confirm`](Self::confirm)).
     pub async fn record(&self, frontier_ns: Option<i64>, watermark_ns: Option<i64>) -> Result<()> {
+        self.confirm().await?;
+        self.write(&self.progress(frontier_ns, watermark_ns, false))
+            .await
+    }
+
+    /// Takes the marker for this run as it starts: records what it says, as this run's.
+    pub async fn claim(&self, frontier_ns: Option<i64>, watermark_ns: Option<i64>) -> Result<()> {
         self.write(&self.progress(frontier_ns, watermark_ns, false))
             .await
     }
@@ -219,6 +338,7 @@ impl Marker {
     /// Records that the run ended gracefully, every window ending at or before
     /// `frontier_ns` delivered.
     pub async fn close(&self, frontier_ns: Option<i64>, watermark_ns: Option<i64>) -> Result<()> {
+        self.confirm().await?;
         self.write(&self.progress(frontier_ns, watermark_ns, true))
             .await
     }
@@ -254,13 +374,65 @@ mod tests {
         let new = Marker::open(&at(dir.path(), true), "p--t--1", None).unwrap();
         assert_eq!(new.start().await.unwrap().frontier_ns, None);
         new.record(Some(42), Some(50)).await.unwrap();
-        let read = strict.start().await.unwrap();
+        // Read as a marker (starting from it would wait for the run that wrote it to go).
+        let read = strict.read().await.unwrap().unwrap();
         assert_eq!(
             (read.frontier_ns, read.watermark_ns, read.clean),
             (Some(42), Some(50), false)
         );
         let raw = std::fs::read_to_string(dir.path().join("p--t--1.json")).unwrap();
         assert!(raw.contains("\"frontier_ns\":42"), "{raw}");
+    }
+
+    #[tokio::test]
+    async fn a_second_run_of_a_pipeline_is_refused_while_the_first_keeps_its_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Marker::open(&at(dir.path(), true), "p", None).unwrap();
+        first.start().await.unwrap();
+        first.claim(None, None).await.unwrap();
+        let second = Marker::open(&at(dir.path(), true), "p", None).unwrap();
+        assert_ne!(first.run(), second.run());
+        let starting = tokio::spawn(async move { second.start().await });
+        // The first run refreshes its marker, as its keeper does while it goes.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        first.record(Some(7), Some(9)).await.unwrap();
+        let refused = starting.await.unwrap().unwrap_err().to_string();
+        assert!(
+            refused.contains("another run of this pipeline"),
+            "{refused}"
+        );
+        assert!(refused.contains(first.run()), "{refused}");
+        assert!(refused.contains("p.json"), "{refused}");
+    }
+
+    #[tokio::test]
+    async fn a_marker_left_by_a_killed_run_is_taken_over_and_the_old_run_cannot_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = chrono::Utc::now() - chrono::Duration::seconds(60);
+        std::fs::write(
+            dir.path().join("p.json"),
+            format!(
+                r#"{{"version":1,"pipeline":"p","frontier_ns":5,"watermark_ns":6,"recorded_at":"{}","clean":false,"run":"killed"}}"#,
+                old.to_rfc3339()
+            ),
+        )
+        .unwrap();
+        let next = Marker::open(&at(dir.path(), false), "p", None).unwrap();
+        let progress = next.start().await.unwrap();
+        assert_eq!((progress.frontier_ns, progress.clean), (Some(5), false));
+        assert_eq!(progress.run.as_deref(), Some("killed"));
+        next.claim(Some(5), Some(6)).await.unwrap();
+        next.confirm().await.unwrap();
+
+        // Two runs that claimed it at the same moment: the one whose claim was overwritten
+        // gives way, and cannot write it again.
+        let other = Marker::open(&at(dir.path(), false), "p", None).unwrap();
+        other.claim(Some(5), Some(6)).await.unwrap();
+        let e = next.confirm().await.unwrap_err().to_string();
+        assert!(e.contains(other.run()), "{e}");
+        assert!(next.record(Some(8), None).await.is_err());
+        other.confirm().await.unwrap();
+        other.record(Some(8), None).await.unwrap();
     }
 
     #[tokio::test]
