@@ -86,6 +86,9 @@ struct HandleInner {
     clocks: Vec<Arc<EventClock>>,
     /// What each started partition holds (the backlog age, the held gauges).
     outstanding: Mutex<Vec<Arc<Outstanding<String>>>>,
+    /// `start_at`: `None` until the first partition applied it (or found it recorded); then
+    /// whether that succeeded. Every partition waits for it before it opens its stream.
+    replay: tokio::sync::Mutex<Option<bool>>,
 }
 
 /// The control side of one source scan: stop it, read its counts, find its partitions'
@@ -112,6 +115,7 @@ impl SourceHandle {
                     .map(|_| Arc::new(EventClock::default()))
                     .collect(),
                 outstanding: Mutex::new(Vec::new()),
+                replay: tokio::sync::Mutex::new(None),
             }),
         }
     }
@@ -474,8 +478,33 @@ impl Start {
             opts.connection.credentials_file.as_deref(),
         )
         .await?;
-        let (decoder, revisions) = self.decoder().await?;
         let inner = &self.handle.inner;
+        if let Some(replay) = &opts.start_at {
+            // Once per scan, before any partition opens its stream (ADR 0072).
+            let mut done = inner.replay.lock().await;
+            match *done {
+                Some(true) => {}
+                Some(false) => {
+                    return Err(Error::Unsupported(format!(
+                        "subscription '{}': the seek of start_at failed in another partition",
+                        opts.subscription
+                    )));
+                }
+                None => {
+                    let applied = super::replay::apply(
+                        replay,
+                        &opts.subscription,
+                        &channel,
+                        &reach,
+                        &self.runtime,
+                    )
+                    .await;
+                    *done = Some(applied.is_ok());
+                    applied?;
+                }
+            }
+        }
+        let (decoder, revisions) = self.decoder().await?;
         let outstanding = Arc::new(Outstanding::new(
             opts.max_outstanding_messages,
             opts.max_outstanding_bytes,
