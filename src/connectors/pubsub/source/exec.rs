@@ -515,12 +515,16 @@ impl Start {
             .unwrap_or_else(|e| e.into_inner())
             .push(outstanding.clone());
         let (queue, acks) = AckQueue::new(inner.aborted.clone());
+        let exactly_once = super::acks::ExactlyOnce::default();
         let settler = tokio::spawn(run_settler(
-            Arc::new(AckClient::new(
-                channel.clone(),
-                opts.subscription.clone(),
-                opts.stream_ack_deadline,
-            )),
+            Arc::new(
+                AckClient::new(
+                    channel.clone(),
+                    opts.subscription.clone(),
+                    opts.stream_ack_deadline,
+                )
+                .with_exactly_once(exactly_once.clone()),
+            ),
             settler_config(opts.max_lease_duration, opts.stream_ack_deadline),
             acks,
             outstanding.clone(),
@@ -551,6 +555,7 @@ impl Start {
             held_capacity: inner.held_capacity.load(Ordering::SeqCst),
             ack_deadline: opts.stream_ack_deadline,
             returns: queue.clone(),
+            exactly_once,
         };
         tokio::spawn(puller.run(
             pull_tx,

@@ -77,6 +77,9 @@ pub struct Puller {
     /// Where what the stream still brings once its reader is gone is nacked, so that it is
     /// not left leased to a closing stream until its deadline lapses.
     pub returns: AckQueue,
+    /// Set from each response's `subscription_properties`: whether the subscription delivers
+    /// exactly once (the settler then confirms each acknowledgement, ADR 0073).
+    pub exactly_once: super::acks::ExactlyOnce,
 }
 
 /// Waits for the next change of `rx`; never returns once its sender is gone (nothing can
@@ -194,6 +197,12 @@ impl Puller {
                         match next {
                             Ok(Some(response)) => {
                                 failures = 0;
+                                if let Some(p) = response.subscription_properties {
+                                    self.exactly_once.store(
+                                        p.exactly_once_delivery_enabled,
+                                        std::sync::atomic::Ordering::Release,
+                                    );
+                                }
                                 let messages = response.received_messages;
                                 if messages.is_empty() {
                                     continue;
