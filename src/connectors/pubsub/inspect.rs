@@ -86,7 +86,11 @@ pub fn inspection_functions() -> InspectionFunctions {
         ("pubsub_pull", Arc::new(PubSubPullFunction::default())),
     ];
     // The snapshots a replay starts from (`start_at = 'snapshot:...'`).
-    for call in [SnapshotCall::Create, SnapshotCall::List, SnapshotCall::Delete] {
+    for call in [
+        SnapshotCall::Create,
+        SnapshotCall::List,
+        SnapshotCall::Delete,
+    ] {
         functions.push((call.function(), Arc::new(SnapshotFunction::new(call))));
     }
     functions

@@ -10,11 +10,11 @@ pub mod client;
 pub mod dead_letter;
 pub mod inspect;
 pub mod names;
-pub mod snapshots;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod null;
 pub mod sink;
+pub mod snapshots;
 pub mod source;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]

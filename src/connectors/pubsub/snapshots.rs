@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
 use datafusion::arrow::array::TimestampMicrosecondArray;
+use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::error::Result as DFResult;
@@ -231,11 +231,8 @@ fn snapshot_rows(snapshots: &[Snapshot]) -> Result<RecordBatch> {
 #[async_trait]
 impl Inspection for Call {
     async fn run(&self) -> Result<RecordBatch> {
-        let (channel, reach) = emulator_channel(
-            self.function,
-            super::SERVICE,
-            self.emulator_host.as_deref(),
-        )?;
+        let (channel, reach) =
+            emulator_channel(self.function, super::SERVICE, self.emulator_host.as_deref())?;
         let mut client = SubscriberClient::new(channel);
         match &self.request {
             Request::Create {
@@ -311,7 +308,11 @@ mod tests {
     /// are checked before any call.
     async fn refused(sql: &str) -> String {
         let ctx = new_context();
-        for call in [SnapshotCall::Create, SnapshotCall::List, SnapshotCall::Delete] {
+        for call in [
+            SnapshotCall::Create,
+            SnapshotCall::List,
+            SnapshotCall::Delete,
+        ] {
             ctx.register_udtf(
                 call.function(),
                 Arc::new(SnapshotFunction::with_emulator_host(call, "127.0.0.1:1")),
@@ -335,11 +336,18 @@ mod tests {
             "SELECT * FROM pubsub_create_snapshot('projects/demo/snapshots/snap', 'clicks')",
         )
         .await;
-        assert!(sub.contains("'pubsub_create_snapshot subscription'"), "{sub}");
-        let one = refused("SELECT * FROM pubsub_create_snapshot('projects/demo/snapshots/snap')")
-            .await;
-        assert!(one.contains("'pubsub_create_snapshot subscription'"), "{one}");
-        let id = refused("SELECT * FROM pubsub_delete_snapshot('projects/demo/snapshots/ab')").await;
+        assert!(
+            sub.contains("'pubsub_create_snapshot subscription'"),
+            "{sub}"
+        );
+        let one =
+            refused("SELECT * FROM pubsub_create_snapshot('projects/demo/snapshots/snap')").await;
+        assert!(
+            one.contains("'pubsub_create_snapshot subscription'"),
+            "{one}"
+        );
+        let id =
+            refused("SELECT * FROM pubsub_delete_snapshot('projects/demo/snapshots/ab')").await;
         assert!(id.contains("snapshot id has 3 to 255"), "{id}");
         let project = refused("SELECT * FROM pubsub_snapshots('projects/demo/x')").await;
         assert!(project.contains("'pubsub_snapshots project'"), "{project}");

@@ -24,10 +24,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use gcloud_sdk::google::rpc::{ErrorInfo, Status as RpcStatus};
-use prost::Message as _;
 use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
 use gcloud_sdk::google::pubsub::v1::{AcknowledgeRequest, ModifyAckDeadlineRequest};
+use gcloud_sdk::google::rpc::{ErrorInfo, Status as RpcStatus};
+use prost::Message as _;
 
 use super::lease::{ack_deadline_seconds, lease_interval};
 pub use crate::connectors::pubsub::client::retryable_ack_status;
@@ -183,7 +183,9 @@ impl Acknowledger<String> for AckClient {
         };
         for id in ids {
             match failures.get(id) {
-                Some(f) if f.starts_with(TRANSIENT_FAILURE_PREFIX) => split.transient.push(id.clone()),
+                Some(f) if f.starts_with(TRANSIENT_FAILURE_PREFIX) => {
+                    split.transient.push(id.clone())
+                }
                 Some(_) => split.refused.push(id.clone()),
                 None => {}
             }
@@ -234,11 +236,7 @@ mod tests {
                 value: info.encode_to_vec(),
             }],
         };
-        tonic::Status::with_details(
-            Code::InvalidArgument,
-            "",
-            details.encode_to_vec().into(),
-        )
+        tonic::Status::with_details(Code::InvalidArgument, "", details.encode_to_vec().into())
     }
 
     #[test]

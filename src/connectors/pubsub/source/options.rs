@@ -420,9 +420,7 @@ impl StartAt {
     pub fn parse(text: &str, project: &str) -> std::result::Result<Self, String> {
         let text = text.trim();
         let Some((kind, value)) = text.split_once(':') else {
-            return Err(
-                "expected 'timestamp:2026-12-01T10:00:00Z' or 'snapshot:NAME'".to_string(),
-            );
+            return Err("expected 'timestamp:2026-12-01T10:00:00Z' or 'snapshot:NAME'".to_string());
         };
         let value = value.trim();
         match kind.trim().to_ascii_lowercase().as_str() {
@@ -617,7 +615,8 @@ impl PubSubSourceOptions {
             None => None,
             Some(text) => {
                 let project = subscription.split('/').nth(1).unwrap_or_default();
-                let at = StartAt::parse(text, project).map_err(|rule| START_AT.invalid(text, rule))?;
+                let at =
+                    StartAt::parse(text, project).map_err(|rule| START_AT.invalid(text, rule))?;
                 let Some(progress) = &event_time.progress else {
                     return Err(START_AT.invalid(
                         text,
@@ -875,7 +874,10 @@ mod tests {
         let with = |value: &str| {
             parse(
                 Some(SUB),
-                &[("start_at", value), ("progress_path", "file:///tmp/progress")],
+                &[
+                    ("start_at", value),
+                    ("progress_path", "file:///tmp/progress"),
+                ],
             )
         };
         let o = with("timestamp:2026-12-01T11:00:00+01:00").unwrap();
@@ -898,7 +900,10 @@ mod tests {
             ("timestamp:2026-12-01T10:00:00", "RFC 3339"),
             ("snapshot:", "needs a snapshot name"),
             ("snapshot:ab", "snapshot id has 3 to 255"),
-            ("snapshot:projects/demo/topics/abc", "projects/PROJECT/snapshots/SNAPSHOT"),
+            (
+                "snapshot:projects/demo/topics/abc",
+                "projects/PROJECT/snapshots/SNAPSHOT",
+            ),
             ("offset:5", "is not a start point"),
         ] {
             let err = with(bad).unwrap_err().to_string();

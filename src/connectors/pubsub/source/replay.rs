@@ -261,8 +261,10 @@ mod tests {
                 .unwrap()
                 .connect_lazy(),
         );
-        let reach = Reachability::emulator("127.0.0.1:1".into(), "test".into());
-        let applied = apply(&first, sub, &channel, &reach, &runtime).await.unwrap();
+        let reach = Reachability::emulator("127.0.0.1:1", "test");
+        let applied = apply(&first, sub, &channel, &reach, &runtime)
+            .await
+            .unwrap();
         assert_eq!(
             applied,
             Applied::AlreadyRecorded("2026-12-04T00:00:00.000Z".into())
@@ -280,6 +282,9 @@ mod tests {
             .await
             .unwrap_err()
             .to_string();
-        assert!(err.contains("'start_at'") && err.contains("not JSON"), "{err}");
+        assert!(
+            err.contains("'start_at'") && err.contains("not JSON"),
+            "{err}"
+        );
     }
 }
