@@ -239,8 +239,8 @@ mod tests {
         tonic::Status::with_details(Code::InvalidArgument, "", details.encode_to_vec().into())
     }
 
-    #[test]
-    fn per_id_failures_are_split_as_googles_subscribers_split_them() {
+    #[tokio::test]
+    async fn per_id_failures_are_split_as_googles_subscribers_split_them() {
         let client = AckClient::new(
             GrpcChannel::Plaintext(
                 crate::google::plaintext_endpoint("127.0.0.1:1")

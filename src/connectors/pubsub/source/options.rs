@@ -436,9 +436,14 @@ impl StartAt {
                 Err("'snapshot:' needs a snapshot name or id".to_string())
             }
             "snapshot" => names::pubsub_snapshot(value, Some(project)).map(StartAt::Snapshot),
-            _ => Err(format!(
+            word if word.chars().all(|c| c.is_ascii_alphabetic()) => Err(format!(
                 "'{kind}:' is not a start point: use 'timestamp:RFC3339' or 'snapshot:NAME'"
             )),
+            _ => Err(
+                "expected 'timestamp:2026-12-01T10:00:00Z' or 'snapshot:NAME' (a time needs \
+                 the 'timestamp:' prefix)"
+                    .to_string(),
+            ),
         }
     }
 
