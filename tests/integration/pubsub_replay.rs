@@ -279,8 +279,8 @@ async fn snapshots_are_made_listed_and_deleted_and_a_replay_seeks_to_one() {
     .await
     .expect("pubsub_create_snapshot");
     let row = &made[0];
-    assert_eq!(texts(row.column(0)), [snapshot.clone()]);
-    assert_eq!(texts(row.column(1)), [pair.topic.clone()]);
+    assert_eq!(texts(row.column(0)), std::slice::from_ref(&snapshot));
+    assert_eq!(texts(row.column(1)), std::slice::from_ref(&pair.topic));
     // Made again: refused, not a silent reuse of an older state.
     let twice = gcp_sql::sql::run(
         &ctx,
