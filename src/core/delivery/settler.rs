@@ -15,6 +15,11 @@
 //! still fails is logged and left: an acknowledgement that did not take means the service
 //! delivers the message again (a duplicate, never a loss).
 //!
+//! An input whose service answers an acknowledgement id by id (Pub/Sub's exactly-once delivery:
+//! [`Acknowledger::confirms`], [`Acknowledger::per_id`]) has the ids of a failed call split:
+//! the transient ones sent again, alone, the refused ones counted
+//! ([`super::DeliveryCounts::messages_ack_refused`]), the rest taken (and confirmed).
+//!
 //! The settler ends once every ticket and the partition's stream are gone (its queue closes),
 //! after sending what was asked for.
 
