@@ -528,3 +528,75 @@ async fn an_ack_whose_lease_lapsed_is_refused_counted_and_not_claimed() {
     );
     assert_eq!(sent.last().unwrap(), &vec!["busy".to_string()], "{sent:?}");
 }
+
+/// What docs/service_facts.md says of the emulator's Seek and exactly-once delivery, pinned:
+/// an ordered subscription cannot seek to a time but can seek to a snapshot; on an
+/// exactly-once subscription an ack id already acknowledged is refused with the per-id detail.
+#[tokio::test]
+async fn the_emulator_seeks_and_confirms_as_service_facts_says() {
+    let ordered = Pair::new("facts-ordered", |s| s.enable_message_ordering = true).await;
+    let mut subscriber = ordered.subscriber.clone();
+    let to_time = subscriber
+        .seek(gcloud_sdk::google::pubsub::v1::SeekRequest {
+            subscription: ordered.subscription.clone(),
+            target: Some(gcloud_sdk::google::pubsub::v1::seek_request::Target::Time(
+                prost_types::Timestamp {
+                    seconds: chrono::Utc::now().timestamp() - 60,
+                    nanos: 0,
+                },
+            )),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(to_time.code(), tonic::Code::Unimplemented, "{to_time:?}");
+    let snapshot = format!("projects/{PROJECT}/snapshots/{}", unique("facts"));
+    subscriber
+        .create_snapshot(gcloud_sdk::google::pubsub::v1::CreateSnapshotRequest {
+            name: snapshot.clone(),
+            subscription: ordered.subscription.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("CreateSnapshot of an ordered subscription");
+    subscriber
+        .seek(gcloud_sdk::google::pubsub::v1::SeekRequest {
+            subscription: ordered.subscription.clone(),
+            target: Some(gcloud_sdk::google::pubsub::v1::seek_request::Target::Snapshot(snapshot)),
+        })
+        .await
+        .expect("Seek of an ordered subscription to a snapshot");
+
+    let eod = Pair::new("facts-eod", |s| s.enable_exactly_once_delivery = true).await;
+    eod.publish(&batch("e", 1)).await;
+    #[allow(deprecated)] // return_immediately: the emulator honours it.
+    let pulled = eod
+        .subscriber
+        .clone()
+        .pull(PullRequest {
+            subscription: eod.subscription.clone(),
+            max_messages: 10,
+            return_immediately: true,
+        })
+        .await
+        .expect("Pull")
+        .into_inner()
+        .received_messages;
+    let ack_id = pulled[0].ack_id.clone();
+    let ack = AcknowledgeRequest {
+        subscription: eod.subscription.clone(),
+        ack_ids: vec![ack_id.clone()],
+    };
+    eod.subscriber
+        .clone()
+        .acknowledge(ack.clone())
+        .await
+        .expect("the first acknowledgement");
+    let again = eod.subscriber.clone().acknowledge(ack).await.unwrap_err();
+    assert_eq!(again.code(), tonic::Code::InvalidArgument);
+    let failures = gcp_sql::connectors::pubsub::source::acks::ack_failures(&again)
+        .expect("an ErrorInfo with EXACTLY_ONCE_ACKID_FAILURE");
+    assert_eq!(
+        failures.get(&ack_id).map(String::as_str),
+        Some("PERMANENT_FAILURE_INVALID_ACK_ID")
+    );
+}

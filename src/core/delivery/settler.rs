@@ -511,6 +511,85 @@ mod tests {
         assert_eq!(counters.snapshot().messages_acked, 0);
     }
 
+    /// An input that confirms acknowledgements and answers per id: `refuse` for good, and
+    /// `flaky` once for now.
+    struct PerIdFake {
+        calls: Mutex<Vec<Vec<String>>>,
+        flaky_once: Mutex<bool>,
+    }
+
+    #[async_trait]
+    impl Acknowledger<String> for PerIdFake {
+        async fn ack(&self, ids: &[String]) -> Result<(), tonic::Status> {
+            self.calls.lock().unwrap().push(ids.to_vec());
+            let flaky = ids.iter().any(|i| i == "flaky") && {
+                let mut once = self.flaky_once.lock().unwrap();
+                std::mem::replace(&mut *once, false)
+            };
+            if flaky || ids.iter().any(|i| i == "refuse") {
+                return Err(tonic::Status::invalid_argument("per id"));
+            }
+            Ok(())
+        }
+        async fn nack(&self, _: &[String]) -> Result<(), tonic::Status> {
+            Ok(())
+        }
+        async fn extend(&self, _: &[String]) -> Result<(), tonic::Status> {
+            Ok(())
+        }
+        fn retryable(&self, _: &tonic::Status) -> bool {
+            false
+        }
+        fn confirms(&self) -> bool {
+            true
+        }
+        fn per_id(&self, _: &tonic::Status, ids: &[String]) -> Option<PerId<String>> {
+            let once = *self.flaky_once.lock().unwrap();
+            Some(PerId {
+                transient: ids
+                    .iter()
+                    .filter(|i| *i == "flaky" && !once)
+                    .cloned()
+                    .collect(),
+                refused: ids.iter().filter(|i| *i == "refuse").cloned().collect(),
+            })
+        }
+        fn describe(&self) -> String {
+            "a per-id fake".into()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_per_id_answer_resends_the_transient_ids_and_counts_the_refused_ones() {
+        let fake = Arc::new(PerIdFake {
+            calls: Mutex::new(Vec::new()),
+            flaky_once: Mutex::new(true),
+        });
+        let counters = Arc::new(DeliveryCounters::default());
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(ack(&["ok", "refuse", "flaky"])).unwrap();
+        drop(tx);
+        let outstanding = Arc::new(Outstanding::<String>::new(10, 10));
+        run_settler(fake.clone(), config(10), rx, outstanding, counters.clone()).await;
+        let calls = fake.calls.lock().unwrap().clone();
+        assert_eq!(
+            calls,
+            [
+                vec!["ok".to_string(), "refuse".to_string(), "flaky".to_string()],
+                vec!["flaky".to_string()],
+            ]
+        );
+        let c = counters.snapshot();
+        assert_eq!(
+            (
+                c.messages_acked,
+                c.messages_ack_confirmed,
+                c.messages_ack_refused
+            ),
+            (2, 2, 1)
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn held_ids_are_extended_each_tick_until_their_lease_is_let_go() {
         let fake = Arc::new(Fake::default());
