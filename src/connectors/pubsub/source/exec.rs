@@ -365,6 +365,11 @@ impl ExecutionPlan for PubSubSourceExec {
             (names::SOURCE_MESSAGES_READ, c.messages_read),
             (names::SOURCE_MESSAGES_ACKED, c.messages_acked),
             (names::SOURCE_MESSAGES_NACKED, c.messages_nacked),
+            (
+                names::SOURCE_MESSAGES_ACK_CONFIRMED,
+                c.messages_ack_confirmed,
+            ),
+            (names::SOURCE_MESSAGES_ACK_REFUSED, c.messages_ack_refused),
         ] {
             MetricBuilder::new(&set)
                 .global_counter(name)
