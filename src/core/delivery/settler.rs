@@ -79,14 +79,14 @@ pub struct PerId<I> {
 }
 
 /// What one acknowledgement, nack or lease extension of a list of ids came to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Tally {
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Tally<I> {
     /// Ids the service took.
     taken: usize,
     /// Of those, the ones it confirmed id by id.
     confirmed: usize,
     /// Ids it refused for good, id by id.
-    refused: usize,
+    refused: Vec<I>,
     /// Ids whose call failed (as a whole, or still transient after the last attempt).
     failed: usize,
 }
@@ -135,8 +135,13 @@ async fn send<I: DeliveryId, A: Acknowledger<I> + ?Sized>(
     config: &SettlerConfig,
     call: Call,
     ids: &[I],
-) -> Tally {
-    let mut tally = Tally::default();
+) -> Tally<I> {
+    let mut tally = Tally {
+        taken: 0,
+        confirmed: 0,
+        refused: Vec::new(),
+        failed: 0,
+    };
     let confirms = port.confirms();
     for chunk in ids.chunks(config.max_ids_per_call.max(1)) {
         let mut pending: Vec<I> = chunk.to_vec();
@@ -189,7 +194,6 @@ async fn send<I: DeliveryId, A: Acknowledger<I> + ?Sized>(
                 tally.confirmed += taken;
             }
             if !split.refused.is_empty() {
-                tally.refused += split.refused.len();
                 tracing::warn!(
                     input = %port.describe(),
                     messages = split.refused.len(),
@@ -199,6 +203,7 @@ async fn send<I: DeliveryId, A: Acknowledger<I> + ?Sized>(
                     split.refused.len(),
                     port.describe()
                 );
+                tally.refused.extend(split.refused);
             }
             pending = split.transient;
             if pending.is_empty() {
@@ -250,7 +255,7 @@ pub async fn run_settler<I: DeliveryId>(
                     let tally = send(port.as_ref(), &config, Call::Ack, &acks).await;
                     DeliveryCounters::add(&counters.acked, tally.taken as u64);
                     DeliveryCounters::add(&counters.ack_confirmed, tally.confirmed as u64);
-                    DeliveryCounters::add(&counters.ack_refused, tally.refused as u64);
+                    DeliveryCounters::add(&counters.ack_refused, tally.refused.len() as u64);
                     outstanding.remove(&acks);
                 }
                 if !nacks.is_empty() {
@@ -278,6 +283,11 @@ pub async fn run_settler<I: DeliveryId>(
                 if !extend.is_empty() {
                     let tally = send(port.as_ref(), &config, Call::Extend, &extend).await;
                     DeliveryCounters::add(&counters.lease_extensions, tally.taken as u64);
+                    // A lease the service refused for good is gone (the message is delivered
+                    // again): it is not extended again, and no longer counts as held.
+                    if !tally.refused.is_empty() {
+                        outstanding.remove(&tally.refused);
+                    }
                 }
             }
         }
@@ -534,7 +544,10 @@ mod tests {
         async fn nack(&self, _: &[String]) -> Result<(), tonic::Status> {
             Ok(())
         }
-        async fn extend(&self, _: &[String]) -> Result<(), tonic::Status> {
+        async fn extend(&self, ids: &[String]) -> Result<(), tonic::Status> {
+            if ids.iter().any(|i| i == "refuse") {
+                return Err(tonic::Status::invalid_argument("per id"));
+            }
             Ok(())
         }
         fn retryable(&self, _: &tonic::Status) -> bool {
@@ -588,6 +601,31 @@ mod tests {
             ),
             (2, 2, 1)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_refused_for_good_is_no_longer_held_or_extended() {
+        let fake = Arc::new(PerIdFake {
+            calls: Mutex::new(Vec::new()),
+            flaky_once: Mutex::new(false),
+        });
+        let outstanding = Arc::new(Outstanding::<String>::new(10, 100));
+        outstanding.add("keep".to_string(), 1);
+        outstanding.add("refuse".to_string(), 1);
+        let counters = Arc::new(DeliveryCounters::default());
+        let (tx, rx) = mpsc::unbounded_channel::<Verdict<String>>();
+        let settler = tokio::spawn(run_settler(
+            fake,
+            config(10),
+            rx,
+            outstanding.clone(),
+            counters.clone(),
+        ));
+        tokio::time::sleep(Duration::from_secs(21)).await;
+        assert_eq!(outstanding.len(), 1, "the refused lease is let go");
+        assert_eq!(counters.snapshot().lease_extensions, 1);
+        drop(tx);
+        settler.await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]
