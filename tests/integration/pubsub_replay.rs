@@ -437,16 +437,18 @@ fn received(ack_id: &str, data: &str) -> ReceivedMessage {
 
 #[tokio::test]
 async fn an_ack_whose_lease_lapsed_is_refused_counted_and_not_claimed() {
-    // The stream delivers three messages of an exactly-once subscription. The service answers
+    // The stream delivers four messages of an exactly-once subscription. The service answers
     // the acknowledgement of `late` (its lease lapsed before the ack: it is delivered again
     // elsewhere) with PERMANENT_FAILURE_INVALID_ACK_ID, and `busy` once with a transient
-    // failure; `fine` is taken at once.
+    // failure; `fine` is taken at once. `gone` arrives with a lease already gone: the receipt
+    // (a ModifyAckDeadline, as Google's subscribers send one) is refused, so it is not read.
     let pull: Script<StreamingPullRequest, Vec<StreamingPullResponse>> = Script::new();
     pull.push(Reply::Ok(vec![StreamingPullResponse {
         received_messages: vec![
             received("fine", "one"),
             received("late", "two"),
             received("busy", "three"),
+            received("gone", "four"),
         ],
         subscription_properties: Some(SubscriptionProperties {
             exactly_once_delivery_enabled: true,
@@ -474,11 +476,17 @@ async fn an_ack_whose_lease_lapsed_is_refused_counted_and_not_claimed() {
         }
     });
     let modify: Script<ModifyAckDeadlineRequest, ()> = Script::new();
-    modify.fallback(|_| Reply::Ok(()));
+    modify.fallback(|request: &ModifyAckDeadlineRequest| {
+        if request.ack_ids.iter().any(|id| id == "gone") {
+            per_id_failure(&[("gone", "PERMANENT_FAILURE_INVALID_ACK_ID")])
+        } else {
+            Reply::Ok(())
+        }
+    });
     let server = FakeServer::builder()
         .bidi_streaming(STREAMING_PULL, pull.clone())
         .unary(ACKNOWLEDGE, ack.clone())
-        .unary(MODIFY_ACK_DEADLINE, modify)
+        .unary(MODIFY_ACK_DEADLINE, modify.clone())
         .start()
         .await
         .unwrap();
@@ -504,16 +512,20 @@ async fn an_ack_whose_lease_lapsed_is_refused_counted_and_not_claimed() {
         .await
         .unwrap();
     drop(ctx);
-    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    assert_eq!(rows, 3);
+    let mut rows: Vec<String> = batches.iter().flat_map(|b| texts(b.column(0))).collect();
+    rows.sort();
+    assert_eq!(rows, ["one", "three", "two"], "`gone` is not read");
     let handle = table.handles().pop().unwrap();
     handle.settled().await;
     let counts = handle.counts();
-    assert_eq!(counts.messages_read, 3);
-    // `late` is not claimed as acknowledged: it was refused, and will come back.
+    assert_eq!(counts.messages_read, 4);
+    // `late` is not claimed as acknowledged: it was refused, and will come back; so was the
+    // receipt of `gone`.
     assert_eq!(counts.messages_acked, 2, "{counts:?}");
     assert_eq!(counts.messages_ack_confirmed, 2, "{counts:?}");
-    assert_eq!(counts.messages_ack_refused, 1, "{counts:?}");
+    assert_eq!(counts.messages_ack_refused, 2, "{counts:?}");
+    let receipt = &modify.requests()[0];
+    assert_eq!(receipt.ack_ids, ["fine", "late", "busy", "gone"]);
     // The transient failure was sent again, alone; the refused id was not.
     let sent: Vec<Vec<String>> = ack.requests().into_iter().map(|r| r.ack_ids).collect();
     let times = |id: &str| {
@@ -522,8 +534,8 @@ async fn an_ack_whose_lease_lapsed_is_refused_counted_and_not_claimed() {
             .count()
     };
     assert_eq!(
-        (times("fine"), times("late"), times("busy")),
-        (1, 1, 2),
+        (times("fine"), times("late"), times("busy"), times("gone")),
+        (1, 1, 2, 0),
         "{sent:?}"
     );
     assert_eq!(sent.last().unwrap(), &vec!["busy".to_string()], "{sent:?}");

@@ -270,8 +270,9 @@ pub struct DeliveryCounts {
     /// confirmed id by id (Pub/Sub's exactly-once delivery). Zero for an input whose service
     /// does not confirm: its acknowledgements are taken, not confirmed.
     pub messages_ack_confirmed: u64,
-    /// Acknowledgements the service refused for good, id by id (an ack id no longer valid: its
-    /// lease had lapsed and the message is delivered again). Not in `messages_acked`.
+    /// Acknowledgements (or receipts, on arrival) the service refused for good, id by id (an ack
+    /// id no longer valid: its lease had lapsed and the message is delivered again). Not in
+    /// `messages_acked`.
     pub messages_ack_refused: u64,
 }
 
