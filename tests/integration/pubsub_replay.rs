@@ -1,4 +1,4 @@
-//! Replay (`start_at`, ADR 0072) and exactly-once subscriptions (ADR 0073) of the Pub/Sub
+//! Replay (`start_at`, ADR 0072) and exactly-once subscriptions (ADR 0076) of the Pub/Sub
 //! source.
 //!
 //! Against the Pub/Sub emulator: a replay to a timestamp delivers again exactly the messages

@@ -16,7 +16,7 @@
 //! `google.rpc.ErrorInfo` whose reason is [`EXACTLY_ONCE_ACKID_FAILURE`] and whose metadata
 //! maps each failed ack id to `TRANSIENT_FAILURE_*` (sent again) or `PERMANENT_FAILURE_*`
 //! (refused for good: `PERMANENT_FAILURE_INVALID_ACK_ID` when the lease had lapsed); the ids
-//! it does not name were taken ([`ack_failures`], ADR 0073). The stream also confirms the
+//! it does not name were taken ([`ack_failures`], ADR 0076). The stream also confirms the
 //! receipt of each response's messages the same way before handing them on (`pull.rs`). This is what Google's Go, Java and
 //! Python subscribers do with the same details.
 

@@ -81,7 +81,7 @@ pub struct Puller {
     /// not left leased to a closing stream until its deadline lapses.
     pub returns: AckQueue,
     /// Set from each response's `subscription_properties`: whether the subscription delivers
-    /// exactly once (the settler then confirms each acknowledgement, ADR 0073).
+    /// exactly once (the settler then confirms each acknowledgement, ADR 0076).
     pub exactly_once: super::acks::ExactlyOnce,
 }
 
