@@ -395,8 +395,8 @@ impl Interrupts {
 /// The session the tool runs statements in: [`crate::sql::new_state_builder`] (DataFusion's
 /// defaults and the three sink factories) with `information_schema` on (as in datafusion-cli,
 /// so that `SHOW TABLES` and `SHOW COLUMNS FROM t` work), the emulator inspection functions
-/// ([`crate::sql::register_inspection`]: `pubsub_subscribe`, `pubsub_pull`, `bigtable_read`,
-/// `cloud_tasks_create_queue`, `cloud_tasks_list`), the
+/// ([`crate::sql::register_inspection`]: `pubsub_subscribe`, `pubsub_pull`, the snapshot
+/// functions, `bigtable_read`, `cloud_tasks_create_queue`, `cloud_tasks_list`), the
 /// [`LazyObjectStoreRegistry`], and direct file queries (`SELECT * FROM 'file.parquet'`).
 pub fn new_session() -> Result<SessionContext> {
     new_session_with_control(&StatementControl::new())

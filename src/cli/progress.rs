@@ -114,6 +114,11 @@ pub struct SinkCounters {
     pub source_acked: usize,
     /// Messages the sources handed back for another reader.
     pub source_nacked: usize,
+    /// Of the acknowledged messages, those the service confirmed id by id (exactly-once
+    /// delivery).
+    pub source_ack_confirmed: usize,
+    /// Acknowledgements the service refused for good (their lease had lapsed).
+    pub source_ack_refused: usize,
     /// The age, in milliseconds, of the oldest message a source holds unacknowledged (the
     /// oldest over the sources; 0 when they hold none).
     pub source_oldest_unacked_ms: usize,
@@ -162,6 +167,14 @@ impl SinkCounters {
                 (names::SOURCE_MESSAGES_READ, &mut counters.source_read),
                 (names::SOURCE_MESSAGES_ACKED, &mut counters.source_acked),
                 (names::SOURCE_MESSAGES_NACKED, &mut counters.source_nacked),
+                (
+                    names::SOURCE_MESSAGES_ACK_CONFIRMED,
+                    &mut counters.source_ack_confirmed,
+                ),
+                (
+                    names::SOURCE_MESSAGES_ACK_REFUSED,
+                    &mut counters.source_ack_refused,
+                ),
             ] {
                 if let Some(value) = metrics.sum_by_name(name) {
                     *slot += value.as_usize();
@@ -262,10 +275,18 @@ impl SinkCounters {
     }
 
     fn source_line(&self) -> String {
-        format!(
+        let mut line = format!(
             "Source: {} message(s) read, {} acknowledged, {} nacked",
             self.source_read, self.source_acked, self.source_nacked
-        )
+        );
+        // Only a subscription with exactly-once delivery confirms or refuses acknowledgements.
+        if self.source_ack_confirmed > 0 || self.source_ack_refused > 0 {
+            line.push_str(&format!(
+                " ({} confirmed, {} refused: lease lapsed, delivered again)",
+                self.source_ack_confirmed, self.source_ack_refused
+            ));
+        }
+        line
     }
 
     /// The live line: the counts, the current rate (`now`, over the last [`RATE_WINDOW`], once
@@ -527,6 +548,30 @@ mod tests {
         assert_eq!(age_text(Duration::from_millis(800)), "0.8 s");
         assert_eq!(age_text(Duration::from_secs(42)), "42 s");
         assert_eq!(age_text(Duration::from_secs(185)), "3 min 5 s");
+    }
+
+    #[test]
+    fn the_source_line_tells_confirmed_and_refused_acknowledgements_apart() {
+        let mut c = SinkCounters {
+            source_read: 10,
+            source_acked: 9,
+            source_only: true,
+            ..SinkCounters::default()
+        };
+        let plain = c.summary(Duration::from_secs(1));
+        assert_eq!(
+            plain,
+            "Source: 10 message(s) read, 9 acknowledged, 0 nacked"
+        );
+        c.source_ack_confirmed = 9;
+        c.source_ack_refused = 1;
+        let eod = c.summary(Duration::from_secs(1));
+        assert!(
+            eod.ends_with(
+                "9 acknowledged, 0 nacked (9 confirmed, 1 refused: lease lapsed, delivered again)"
+            ),
+            "{eod}"
+        );
     }
 
     #[test]

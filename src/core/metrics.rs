@@ -27,6 +27,11 @@ pub mod names {
     pub const SOURCE_MESSAGES_ACKED: &str = "source_messages_acked";
     /// A source's node: messages handed back for another reader (nacked).
     pub const SOURCE_MESSAGES_NACKED: &str = "source_messages_nacked";
+    /// A source's node: of the acknowledged messages, those the service confirmed id by id
+    /// (a subscription with exactly-once delivery).
+    pub const SOURCE_MESSAGES_ACK_CONFIRMED: &str = "source_messages_ack_confirmed";
+    /// A source's node: acknowledgements the service refused for good (their lease lapsed).
+    pub const SOURCE_MESSAGES_ACK_REFUSED: &str = "source_messages_ack_refused";
     /// A source's node (a gauge): the age, in milliseconds, of the oldest message it holds
     /// unacknowledged (0 when it holds none): its backlog age.
     pub const SOURCE_OLDEST_UNACKED_MS: &str = "source_oldest_unacked_ms";

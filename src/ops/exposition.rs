@@ -282,7 +282,9 @@ impl Collector for Readings {
         )?;
         source_family!(e, statements, counter,
             "gcp_sql_source_messages_received", "Messages read from the subscription (a message delivered again counts again).", |i| i.counts.messages_read;
-            "gcp_sql_source_messages_acknowledged", "Messages acknowledged: every row made from them was delivered, dead-lettered, dropped or filtered out.", |i| i.counts.messages_acked;
+            "gcp_sql_source_messages_acknowledged", "Messages acknowledged: every row made from them was delivered, dead-lettered, dropped or filtered out, and the service took the acknowledgement.", |i| i.counts.messages_acked;
+            "gcp_sql_source_messages_ack_confirmed", "Of the acknowledged messages, those the service confirmed id by id (a subscription with exactly-once delivery; zero otherwise).", |i| i.counts.messages_ack_confirmed;
+            "gcp_sql_source_messages_ack_refused", "Acknowledgements, or receipts on arrival, the service refused for good (an ack id whose lease had lapsed): not acknowledged, the message is delivered again.", |i| i.counts.messages_ack_refused;
             "gcp_sql_source_messages_nacked", "Messages handed back to the service for another reader.", |i| i.counts.messages_nacked;
             "gcp_sql_source_messages_dropped", "Messages that did not decode and that the drop failure policy dropped.", |i| i.counts.messages_dropped;
             "gcp_sql_source_messages_dead_lettered", "Messages that did not decode, stored in the dead-letter destination.", |i| i.counts.messages_dead_lettered;

@@ -82,7 +82,9 @@ pub fn register(ctx: &SessionContext) {
 /// Installs the inspection table functions: `pubsub_subscribe(topic, subscription)` and
 /// `pubsub_pull(subscription [, max_messages])` (their arguments are full resource names,
 /// checked before any call, and a message count from 1 to 10 000, default 100, pulled in
-/// pages), `bigtable_read(table [, max_rows])`, `cloud_tasks_create_queue(queue [, paused])`
+/// pages), the snapshots of a replay (`pubsub_create_snapshot(snapshot, subscription)`,
+/// `pubsub_snapshots(project)`, `pubsub_delete_snapshot(snapshot)`),
+/// `bigtable_read(table [, max_rows])`, `cloud_tasks_create_queue(queue [, paused])`
 /// and `cloud_tasks_list(queue [, max_tasks])`: each connector's `inspect` module documents its
 /// own, and [`crate::plan::inspect`] has the design they share.
 ///
@@ -355,9 +357,12 @@ mod tests {
         assert!(state.table_factories().contains_key("PUBSUB"));
     }
 
-    const INSPECTION: [&str; 5] = [
+    const INSPECTION: [&str; 8] = [
         "pubsub_subscribe",
         "pubsub_pull",
+        "pubsub_create_snapshot",
+        "pubsub_snapshots",
+        "pubsub_delete_snapshot",
         "bigtable_read",
         "cloud_tasks_create_queue",
         "cloud_tasks_list",

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use tonic::codegen::Service;
 use tonic::codegen::http;
@@ -28,6 +29,9 @@ pub enum Reply<Resp> {
     Ok(Resp),
     /// A status.
     Status(tonic::Code, String),
+    /// A status with details (the bytes of a `google.rpc.Status`, as `grpc-status-details-bin`
+    /// carries them: an `ErrorInfo`, ...).
+    StatusWithDetails(tonic::Code, String, Vec<u8>),
     /// Waits, then answers.
     Delay(Duration, Box<Reply<Resp>>),
     /// Never answers.
@@ -47,6 +51,9 @@ impl<Resp> Reply<Resp> {
             match reply {
                 Reply::Ok(r) => return Ok(r),
                 Reply::Status(code, message) => return Err(tonic::Status::new(code, message)),
+                Reply::StatusWithDetails(code, message, details) => {
+                    return Err(tonic::Status::with_details(code, message, details.into()));
+                }
                 Reply::Delay(d, next) => {
                     tokio::time::sleep(d).await;
                     reply = *next;
@@ -193,6 +200,43 @@ where
     }
 }
 
+struct BidiCall<Req, Resp>(Script<Req, Vec<Resp>>);
+
+impl<Req, Resp> tonic::server::StreamingService<Req> for BidiCall<Req, Resp>
+where
+    Req: Clone + Send + 'static,
+    Resp: Clone + Send + 'static,
+{
+    type Response = Resp;
+    type ResponseStream = RespStream<Resp>;
+    type Future = BoxFuture<'static, Result<tonic::Response<RespStream<Resp>>, tonic::Status>>;
+
+    fn call(&mut self, request: tonic::Request<tonic::Streaming<Req>>) -> Self::Future {
+        let script = self.0.clone();
+        Box::pin(async move {
+            let mut incoming = request.into_inner();
+            let first = incoming
+                .message()
+                .await?
+                .ok_or_else(|| tonic::Status::invalid_argument("the stream sent no request"))?;
+            let messages = script.next(&first).play().await?;
+            // The stream stays open after its messages, as a service's does, until the client
+            // closes it; what the client sends later is read and dropped.
+            let rest = futures::stream::unfold(incoming, |mut incoming| async move {
+                match incoming.message().await {
+                    Ok(Some(_)) => Some((None, incoming)),
+                    _ => None,
+                }
+            })
+            .filter_map(|m: Option<Resp>| async move { m.map(Ok) })
+            .chain(futures::stream::pending());
+            let stream: RespStream<Resp> =
+                Box::pin(futures::stream::iter(messages.into_iter().map(Ok)).chain(rest));
+            Ok(tonic::Response::new(stream))
+        })
+    }
+}
+
 /// Routes requests to the mounted methods by path.
 #[derive(Clone)]
 struct Router {
@@ -262,6 +306,21 @@ impl FakeServerBuilder {
         self.mount::<Req, Resp, _, _>(path, move |mut grpc, req| {
             let script = script.clone();
             async move { grpc.server_streaming(StreamingCall(script), req).await }
+        })
+    }
+
+    /// Mounts a bidirectional-streaming method at `path`
+    /// (`/google.pubsub.v1.Subscriber/StreamingPull`): the script answers the stream's first
+    /// request, a [`Reply::Ok`] carrying the messages sent down the stream, which then stays
+    /// open until the client closes it (later requests are read and dropped).
+    pub fn bidi_streaming<Req, Resp>(self, path: &str, script: Script<Req, Vec<Resp>>) -> Self
+    where
+        Req: prost::Message + Default + Clone + Send + 'static,
+        Resp: prost::Message + Clone + Send + 'static,
+    {
+        self.mount::<Req, Resp, _, _>(path, move |mut grpc, req| {
+            let script = script.clone();
+            async move { grpc.streaming(BidiCall(script), req).await }
         })
     }
 

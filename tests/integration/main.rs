@@ -83,6 +83,7 @@ mod metrics;
 mod pubsub_emulator_facts;
 mod pubsub_faults;
 mod pubsub_mapping;
+mod pubsub_replay;
 mod pubsub_schema;
 mod pubsub_sink;
 mod pubsub_source;

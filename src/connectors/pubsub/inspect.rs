@@ -47,6 +47,7 @@ use gcloud_sdk::google::pubsub::v1::{AcknowledgeRequest, PullRequest, Subscripti
 use tonic::Code;
 
 use super::names::{pubsub_subscription, pubsub_topic};
+use super::snapshots::{SnapshotCall, SnapshotFunction};
 use crate::error::Result;
 use crate::google::{GrpcChannel, Reachability, with_deadline};
 use crate::plan::inspect::{
@@ -73,16 +74,26 @@ const MAX_PULL_RESPONSE_BYTES: usize = 20 * 1024 * 1024;
 /// Deadline of each `Acknowledge` and `CreateSubscription`/`CreateTopic` call.
 const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The Pub/Sub connector's inspection functions: `pubsub_subscribe` and `pubsub_pull`, talking
-/// to the emulator `PUBSUB_EMULATOR_HOST` names.
+/// The Pub/Sub connector's inspection functions: `pubsub_subscribe`, `pubsub_pull` and the
+/// snapshot functions ([`super::snapshots`]), talking to the emulator `PUBSUB_EMULATOR_HOST`
+/// names.
 pub fn inspection_functions() -> InspectionFunctions {
-    vec![
+    let mut functions: InspectionFunctions = vec![
         (
             "pubsub_subscribe",
             Arc::new(PubSubSubscribeFunction::default()),
         ),
         ("pubsub_pull", Arc::new(PubSubPullFunction::default())),
-    ]
+    ];
+    // The snapshots a replay starts from (`start_at = 'snapshot:...'`).
+    for call in [
+        SnapshotCall::Create,
+        SnapshotCall::List,
+        SnapshotCall::Delete,
+    ] {
+        functions.push((call.function(), Arc::new(SnapshotFunction::new(call))));
+    }
+    functions
 }
 
 /// The `pubsub_pull` table function.

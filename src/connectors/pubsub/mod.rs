@@ -3,8 +3,8 @@
 //!
 //! Both directions share what is Pub/Sub's alone: [`names`] (topic and subscription names),
 //! [`client`] (the channel and the `Publisher` transport, a [`Transport`](crate::core::Transport)),
-//! [`dead_letter`] (dead-letter topics, for every connector) and [`inspect`] (the emulator
-//! helpers). [`CONNECTOR`] is what the rest of the crate knows of it.
+//! [`dead_letter`] (dead-letter topics, for every connector), [`inspect`] (the emulator
+//! helpers) and [`snapshots`] (the snapshot functions of a replay). [`CONNECTOR`] is what the rest of the crate knows of it.
 
 pub mod client;
 pub mod dead_letter;
@@ -14,6 +14,7 @@ pub mod names;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod null;
 pub mod sink;
+pub mod snapshots;
 pub mod source;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]

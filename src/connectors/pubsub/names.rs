@@ -78,6 +78,36 @@ pub fn pubsub_subscription(value: &str) -> NameResult<String> {
     Ok(v.to_string())
 }
 
+/// Checks a snapshot id, by the rule of a topic id: 3 to 255 characters, starting with a
+/// letter, of letters, digits and `-_.~+%`, and not starting with `goog`.
+pub fn check_snapshot_id(s: &str) -> NameResult<()> {
+    if !is_resource_id(s) {
+        return Err(format!(
+            "a snapshot id has {PUBSUB_TOPIC_ID_MIN} to {PUBSUB_TOPIC_ID_MAX} characters, starts \
+             with a letter, uses letters, digits and '-_.~+%', and does not start with 'goog'"
+        ));
+    }
+    Ok(())
+}
+
+/// Resolves a snapshot: `projects/P/snapshots/S`, or a short id `S` in `project`.
+///
+/// ```
+/// use gcp_sql::connectors::pubsub::names::pubsub_snapshot;
+///
+/// assert_eq!(pubsub_snapshot("before", Some("demo")).unwrap(), "projects/demo/snapshots/before");
+/// assert!(pubsub_snapshot("projects/demo/snapshots/x", None).is_err()); // id too short
+/// ```
+pub fn pubsub_snapshot(value: &str, project: Option<&str>) -> NameResult<String> {
+    let snapshots = NameLevel::new("snapshots", "SNAPSHOT", check_snapshot_id);
+    full_or_short_name(value, &[PROJECTS, snapshots], "snapshot", |s| {
+        let p = project.ok_or(
+            "a short snapshot id needs a project (or write 'projects/PROJECT/snapshots/SNAPSHOT')",
+        )?;
+        Ok(format!("projects/{p}/snapshots/{s}"))
+    })
+}
+
 /// Resolves a topic: `projects/P/topics/T`, or a short id `T` in `project`.
 pub fn pubsub_topic(value: &str, project: Option<&str>) -> NameResult<String> {
     let topics = NameLevel::new("topics", "TOPIC", check_topic_id);

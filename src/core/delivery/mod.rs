@@ -353,6 +353,14 @@ pub struct DeliveryCounts {
     pub oldest_unacked: Option<std::time::Duration>,
     /// Leases extended (one per message per extension).
     pub lease_extensions: u64,
+    /// Of [`messages_acked`](Self::messages_acked), those whose acknowledgement the service
+    /// confirmed id by id (Pub/Sub's exactly-once delivery). Zero for an input whose service
+    /// does not confirm: its acknowledgements are taken, not confirmed.
+    pub messages_ack_confirmed: u64,
+    /// Acknowledgements (or receipts, on arrival) the service refused for good, id by id (an ack
+    /// id no longer valid: its lease had lapsed and the message is delivered again). Not in
+    /// `messages_acked`.
+    pub messages_ack_refused: u64,
 }
 
 /// The live counters of one input (all partitions); [`DeliveryCounters::snapshot`] reads them.
@@ -378,6 +386,10 @@ pub struct DeliveryCounters {
     pub held: AtomicU64,
     /// See [`DeliveryCounts::lease_extensions`].
     pub lease_extensions: AtomicU64,
+    /// See [`DeliveryCounts::messages_ack_confirmed`].
+    pub ack_confirmed: AtomicU64,
+    /// See [`DeliveryCounts::messages_ack_refused`].
+    pub ack_refused: AtomicU64,
     /// Streams running now (see [`Held::streams`]); raised and lowered through
     /// [`DeliveryCounters::stream_running`].
     pub streams: AtomicU64,
@@ -407,6 +419,8 @@ impl DeliveryCounters {
             messages_held: get(&self.held),
             oldest_unacked: None,
             lease_extensions: get(&self.lease_extensions),
+            messages_ack_confirmed: get(&self.ack_confirmed),
+            messages_ack_refused: get(&self.ack_refused),
         }
     }
 

@@ -15,6 +15,11 @@
 //! still fails is logged and left: an acknowledgement that did not take means the service
 //! delivers the message again (a duplicate, never a loss).
 //!
+//! An input whose service answers an acknowledgement id by id (Pub/Sub's exactly-once delivery:
+//! [`Acknowledger::confirms`], [`Acknowledger::per_id`]) has the ids of a failed call split:
+//! the transient ones sent again, alone, the refused ones counted
+//! ([`super::DeliveryCounts::messages_ack_refused`]), the rest taken (and confirmed).
+//!
 //! The settler ends once every ticket and the partition's stream are gone (its queue closes),
 //! after sending what was asked for.
 
@@ -45,8 +50,45 @@ pub trait Acknowledger<I: DeliveryId>: Send + Sync + 'static {
     /// Whether a failed call is worth another attempt.
     fn retryable(&self, status: &tonic::Status) -> bool;
 
+    /// Whether the service confirms each acknowledgement id by id (Pub/Sub's exactly-once
+    /// delivery): an acknowledgement call that succeeds then confirms every id it carried, and
+    /// one that fails may say which ids failed and how ([`per_id`](Self::per_id)). False by
+    /// default.
+    fn confirms(&self) -> bool {
+        false
+    }
+
+    /// What a failed call of `ids` says id by id, when the service says it (exactly-once
+    /// delivery): the ids to send again and the ids refused for good; every other id of the
+    /// call was taken. `None` (the default): the call failed as a whole.
+    fn per_id(&self, _status: &tonic::Status, _ids: &[I]) -> Option<PerId<I>> {
+        None
+    }
+
     /// The input, for logs (`subscription projects/p/subscriptions/s`).
     fn describe(&self) -> String;
+}
+
+/// What a failed call said of its ids, one by one ([`Acknowledger::per_id`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerId<I> {
+    /// Ids that failed for now (`TRANSIENT_FAILURE_*`): sent again.
+    pub transient: Vec<I>,
+    /// Ids refused for good (`PERMANENT_FAILURE_*`, e.g. an ack id whose lease lapsed).
+    pub refused: Vec<I>,
+}
+
+/// What one acknowledgement, nack or lease extension of a list of ids came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Tally<I> {
+    /// Ids the service took.
+    taken: usize,
+    /// Of those, the ones it confirmed id by id.
+    confirmed: usize,
+    /// Ids it refused for good, id by id.
+    refused: Vec<I>,
+    /// Ids whose call failed (as a whole, or still transient after the last attempt).
+    failed: usize,
 }
 
 /// How a settler gathers, chunks, retries and leases.
@@ -82,43 +124,109 @@ impl Call {
 }
 
 /// Sends `ids` as `call`, one call per [`SettlerConfig::max_ids_per_call`] ids, each retried;
-/// returns how many ids were not taken.
+/// says how many ids were taken, confirmed, refused and not taken.
+///
+/// A call that fails with what the service says id by id ([`Acknowledger::per_id`]) counts
+/// the ids it did not name as taken, the refused ones as refused, and sends the transient ones
+/// again, up to [`RetrySettings::max_attempts`] rounds with the retry's growing delay, as
+/// Google's subscribers do for exactly-once delivery.
 async fn send<I: DeliveryId, A: Acknowledger<I> + ?Sized>(
     port: &A,
     config: &SettlerConfig,
     call: Call,
     ids: &[I],
-) -> usize {
-    let mut failed = 0;
+) -> Tally<I> {
+    let mut tally = Tally {
+        taken: 0,
+        confirmed: 0,
+        refused: Vec::new(),
+        failed: 0,
+    };
+    let confirms = port.confirms();
     for chunk in ids.chunks(config.max_ids_per_call.max(1)) {
-        let (result, attempts) = retry(
-            &config.retry,
-            |status: &tonic::Status| port.retryable(status),
-            |_deadline| async move {
-                match call {
-                    Call::Ack => port.ack(chunk).await,
-                    Call::Nack => port.nack(chunk).await,
-                    Call::Extend => port.extend(chunk).await,
+        let mut pending: Vec<I> = chunk.to_vec();
+        let mut rounds = 0u32;
+        let mut delay = config.retry.initial_retry_delay;
+        loop {
+            rounds += 1;
+            let attempt: &[I] = &pending;
+            let (result, attempts) = retry(
+                &config.retry,
+                |status: &tonic::Status| port.retryable(status),
+                |_deadline| async move {
+                    match call {
+                        Call::Ack => port.ack(attempt).await,
+                        Call::Nack => port.nack(attempt).await,
+                        Call::Extend => port.extend(attempt).await,
+                    }
+                },
+            )
+            .await;
+            let status = match result {
+                Ok(()) => {
+                    tally.taken += pending.len();
+                    if confirms {
+                        tally.confirmed += pending.len();
+                    }
+                    break;
                 }
-            },
-        )
-        .await;
-        if let Err(status) = result {
-            tracing::warn!(
-                input = %port.describe(),
-                messages = chunk.len(),
-                code = ?status.code(),
-                attempts,
-                "{} of {} message(s) of {} failed: {} (the service will deliver them again)",
-                call.name(),
-                chunk.len(),
-                port.describe(),
-                status.message()
-            );
-            failed += chunk.len();
+                Err(status) => status,
+            };
+            let Some(split) = port.per_id(&status, &pending) else {
+                tracing::warn!(
+                    input = %port.describe(),
+                    messages = pending.len(),
+                    code = ?status.code(),
+                    attempts,
+                    "{} of {} message(s) of {} failed: {} (the service will deliver them again)",
+                    call.name(),
+                    pending.len(),
+                    port.describe(),
+                    status.message()
+                );
+                tally.failed += pending.len();
+                break;
+            };
+            let named = split.transient.len() + split.refused.len();
+            let taken = pending.len().saturating_sub(named);
+            tally.taken += taken;
+            if confirms {
+                tally.confirmed += taken;
+            }
+            if !split.refused.is_empty() {
+                tracing::warn!(
+                    input = %port.describe(),
+                    messages = split.refused.len(),
+                    "{} of {} message(s) of {} was refused for good: their ack ids are no longer \
+                     valid (the lease lapsed); the service delivers them again",
+                    call.name(),
+                    split.refused.len(),
+                    port.describe()
+                );
+                tally.refused.extend(split.refused);
+            }
+            pending = split.transient;
+            if pending.is_empty() {
+                break;
+            }
+            if config.retry.max_attempts > 0 && rounds >= config.retry.max_attempts {
+                tracing::warn!(
+                    input = %port.describe(),
+                    messages = pending.len(),
+                    "{} of {} message(s) of {} still failed for now after {rounds} round(s); \
+                     left (the service will deliver them again)",
+                    call.name(),
+                    pending.len(),
+                    port.describe()
+                );
+                tally.failed += pending.len();
+                break;
+            }
+            tokio::time::sleep(delay).await;
+            delay = delay.mul_f64(config.retry.retry_delay_multiplier.max(1.0));
         }
     }
-    failed
+    tally
 }
 
 /// Runs the settler of one partition until its queue closes: sends what the tickets ask for,
@@ -144,13 +252,15 @@ pub async fn run_settler<I: DeliveryId>(
                     counters.held.store(outstanding.parked(), std::sync::atomic::Ordering::Relaxed);
                 }
                 if !acks.is_empty() {
-                    let failed = send(port.as_ref(), &config, Call::Ack, &acks).await;
-                    DeliveryCounters::add(&counters.acked, (acks.len() - failed) as u64);
+                    let tally = send(port.as_ref(), &config, Call::Ack, &acks).await;
+                    DeliveryCounters::add(&counters.acked, tally.taken as u64);
+                    DeliveryCounters::add(&counters.ack_confirmed, tally.confirmed as u64);
+                    DeliveryCounters::add(&counters.ack_refused, tally.refused.len() as u64);
                     outstanding.remove(&acks);
                 }
                 if !nacks.is_empty() {
-                    let failed = send(port.as_ref(), &config, Call::Nack, &nacks).await;
-                    DeliveryCounters::add(&counters.nacked, (nacks.len() - failed) as u64);
+                    let tally = send(port.as_ref(), &config, Call::Nack, &nacks).await;
+                    DeliveryCounters::add(&counters.nacked, tally.taken as u64);
                     outstanding.remove(&nacks);
                 }
                 counters.held.store(outstanding.parked(), std::sync::atomic::Ordering::Relaxed);
@@ -171,8 +281,13 @@ pub async fn run_settler<I: DeliveryId>(
                     );
                 }
                 if !extend.is_empty() {
-                    let failed = send(port.as_ref(), &config, Call::Extend, &extend).await;
-                    DeliveryCounters::add(&counters.lease_extensions, (extend.len() - failed) as u64);
+                    let tally = send(port.as_ref(), &config, Call::Extend, &extend).await;
+                    DeliveryCounters::add(&counters.lease_extensions, tally.taken as u64);
+                    // A lease the service refused for good is gone (the message is delivered
+                    // again): it is not extended again, and no longer counts as held.
+                    if !tally.refused.is_empty() {
+                        outstanding.remove(&tally.refused);
+                    }
                 }
             }
         }
@@ -404,6 +519,113 @@ mod tests {
         run_settler(fake.clone(), config(10), rx, outstanding, counters.clone()).await;
         assert_eq!(fake.calls().len(), 3);
         assert_eq!(counters.snapshot().messages_acked, 0);
+    }
+
+    /// An input that confirms acknowledgements and answers per id: `refuse` for good, and
+    /// `flaky` once for now.
+    struct PerIdFake {
+        calls: Mutex<Vec<Vec<String>>>,
+        flaky_once: Mutex<bool>,
+    }
+
+    #[async_trait]
+    impl Acknowledger<String> for PerIdFake {
+        async fn ack(&self, ids: &[String]) -> Result<(), tonic::Status> {
+            self.calls.lock().unwrap().push(ids.to_vec());
+            let flaky = ids.iter().any(|i| i == "flaky") && {
+                let mut once = self.flaky_once.lock().unwrap();
+                std::mem::replace(&mut *once, false)
+            };
+            if flaky || ids.iter().any(|i| i == "refuse") {
+                return Err(tonic::Status::invalid_argument("per id"));
+            }
+            Ok(())
+        }
+        async fn nack(&self, _: &[String]) -> Result<(), tonic::Status> {
+            Ok(())
+        }
+        async fn extend(&self, ids: &[String]) -> Result<(), tonic::Status> {
+            if ids.iter().any(|i| i == "refuse") {
+                return Err(tonic::Status::invalid_argument("per id"));
+            }
+            Ok(())
+        }
+        fn retryable(&self, _: &tonic::Status) -> bool {
+            false
+        }
+        fn confirms(&self) -> bool {
+            true
+        }
+        fn per_id(&self, _: &tonic::Status, ids: &[String]) -> Option<PerId<String>> {
+            let once = *self.flaky_once.lock().unwrap();
+            Some(PerId {
+                transient: ids
+                    .iter()
+                    .filter(|i| *i == "flaky" && !once)
+                    .cloned()
+                    .collect(),
+                refused: ids.iter().filter(|i| *i == "refuse").cloned().collect(),
+            })
+        }
+        fn describe(&self) -> String {
+            "a per-id fake".into()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_per_id_answer_resends_the_transient_ids_and_counts_the_refused_ones() {
+        let fake = Arc::new(PerIdFake {
+            calls: Mutex::new(Vec::new()),
+            flaky_once: Mutex::new(true),
+        });
+        let counters = Arc::new(DeliveryCounters::default());
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(ack(&["ok", "refuse", "flaky"])).unwrap();
+        drop(tx);
+        let outstanding = Arc::new(Outstanding::<String>::new(10, 10));
+        run_settler(fake.clone(), config(10), rx, outstanding, counters.clone()).await;
+        let calls = fake.calls.lock().unwrap().clone();
+        assert_eq!(
+            calls,
+            [
+                vec!["ok".to_string(), "refuse".to_string(), "flaky".to_string()],
+                vec!["flaky".to_string()],
+            ]
+        );
+        let c = counters.snapshot();
+        assert_eq!(
+            (
+                c.messages_acked,
+                c.messages_ack_confirmed,
+                c.messages_ack_refused
+            ),
+            (2, 2, 1)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_refused_for_good_is_no_longer_held_or_extended() {
+        let fake = Arc::new(PerIdFake {
+            calls: Mutex::new(Vec::new()),
+            flaky_once: Mutex::new(false),
+        });
+        let outstanding = Arc::new(Outstanding::<String>::new(10, 100));
+        outstanding.add("keep".to_string(), 1);
+        outstanding.add("refuse".to_string(), 1);
+        let counters = Arc::new(DeliveryCounters::default());
+        let (tx, rx) = mpsc::unbounded_channel::<Verdict<String>>();
+        let settler = tokio::spawn(run_settler(
+            fake,
+            config(10),
+            rx,
+            outstanding.clone(),
+            counters.clone(),
+        ));
+        tokio::time::sleep(Duration::from_secs(21)).await;
+        assert_eq!(outstanding.len(), 1, "the refused lease is let go");
+        assert_eq!(counters.snapshot().lease_extensions, 1);
+        drop(tx);
+        settler.await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]

@@ -9,17 +9,31 @@
 //! retried under [`ACK_RETRY`] through the core's retry loop ([`crate::core::retry::retry`]);
 //! a call that still fails is logged and left: an acknowledgement that did not take means the
 //! service delivers the message again (a duplicate, never a loss).
+//!
+//! On a subscription with exactly-once delivery (the stream says so in its
+//! `subscription_properties`, [`ExactlyOnce`]), the service confirms each acknowledgement: a
+//! call that succeeds confirms every id it carried, and a failed one carries a
+//! `google.rpc.ErrorInfo` whose reason is [`EXACTLY_ONCE_ACKID_FAILURE`] and whose metadata
+//! maps each failed ack id to `TRANSIENT_FAILURE_*` (sent again) or `PERMANENT_FAILURE_*`
+//! (refused for good: `PERMANENT_FAILURE_INVALID_ACK_ID` when the lease had lapsed); the ids
+//! it does not name were taken ([`ack_failures`], ADR 0076). The stream also confirms the
+//! receipt of each response's messages the same way before handing them on (`pull.rs`). This is what Google's Go, Java and
+//! Python subscribers do with the same details.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
 use gcloud_sdk::google::pubsub::v1::{AcknowledgeRequest, ModifyAckDeadlineRequest};
+use gcloud_sdk::google::rpc::{ErrorInfo, Status as RpcStatus};
+use prost::Message as _;
 
 use super::lease::{ack_deadline_seconds, lease_interval};
 pub use crate::connectors::pubsub::client::retryable_ack_status;
 use crate::core::RetrySettings;
-use crate::core::delivery::settler::{Acknowledger, SettlerConfig};
+use crate::core::delivery::settler::{Acknowledger, PerId, SettlerConfig};
 use crate::google::{GrpcChannel, ROUTING_HEADER, routing_value, with_deadline};
 
 /// Most ack ids in one `Acknowledge` or `ModifyAckDeadline` call: 2,500, the batch limit of
@@ -51,6 +65,31 @@ pub fn settler_config(max_lease: Duration, ack_deadline: Duration) -> SettlerCon
     }
 }
 
+/// The `ErrorInfo` reason of an acknowledgement that failed for some ids on a subscription
+/// with exactly-once delivery.
+pub const EXACTLY_ONCE_ACKID_FAILURE: &str = "EXACTLY_ONCE_ACKID_FAILURE";
+/// The prefix of the per-id failures worth sending again.
+pub const TRANSIENT_FAILURE_PREFIX: &str = "TRANSIENT_FAILURE_";
+
+/// Whether the subscription delivers exactly once, as its stream last said
+/// (`StreamingPullResponse.subscription_properties`); shared by a partition's puller and its
+/// settler.
+pub type ExactlyOnce = Arc<AtomicBool>;
+
+/// The per-id failures an acknowledgement (or `ModifyAckDeadline`) status carries: the
+/// metadata of its `ErrorInfo` whose reason is [`EXACTLY_ONCE_ACKID_FAILURE`], ack id to
+/// failure. `None` when the status carries none (the call failed as a whole).
+pub fn ack_failures(status: &tonic::Status) -> Option<std::collections::HashMap<String, String>> {
+    let details = RpcStatus::decode(status.details()).ok()?;
+    details
+        .details
+        .iter()
+        .filter(|any| any.type_url.ends_with("/google.rpc.ErrorInfo"))
+        .filter_map(|any| ErrorInfo::decode(any.value.as_slice()).ok())
+        .find(|info| info.reason == EXACTLY_ONCE_ACKID_FAILURE)
+        .map(|info| info.metadata)
+}
+
 /// The RPC side of a settler: one subscription through one channel.
 #[derive(Clone, Debug)]
 pub struct AckClient {
@@ -58,6 +97,8 @@ pub struct AckClient {
     subscription: String,
     /// What a lease extension sets, in seconds.
     lease_seconds: i32,
+    /// Whether the service confirms each acknowledgement.
+    exactly_once: ExactlyOnce,
 }
 
 impl AckClient {
@@ -71,7 +112,15 @@ impl AckClient {
             channel,
             subscription: subscription.into(),
             lease_seconds: ack_deadline_seconds(ack_deadline),
+            exactly_once: ExactlyOnce::default(),
         }
+    }
+
+    /// The same client, confirming acknowledgements while `exactly_once` says the subscription
+    /// delivers exactly once.
+    pub fn with_exactly_once(mut self, exactly_once: ExactlyOnce) -> Self {
+        self.exactly_once = exactly_once;
+        self
     }
 
     fn request<M>(&self, message: M) -> tonic::Request<M> {
@@ -119,7 +168,30 @@ impl Acknowledger<String> for AckClient {
     }
 
     fn retryable(&self, status: &tonic::Status) -> bool {
-        retryable_ack_status(status.code())
+        // A status that names ids is answered id by id (`per_id`), not by resending them all.
+        retryable_ack_status(status.code()) && ack_failures(status).is_none()
+    }
+
+    fn confirms(&self) -> bool {
+        self.exactly_once.load(Ordering::Acquire)
+    }
+
+    fn per_id(&self, status: &tonic::Status, ids: &[String]) -> Option<PerId<String>> {
+        let failures = ack_failures(status)?;
+        let mut split = PerId {
+            transient: Vec::new(),
+            refused: Vec::new(),
+        };
+        for id in ids {
+            match failures.get(id) {
+                Some(f) if f.starts_with(TRANSIENT_FAILURE_PREFIX) => {
+                    split.transient.push(id.clone())
+                }
+                Some(_) => split.refused.push(id.clone()),
+                None => {}
+            }
+        }
+        Some(split)
     }
 
     fn describe(&self) -> String {
@@ -144,6 +216,61 @@ mod tests {
         }
         assert!(retryable_ack_status(Code::Unknown));
         assert!(!retryable_ack_status(Code::Cancelled));
+    }
+
+    /// A status as the service sends it for an exactly-once acknowledgement that failed for
+    /// some ids.
+    fn exactly_once_failure(failures: &[(&str, &str)]) -> tonic::Status {
+        let info = ErrorInfo {
+            reason: EXACTLY_ONCE_ACKID_FAILURE.into(),
+            domain: "pubsub.googleapis.com".into(),
+            metadata: failures
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        let details = RpcStatus {
+            code: Code::InvalidArgument as i32,
+            message: String::new(),
+            details: vec![prost_types::Any {
+                type_url: "type.googleapis.com/google.rpc.ErrorInfo".into(),
+                value: info.encode_to_vec(),
+            }],
+        };
+        tonic::Status::with_details(Code::InvalidArgument, "", details.encode_to_vec().into())
+    }
+
+    #[tokio::test]
+    async fn per_id_failures_are_split_as_googles_subscribers_split_them() {
+        let client = AckClient::new(
+            GrpcChannel::Plaintext(
+                crate::google::plaintext_endpoint("127.0.0.1:1")
+                    .unwrap()
+                    .connect_lazy(),
+            ),
+            "projects/p/subscriptions/s",
+            Duration::from_secs(60),
+        );
+        let ids: Vec<String> = ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
+        let status = exactly_once_failure(&[
+            ("a", "PERMANENT_FAILURE_INVALID_ACK_ID"),
+            ("b", "TRANSIENT_FAILURE_UNORDERED_ACK_ID"),
+            ("c", "PERMANENT_FAILURE_OTHER"),
+        ]);
+        let split = client.per_id(&status, &ids).unwrap();
+        assert_eq!(split.transient, ["b"]);
+        assert_eq!(split.refused, ["a", "c"]);
+        // Not resent as a whole: the ids are answered one by one.
+        assert!(!client.retryable(&status));
+        // A status without the details fails as a whole, and is retried by its code.
+        let plain = tonic::Status::unavailable("down");
+        assert!(client.per_id(&plain, &ids).is_none());
+        assert!(client.retryable(&plain));
+        assert!(!client.confirms());
+        let eod = ExactlyOnce::default();
+        let client = client.with_exactly_once(eod.clone());
+        eod.store(true, Ordering::Release);
+        assert!(client.confirms());
     }
 
     #[test]

@@ -86,6 +86,9 @@ struct HandleInner {
     clocks: Vec<Arc<EventClock>>,
     /// What each started partition holds (the backlog age, the held gauges).
     outstanding: Mutex<Vec<Arc<Outstanding<String>>>>,
+    /// `start_at`: `None` until the first partition applied it (or found it recorded); then
+    /// whether that succeeded. Every partition waits for it before it opens its stream.
+    replay: tokio::sync::Mutex<Option<bool>>,
 }
 
 /// The control side of one source scan: stop it, read its counts, find its partitions'
@@ -112,6 +115,7 @@ impl SourceHandle {
                     .map(|_| Arc::new(EventClock::default()))
                     .collect(),
                 outstanding: Mutex::new(Vec::new()),
+                replay: tokio::sync::Mutex::new(None),
             }),
         }
     }
@@ -361,6 +365,11 @@ impl ExecutionPlan for PubSubSourceExec {
             (names::SOURCE_MESSAGES_READ, c.messages_read),
             (names::SOURCE_MESSAGES_ACKED, c.messages_acked),
             (names::SOURCE_MESSAGES_NACKED, c.messages_nacked),
+            (
+                names::SOURCE_MESSAGES_ACK_CONFIRMED,
+                c.messages_ack_confirmed,
+            ),
+            (names::SOURCE_MESSAGES_ACK_REFUSED, c.messages_ack_refused),
         ] {
             MetricBuilder::new(&set)
                 .global_counter(name)
@@ -474,8 +483,33 @@ impl Start {
             opts.connection.credentials_file.as_deref(),
         )
         .await?;
-        let (decoder, revisions) = self.decoder().await?;
         let inner = &self.handle.inner;
+        if let Some(replay) = &opts.start_at {
+            // Once per scan, before any partition opens its stream (ADR 0072).
+            let mut done = inner.replay.lock().await;
+            match *done {
+                Some(true) => {}
+                Some(false) => {
+                    return Err(Error::Unsupported(format!(
+                        "subscription '{}': the seek of start_at failed in another partition",
+                        opts.subscription
+                    )));
+                }
+                None => {
+                    let applied = super::replay::apply(
+                        replay,
+                        &opts.subscription,
+                        &channel,
+                        &reach,
+                        &self.runtime,
+                    )
+                    .await;
+                    *done = Some(applied.is_ok());
+                    applied?;
+                }
+            }
+        }
+        let (decoder, revisions) = self.decoder().await?;
         let outstanding = Arc::new(Outstanding::new(
             opts.max_outstanding_messages,
             opts.max_outstanding_bytes,
@@ -486,12 +520,16 @@ impl Start {
             .unwrap_or_else(|e| e.into_inner())
             .push(outstanding.clone());
         let (queue, acks) = AckQueue::new(inner.aborted.clone());
+        let exactly_once = super::acks::ExactlyOnce::default();
         let settler = tokio::spawn(run_settler(
-            Arc::new(AckClient::new(
-                channel.clone(),
-                opts.subscription.clone(),
-                opts.stream_ack_deadline,
-            )),
+            Arc::new(
+                AckClient::new(
+                    channel.clone(),
+                    opts.subscription.clone(),
+                    opts.stream_ack_deadline,
+                )
+                .with_exactly_once(exactly_once.clone()),
+            ),
             settler_config(opts.max_lease_duration, opts.stream_ack_deadline),
             acks,
             outstanding.clone(),
@@ -522,6 +560,7 @@ impl Start {
             held_capacity: inner.held_capacity.load(Ordering::SeqCst),
             ack_deadline: opts.stream_ack_deadline,
             returns: queue.clone(),
+            exactly_once,
         };
         tokio::spawn(puller.run(
             pull_tx,

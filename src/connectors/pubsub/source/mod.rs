@@ -11,6 +11,7 @@
 //! batch, its seal, retain and settle), what a partition holds, the settler loop, the counts
 //! and the stop kind are the core's ([`crate::core::delivery`], [`crate::core::StopKind`]).
 //! - [`decode`]: messages to rows (`json` / `raw` / `avro` / `protobuf`, metadata columns).
+//! - [`replay`]: `start_at`, the seek applied once before the first pull (ADR 0072).
 //! - [`revisions`]: the other revisions of a topic's schema a scan meets (ADR 0062).
 //! - [`exec`]: the execution plan node ([`exec::PubSubSourceExec`]) and its
 //!   [`exec::SourceHandle`] (stop, counts, slots).
@@ -35,6 +36,7 @@ pub mod exec;
 pub mod lease;
 pub mod options;
 pub mod pull;
+pub mod replay;
 pub mod revisions;
 pub mod table;
 

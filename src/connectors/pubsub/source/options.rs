@@ -235,6 +235,19 @@ pub static STOP_AFTER_IDLE: OptionSpec = OptionSpec {
     redact: crate::options::Redact::None,
 };
 
+/// `start_at`.
+pub static START_AT: OptionSpec = OptionSpec {
+    name: "start_at",
+    group: OptionGroup::Reader,
+    kind: OptionKind::Text,
+    default: DefaultValue::Unset("the subscription's backlog, where it stands"),
+    bound: Bound::NotEmpty,
+    cross_rule: "needs `progress_path` (where the seek is recorded, so that a restart does not seek again)",
+    example: "timestamp:2026-12-01T10:00:00Z",
+    description: "Replay: before the first pull, seek the subscription once (Pub/Sub's `Seek`) to `timestamp:RFC3339` (every message published from then on is delivered again, those before it count as acknowledged; the subscription needs `retain_acked_messages` or the topic a retention for messages already acknowledged) or to `snapshot:NAME` (`projects/P/snapshots/S` or a short id in the subscription's project: the subscription's acknowledgement state when the snapshot was taken). The seek is recorded in `<progress_path>/<project>.<subscription>.start_at.json`; a scan that finds the same `start_at` recorded there does not seek again (delete the record, or change `start_at`, to replay once more).",
+    redact: crate::options::Redact::None,
+};
+
 /// `ack_deadline`.
 pub static ACK_DEADLINE: OptionSpec = OptionSpec {
     name: "ack_deadline",
@@ -287,6 +300,7 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &MAX_LEASE_DURATION,
             &ACK_DEADLINE,
             &STOP_AFTER_IDLE,
+            &START_AT,
             &event_time::EVENT_TIME_FIELD,
             &event_time::ALLOWED_LATENESS,
             &event_time::IDLE_TIMEOUT,
@@ -388,6 +402,71 @@ pub struct PubSubSourceOptions {
     /// Event time, lateness, idleness and the progress marker of windows over the table
     /// (ADR 0068).
     pub event_time: EventTimeOptions,
+    /// `start_at`: where the first scan seeks the subscription to (ADR 0072).
+    pub start_at: Option<Replay>,
+}
+
+/// Where a replay starts (`start_at`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartAt {
+    /// `timestamp:...`: the messages published at or after this time are delivered again.
+    Time(chrono::DateTime<chrono::Utc>),
+    /// `snapshot:...`: the acknowledgement state the snapshot `projects/P/snapshots/S` kept.
+    Snapshot(String),
+}
+
+impl StartAt {
+    /// Parses a `start_at` value of a subscription in `project`. The error is the rule broken.
+    pub fn parse(text: &str, project: &str) -> std::result::Result<Self, String> {
+        let text = text.trim();
+        let Some((kind, value)) = text.split_once(':') else {
+            return Err("expected 'timestamp:2026-12-01T10:00:00Z' or 'snapshot:NAME'".to_string());
+        };
+        let value = value.trim();
+        match kind.trim().to_ascii_lowercase().as_str() {
+            "timestamp" => chrono::DateTime::parse_from_rfc3339(value)
+                .map(|t| StartAt::Time(t.with_timezone(&chrono::Utc)))
+                .map_err(|e| {
+                    format!(
+                        "the time after 'timestamp:' is not an RFC 3339 time with a zone, \
+                         like 2026-12-01T10:00:00Z ({e})"
+                    )
+                }),
+            "snapshot" if value.is_empty() => {
+                Err("'snapshot:' needs a snapshot name or id".to_string())
+            }
+            "snapshot" => names::pubsub_snapshot(value, Some(project)).map(StartAt::Snapshot),
+            word if word.chars().all(|c| c.is_ascii_alphabetic()) => Err(format!(
+                "'{kind}:' is not a start point: use 'timestamp:RFC3339' or 'snapshot:NAME'"
+            )),
+            _ => Err(
+                "expected 'timestamp:2026-12-01T10:00:00Z' or 'snapshot:NAME' (a time needs \
+                 the 'timestamp:' prefix)"
+                    .to_string(),
+            ),
+        }
+    }
+
+    /// The start point as the record keeps it: `timestamp:` in UTC to the nanosecond, or
+    /// `snapshot:` with the full name.
+    pub fn canonical(&self) -> String {
+        match self {
+            StartAt::Time(t) => format!(
+                "timestamp:{}",
+                t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+            ),
+            StartAt::Snapshot(name) => format!("snapshot:{name}"),
+        }
+    }
+}
+
+/// A replay: where to seek, and the folder whose record says whether it was done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay {
+    /// The start point.
+    pub at: StartAt,
+    /// The folder of the record (`progress_path`).
+    pub folder: url::Url,
 }
 
 impl PubSubSourceOptions {
@@ -415,6 +494,7 @@ impl PubSubSourceOptions {
             stop_after_idle: None,
             stream_ack_deadline: super::lease::STREAM_ACK_DEADLINE,
             event_time: EventTimeOptions::default(),
+            start_at: None,
         }
     }
 
@@ -536,6 +616,26 @@ impl PubSubSourceOptions {
             Ok(p.int(spec)?.unwrap_or(default))
         };
         let event_time = EventTimeOptions::from_parsed(&p, columns.publish_time.as_deref())?;
+        let start_at = match p.text(&START_AT)? {
+            None => None,
+            Some(text) => {
+                let project = subscription.split('/').nth(1).unwrap_or_default();
+                let at =
+                    StartAt::parse(text, project).map_err(|rule| START_AT.invalid(text, rule))?;
+                let Some(progress) = &event_time.progress else {
+                    return Err(START_AT.invalid(
+                        text,
+                        "needs 'progress_path': the seek is recorded there, so that a restart \
+                         does not seek the subscription again (add progress_path = \
+                         'file:///var/lib/gcp-sql/progress')",
+                    ));
+                };
+                Some(Replay {
+                    at,
+                    folder: progress.folder.clone(),
+                })
+            }
+        };
         Ok(PubSubSourceOptions {
             connection,
             subscription,
@@ -569,6 +669,7 @@ impl PubSubSourceOptions {
                 .duration(&ACK_DEADLINE)?
                 .unwrap_or(super::lease::STREAM_ACK_DEADLINE),
             event_time,
+            start_at,
         })
     }
 }
@@ -771,6 +872,59 @@ mod tests {
             json_data.contains("'data_column'") && json_data.contains("raw"),
             "{json_data}"
         );
+    }
+
+    #[test]
+    fn start_at_takes_a_time_or_a_snapshot_and_needs_a_progress_path() {
+        let with = |value: &str| {
+            parse(
+                Some(SUB),
+                &[
+                    ("start_at", value),
+                    ("progress_path", "file:///tmp/progress"),
+                ],
+            )
+        };
+        let o = with("timestamp:2026-12-01T11:00:00+01:00").unwrap();
+        let replay = o.start_at.unwrap();
+        assert_eq!(replay.at.canonical(), "timestamp:2026-12-01T10:00:00Z");
+        assert_eq!(replay.folder.as_str(), "file:///tmp/progress");
+        let o = with("snapshot:before-deploy").unwrap();
+        assert_eq!(
+            o.start_at.unwrap().at,
+            StartAt::Snapshot("projects/demo/snapshots/before-deploy".into())
+        );
+        let o = with("snapshot:projects/other/snapshots/snap").unwrap();
+        assert_eq!(
+            o.start_at.unwrap().at.canonical(),
+            "snapshot:projects/other/snapshots/snap"
+        );
+        for (bad, says) in [
+            ("2026-12-01T10:00:00Z", "expected 'timestamp:"),
+            ("timestamp:yesterday", "RFC 3339"),
+            ("timestamp:2026-12-01T10:00:00", "RFC 3339"),
+            ("snapshot:", "needs a snapshot name"),
+            ("snapshot:ab", "snapshot id has 3 to 255"),
+            (
+                "snapshot:projects/demo/topics/abc",
+                "projects/PROJECT/snapshots/SNAPSHOT",
+            ),
+            ("offset:5", "is not a start point"),
+        ] {
+            let err = with(bad).unwrap_err().to_string();
+            assert!(
+                err.contains("'start_at'") && err.contains(says),
+                "{bad}: {err}"
+            );
+        }
+        let alone = parse(Some(SUB), &[("start_at", "timestamp:2026-12-01T10:00:00Z")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            alone.contains("'start_at'") && alone.contains("progress_path"),
+            "{alone}"
+        );
+        assert_eq!(parse(Some(SUB), &[]).unwrap().start_at, None);
     }
 
     #[test]

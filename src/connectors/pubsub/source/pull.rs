@@ -23,10 +23,13 @@ use tokio::sync::{mpsc, watch};
 use tonic::Code;
 
 use super::AckQueue;
+use super::acks::{ACK_RETRY, AckClient};
 use super::lease::ack_deadline_seconds;
 pub use crate::connectors::pubsub::client::retryable_pull_status;
 use crate::core::delivery::DeliveryCounters;
 use crate::core::delivery::lease::Outstanding;
+use crate::core::delivery::settler::Acknowledger as _;
+use crate::core::retry::retry;
 use crate::core::{Backoff, StopKind};
 use crate::error::Error;
 use crate::google::{GrpcChannel, ROUTING_HEADER, Reachability, nothing_listens, routing_value};
@@ -77,6 +80,9 @@ pub struct Puller {
     /// Where what the stream still brings once its reader is gone is nacked, so that it is
     /// not left leased to a closing stream until its deadline lapses.
     pub returns: AckQueue,
+    /// Set from each response's `subscription_properties`: whether the subscription delivers
+    /// exactly once (the settler then confirms each acknowledgement, ADR 0076).
+    pub exactly_once: super::acks::ExactlyOnce,
 }
 
 /// Waits for the next change of `rx`; never returns once its sender is gone (nothing can
@@ -98,6 +104,52 @@ fn message_bytes(m: &ReceivedMessage) -> u64 {
 }
 
 impl Puller {
+    /// On a subscription with exactly-once delivery, what Google's subscribers do when messages
+    /// arrive: a `ModifyAckDeadline` of their ack ids (retried on transient codes), and the
+    /// messages whose lease the service refuses for good are not handed on (their lease is
+    /// already gone: the message is being delivered again). They count as read and as refused.
+    /// A call that fails as a whole, or ids failing for now, keep the messages: their
+    /// acknowledgement will say.
+    async fn confirm_receipt(
+        &self,
+        messages: Vec<ReceivedMessage>,
+        counters: &DeliveryCounters,
+    ) -> Vec<ReceivedMessage> {
+        let client = AckClient::new(
+            self.channel.clone(),
+            self.subscription.clone(),
+            self.ack_deadline,
+        );
+        let ids: Vec<String> = messages.iter().map(|m| m.ack_id.clone()).collect();
+        let (result, _) = retry(
+            &ACK_RETRY,
+            |status: &tonic::Status| client.retryable(status),
+            |_deadline| client.extend(&ids),
+        )
+        .await;
+        let Err(status) = result else {
+            return messages;
+        };
+        let refused = match client.per_id(&status, &ids) {
+            Some(split) if !split.refused.is_empty() => split.refused,
+            _ => return messages,
+        };
+        tracing::warn!(
+            subscription = %self.subscription,
+            messages = refused.len(),
+            "{} message(s) of {} arrived with a lease the service no longer honours (exactly-once \
+             delivery); not read now, the service delivers them again",
+            refused.len(),
+            self.subscription
+        );
+        DeliveryCounters::add(&counters.read, refused.len() as u64);
+        DeliveryCounters::add(&counters.ack_refused, refused.len() as u64);
+        messages
+            .into_iter()
+            .filter(|m| !refused.contains(&m.ack_id))
+            .collect()
+    }
+
     fn permanent(&self, status: &tonic::Status) -> Error {
         let hint = if status.code() == Code::NotFound {
             " (the subscription does not exist: create it on its topic first)"
@@ -194,9 +246,21 @@ impl Puller {
                         match next {
                             Ok(Some(response)) => {
                                 failures = 0;
-                                let messages = response.received_messages;
+                                if let Some(p) = response.subscription_properties {
+                                    self.exactly_once.store(
+                                        p.exactly_once_delivery_enabled,
+                                        std::sync::atomic::Ordering::Release,
+                                    );
+                                }
+                                let mut messages = response.received_messages;
                                 if messages.is_empty() {
                                     continue;
+                                }
+                                if self.exactly_once.load(std::sync::atomic::Ordering::Acquire) {
+                                    messages = self.confirm_receipt(messages, &counters).await;
+                                    if messages.is_empty() {
+                                        continue;
+                                    }
                                 }
                                 for m in &messages {
                                     outstanding.add_published(
