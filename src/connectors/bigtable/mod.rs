@@ -13,6 +13,7 @@ pub mod names;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod null;
 pub mod options;
+pub mod scan;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
