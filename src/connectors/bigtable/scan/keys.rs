@@ -532,16 +532,12 @@ fn part_predicate(expr: &Expr, column: &str, kind: PartKind) -> Option<(KeySet, 
     }
 }
 
-/// The equality values of a part (an `=` or an `IN` list), `None` for anything else.
+/// The equality values of a part (`=`, `IN`, or an `OR` of them: DataFusion rewrites a short
+/// `IN` list so), `None` for anything else.
 fn part_values(expr: &Expr, column: &str, kind: PartKind) -> Option<Vec<Vec<u8>>> {
-    let (set, exact) = match expr {
-        Expr::BinaryExpr(BinaryExpr {
-            op: Operator::Eq, ..
-        })
-        | Expr::InList(_) => part_predicate(expr, column, kind)?,
-        _ => return None,
-    };
-    exact.then(|| set.ranges().iter().map(|r| r.start.clone()).collect())
+    let (set, exact) = part_predicate(expr, column, kind)?;
+    (exact && (set.is_empty() || set.is_points()))
+        .then(|| set.ranges().iter().map(|r| r.start.clone()).collect())
 }
 
 impl KeyLayout {
@@ -733,7 +729,7 @@ mod tests {
             &l,
             &[
                 col("a").eq(lit("x")),
-                col("b").in_list(vec![lit("1"), lit("2")], false),
+                col("b").eq(lit("1")).or(col("b").eq(lit("2"))),
                 col("c").eq(lit("z")),
             ],
         );
