@@ -464,3 +464,139 @@ async fn every_type_the_sink_writes_reads_back_as_the_same_value() {
     .await;
     assert_eq!(count(&same), 3);
 }
+
+/// The benchmark of docs/benchmarks.md ("Reading Bigtable"): `BENCH_ROWS` rows (default
+/// 1,000,000) written by the sink, then a full count, a range of 1,000 keys and a prefix, each
+/// checked exactly; the rows per second of a full scan of every column, and, when
+/// `GCP_SQL_BENCH_PYTHON` names a Python with google-cloud-bigtable, of Google's Python client
+/// reading the same table (`scripts/bigtable_read_python.py`).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a benchmark: a million rows take minutes; run it by name, see docs/benchmarks.md"]
+async fn bench_a_million_rows_read_back_by_count_range_and_prefix() {
+    use futures::StreamExt;
+    use std::time::Instant;
+    let n: usize = std::env::var("BENCH_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let bt = Bigtable::connect().await;
+    let ctx = gcp_sql::sql::new_context();
+    let table = Bigtable::table_name("scan_bench");
+    bt.create_table(&table, &["cf"]).await;
+    exec(
+        &ctx,
+        &bt.create_sql(
+            "big",
+            "k VARCHAR NOT NULL, visits BIGINT, name VARCHAR",
+            &table,
+            &[
+                ("row_key", "k"),
+                ("batch_element_count_threshold", "1000"),
+                ("max_in_flight_entries", "20000"),
+            ],
+        ),
+    )
+    .await;
+    let started = Instant::now();
+    let written = insert(
+        &ctx,
+        &format!(
+            "INSERT INTO big SELECT 'user-' || lpad(CAST(v AS VARCHAR), 7, '0'), v * 10, \
+             'name-' || CAST(v AS VARCHAR) FROM generate_series(0, {}) AS t(v)",
+            n - 1
+        ),
+    )
+    .await;
+    assert_eq!(written.count(), n as u64);
+    println!("write: rows={n} seconds={:.2}", started.elapsed().as_secs_f64());
+
+    let started = Instant::now();
+    let b = rows(&ctx, "SELECT count(*) FROM big").await;
+    let seconds = started.elapsed().as_secs_f64();
+    assert_eq!(count(&b), n as i64);
+    println!("count(*): rows={n} seconds={seconds:.2} rows_per_s={:.0}", n as f64 / seconds);
+
+    let started = Instant::now();
+    let df = ctx.sql("SELECT k, visits, name FROM big").await.unwrap();
+    let plan = df.create_physical_plan().await.unwrap();
+    let partitions = plan.properties().partitioning.partition_count();
+    let mut stream = datafusion::physical_plan::execute_stream(plan, ctx.task_ctx()).unwrap();
+    let (mut seen, mut sum) = (0usize, 0i64);
+    while let Some(batch) = stream.next().await {
+        let batch = batch.unwrap();
+        seen += batch.num_rows();
+        sum += arrow::compute::sum(batch.column(1).as_primitive::<Int64Type>()).unwrap_or(0);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    assert_eq!(seen, n);
+    assert_eq!(sum, (0..n as i64).map(|v| v * 10).sum::<i64>());
+    println!(
+        "SELECT k, visits, name: rows={seen} seconds={seconds:.2} rows_per_s={:.0} (plan partitions {partitions})",
+        n as f64 / seconds
+    );
+
+    let lo = n / 2;
+    let range = format!(
+        "k BETWEEN 'user-{lo:07}' AND 'user-{:07}'",
+        lo + 999
+    );
+    let df = ctx
+        .sql(&format!("SELECT count(*), sum(visits), min(k), max(k) FROM big WHERE {range}"))
+        .await
+        .unwrap();
+    let plan = df.create_physical_plan().await.unwrap();
+    let b = collect(plan.clone(), ctx.task_ctx()).await.unwrap();
+    assert_eq!(count(&b), 1_000);
+    assert_eq!(
+        b[0].column(1).as_primitive::<Int64Type>().value(0),
+        (lo as i64..lo as i64 + 1_000).map(|v| v * 10).sum::<i64>()
+    );
+    assert_eq!(strings(&b, 2), [format!("user-{lo:07}")]);
+    let (calls, rows_read) = scan_counts(&plan);
+    println!("range of 1,000 keys: ReadRows calls={calls} rows sent by the server={rows_read}");
+    assert_eq!(rows_read, 1_000);
+
+    let prefix = if n >= 1_000_000 { "user-012" } else { "user-0012" };
+    let expected: Vec<i64> = (0..n as i64)
+        .filter(|v| format!("user-{v:07}").starts_with(prefix))
+        .collect();
+    let b = rows(
+        &ctx,
+        &format!("SELECT count(*), sum(visits) FROM big WHERE k LIKE '{prefix}%'"),
+    )
+    .await;
+    assert_eq!(count(&b), expected.len() as i64);
+    assert_eq!(
+        b[0].column(1).as_primitive::<Int64Type>().value(0),
+        expected.iter().map(|v| v * 10).sum::<i64>()
+    );
+    println!("prefix '{prefix}': rows={}", expected.len());
+
+    if let Ok(python) = std::env::var("GCP_SQL_BENCH_PYTHON") {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bigtable_read_python.py");
+        let out = std::process::Command::new(python)
+            .arg(script)
+            .arg(&table)
+            .env("BIGTABLE_EMULATOR_HOST", &bt.host)
+            .output()
+            .expect("python runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        println!("{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains(&format!("rows={n}")), "{text}");
+    }
+}
+
+/// `(read_rows_calls, rows_read)` of the plan's scan.
+fn scan_counts(plan: &Arc<dyn ExecutionPlan>) -> (usize, usize) {
+    if plan.name() == "BigtableScanExec" {
+        let m = plan.metrics().unwrap();
+        return (
+            m.sum_by_name("read_rows_calls").map_or(0, |v| v.as_usize()),
+            m.sum_by_name("rows_read").map_or(0, |v| v.as_usize()),
+        );
+    }
+    plan.children()
+        .into_iter()
+        .map(scan_counts)
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+}

@@ -175,8 +175,17 @@ fn chain(filters: Vec<RowFilter>) -> RowFilter {
 }
 
 /// The row filter: the latest version of each projected cell, plus the row's first cell
-/// emptied so that a row with none of them still counts; and how EXPLAIN shows it.
-pub fn row_filter(cells: &[(String, Vec<u8>)]) -> (RowFilter, String) {
+/// emptied so that a row with none of them still counts; and how EXPLAIN shows it. When the
+/// projection reads `every` cell column of the table, the latest version of every cell is read
+/// with no other filter (cells of no column are dropped on this side), which costs the server
+/// the least.
+pub fn row_filter(cells: &[(String, Vec<u8>)], every: bool) -> (RowFilter, String) {
+    if every && !cells.is_empty() {
+        return (
+            filter(Filter::CellsPerColumnLimitFilter(1)),
+            "every cell column, latest version".into(),
+        );
+    }
     let marker = chain(vec![
         filter(Filter::CellsPerRowLimitFilter(1)),
         filter(Filter::StripValueTransformer(true)),
@@ -268,7 +277,10 @@ impl TableProvider for BigtableScanTable {
             None => (0..self.schema.fields().len()).collect(),
         };
         let (sources, cells) = self.sources(&projection)?;
-        let (row_filter, filter_text) = row_filter(&cells);
+        let every = self.sources(&(0..self.schema.fields().len()).collect::<Vec<_>>())
+            .map(|(_, all)| all.len() == cells.len())
+            .unwrap_or(false);
+        let (row_filter, filter_text) = row_filter(&cells, every);
         let limit = limit
             .filter(|_| plan.all_exact())
             .map(|l| l as u64);
@@ -325,15 +337,18 @@ mod tests {
 
     #[test]
     fn the_filter_reads_the_latest_projected_cells_and_a_row_marker() {
-        let (_, text) = row_filter(&[]);
+        let (_, text) = row_filter(&[], true);
         assert!(text.starts_with("row keys only"), "{text}");
         let (f, text) = row_filter(&[
             ("cf".into(), b"a".to_vec()),
             ("cf".into(), b"b".to_vec()),
             ("s".into(), b"x".to_vec()),
-        ]);
+        ], false);
         assert_eq!(text, "cf:{a,b} s:{x} latest version + row marker");
         let debug = format!("{f:?}");
         assert!(debug.contains("CellsPerColumnLimitFilter(1)"), "{debug}");
+        let (f, text) = row_filter(&[("cf".into(), b"a".to_vec())], true);
+        assert_eq!(text, "every cell column, latest version");
+        assert_eq!(f, filter(Filter::CellsPerColumnLimitFilter(1)));
     }
 }
