@@ -9,8 +9,8 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::datasource::TableType;
 use datafusion::error::Result as DFResult;
-use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::exec::{SinkCountExec, SinkWriterExec};
@@ -21,7 +21,8 @@ use crate::error::Error;
 use super::factory::SinkDeclaration;
 use super::spec::SinkSpec;
 
-/// A write-only table backed by a connector.
+/// A table backed by a connector: written by `INSERT`, and read by `SELECT` when the connector
+/// has a reader ([`SinkConnector::reader`]).
 #[derive(Debug, Clone)]
 pub struct SinkTable {
     name: String,

@@ -9,12 +9,12 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, AsArray, BinaryArray, BooleanArray, Date32Array, Date64Array,
-    Decimal128Array, DurationMillisecondArray, FixedSizeBinaryArray, Float32Array, Float64Array,
-    Int8Array, Int16Array, Int32Array, Int64Array, IntervalMonthDayNanoArray, LargeBinaryArray,
+    ArrayRef, AsArray, BinaryArray, BooleanArray, Date32Array, Date64Array, Decimal128Array,
+    DurationMillisecondArray, FixedSizeBinaryArray, Float32Array, Float64Array, Int8Array,
+    Int16Array, Int32Array, Int64Array, IntervalMonthDayNanoArray, LargeBinaryArray,
     LargeStringArray, ListArray, RecordBatch, StringArray, StringViewArray, StructArray,
-    Time32SecondArray, Time64MicrosecondArray, TimestampMillisecondArray,
-    TimestampNanosecondArray, UInt8Array, UInt16Array, UInt32Array, UInt64Array,
+    Time32SecondArray, Time64MicrosecondArray, TimestampMillisecondArray, TimestampNanosecondArray,
+    UInt8Array, UInt16Array, UInt32Array, UInt64Array,
 };
 use arrow::datatypes::{
     DataType, Field, Fields, Int64Type, IntervalMonthDayNano, Schema, SchemaRef, TimeUnit,
@@ -111,7 +111,11 @@ async fn key_predicates_read_exactly_their_rows_as_row_ranges() {
     let ctx = context(1);
     users(&ctx, &bt, 200).await;
 
-    let b = rows(&ctx, "SELECT k, visits, name FROM users WHERE k = 'user-017'").await;
+    let b = rows(
+        &ctx,
+        "SELECT k, visits, name FROM users WHERE k = 'user-017'",
+    )
+    .await;
     assert_eq!(strings(&b, 0), ["user-017"]);
     assert_eq!(strings(&b, 1), ["170"]);
     assert_eq!(strings(&b, 2), ["NULL"]);
@@ -129,30 +133,55 @@ async fn key_predicates_read_exactly_their_rows_as_row_ranges() {
         ("name = 'even'", 100),
     ];
     for (predicate, expected) in cases {
-        let b = rows(&ctx, &format!("SELECT count(*) FROM users WHERE {predicate}")).await;
+        let b = rows(
+            &ctx,
+            &format!("SELECT count(*) FROM users WHERE {predicate}"),
+        )
+        .await;
         assert_eq!(count(&b), expected, "{predicate}");
         // The same rows as a full scan filtered by DataFusion alone.
         let all = rows(&ctx, "SELECT k, visits FROM users ORDER BY k").await;
-        let mine = rows(&ctx, &format!("SELECT k, visits FROM users WHERE {predicate} ORDER BY k")).await;
+        let mine = rows(
+            &ctx,
+            &format!("SELECT k, visits FROM users WHERE {predicate} ORDER BY k"),
+        )
+        .await;
         let full: Vec<String> = strings(&all, 0);
         assert_eq!(full.len(), 200);
         assert_eq!(strings(&mine, 0).len(), expected as usize, "{predicate}");
     }
 
     // Exact ranges leave no filter above the scan, and the LIMIT goes down as rows_limit.
-    let plan = explain(&ctx, "SELECT k FROM users WHERE k BETWEEN 'user-010' AND 'user-019' LIMIT 3").await;
-    assert!(plan.contains("keys=[['user-010'..'user-019\\x00')]"), "{plan}");
+    let plan = explain(
+        &ctx,
+        "SELECT k FROM users WHERE k BETWEEN 'user-010' AND 'user-019' LIMIT 3",
+    )
+    .await;
+    assert!(
+        plan.contains("keys=[['user-010'..'user-019\\x00')]"),
+        "{plan}"
+    );
     assert!(plan.contains("rows_limit=3"), "{plan}");
     assert!(!plan.contains("FilterExec"), "{plan}");
-    let b = rows(&ctx, "SELECT k FROM users WHERE k BETWEEN 'user-010' AND 'user-019' LIMIT 3").await;
+    let b = rows(
+        &ctx,
+        "SELECT k FROM users WHERE k BETWEEN 'user-010' AND 'user-019' LIMIT 3",
+    )
+    .await;
     assert_eq!(strings(&b, 0), ["user-010", "user-011", "user-012"]);
     // An inexact prefix keeps DataFusion's filter and no rows_limit.
     let plan = explain(&ctx, "SELECT k FROM users WHERE k LIKE 'user-1_0' LIMIT 3").await;
     assert!(plan.contains("keys=[['user-1'..'user-2')]"), "{plan}");
-    assert!(plan.contains("FilterExec") && !plan.contains("rows_limit"), "{plan}");
+    assert!(
+        plan.contains("FilterExec") && !plan.contains("rows_limit"),
+        "{plan}"
+    );
     // The projection is the filter.
     let plan = explain(&ctx, "SELECT visits FROM users").await;
-    assert!(plan.contains("filter=cf:{visits} latest version + row marker"), "{plan}");
+    assert!(
+        plan.contains("filter=cf:{visits} latest version + row marker"),
+        "{plan}"
+    );
     let plan = explain(&ctx, "SELECT count(*) FROM users").await;
     assert!(plan.contains("row keys only"), "{plan}");
 
@@ -198,15 +227,32 @@ async fn a_composite_key_is_split_back_and_its_leading_parts_are_prefixes() {
     assert_eq!(strings(&b, 3), ["2"]);
     for (predicate, prefix_keys) in [
         ("region = 'eu'", "[['eu#'..'eu$')]"),
-        ("region = 'us' AND id IN (1, 3)", "[['us#1#'..'us#1$'), ['us#3#'..'us#3$')]"),
-        ("region = 'eu' AND id = 4 AND day >= '2024-06-01'", "[['eu#4#2024-06-01'..'eu#4$')]"),
+        (
+            "region = 'us' AND id IN (1, 3)",
+            "[['us#1#'..'us#1$'), ['us#3#'..'us#3$')]",
+        ),
+        (
+            "region = 'eu' AND id = 4 AND day >= '2024-06-01'",
+            "[['eu#4#2024-06-01'..'eu#4$')]",
+        ),
     ] {
-        let expected = rows(&ctx, &format!("SELECT count(*) FROM (SELECT * FROM events ORDER BY n) WHERE {predicate}")).await;
-        let got = rows(&ctx, &format!("SELECT count(*) FROM events WHERE {predicate}")).await;
+        let expected = rows(
+            &ctx,
+            &format!("SELECT count(*) FROM (SELECT * FROM events ORDER BY n) WHERE {predicate}"),
+        )
+        .await;
+        let got = rows(
+            &ctx,
+            &format!("SELECT count(*) FROM events WHERE {predicate}"),
+        )
+        .await;
         assert_eq!(count(&got), count(&expected), "{predicate}");
         assert!(count(&got) > 0, "{predicate}");
         let plan = explain(&ctx, &format!("SELECT n FROM events WHERE {predicate}")).await;
-        assert!(plan.contains(&format!("keys={prefix_keys}")), "{predicate}: {plan}");
+        assert!(
+            plan.contains(&format!("keys={prefix_keys}")),
+            "{predicate}: {plan}"
+        );
         assert!(!plan.contains("FilterExec"), "{predicate}: {plan}");
     }
 }
@@ -234,7 +280,9 @@ async fn a_broken_stream_resumes_after_the_last_row_with_none_twice_and_none_mis
         .await
         .unwrap();
     let plan = df.create_physical_plan().await.unwrap();
-    let batches = collect(plan.clone(), ctx.task_ctx()).await.expect("the scan resumes");
+    let batches = collect(plan.clone(), ctx.task_ctx())
+        .await
+        .expect("the scan resumes");
     assert_eq!(proxy.closes(), 1, "the fault happened");
     let keys = strings(&batches, 0);
     let mut sorted = keys.clone();
@@ -265,7 +313,10 @@ fn scan_metrics(plan: &Arc<dyn ExecutionPlan>) -> (usize, usize) {
             m.sum_by_name("resumes").map_or(0, |v| v.as_usize()),
         );
     }
-    plan.children().into_iter().map(scan_metrics).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    plan.children()
+        .into_iter()
+        .map(scan_metrics)
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,8 +326,15 @@ async fn the_scan_is_split_by_sampled_row_keys_into_target_partitions() {
     users(&ctx, &bt, 1_000).await;
     let plan = explain(&ctx, "SELECT k FROM users").await;
     // The emulator samples keys of a table this size: the scan is split at some of them.
-    assert!(plan.contains("keys=all") && plan.contains(" split at ['user-"), "{plan}");
-    let b = rows(&ctx, "SELECT count(*), count(DISTINCT k), sum(visits) FROM users").await;
+    assert!(
+        plan.contains("keys=all") && plan.contains(" split at ['user-"),
+        "{plan}"
+    );
+    let b = rows(
+        &ctx,
+        "SELECT count(*), count(DISTINCT k), sum(visits) FROM users",
+    )
+    .await;
     assert_eq!(count(&b), 1_000);
     assert_eq!(b[0].column(1).as_primitive::<Int64Type>().value(0), 1_000);
     assert_eq!(
@@ -290,7 +348,11 @@ async fn bad_selects_get_datafusions_errors_and_a_per_row_table_cannot_be_read()
     let bt = Bigtable::connect().await;
     let ctx = gcp_sql::sql::new_context();
     users(&ctx, &bt, 3).await;
-    let e = ctx.sql("SELECT nosuch FROM users").await.unwrap_err().to_string();
+    let e = ctx
+        .sql("SELECT nosuch FROM users")
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("nosuch"), "{e}");
     exec(
         &ctx,
@@ -312,7 +374,11 @@ async fn bad_selects_get_datafusions_errors_and_a_per_row_table_cannot_be_read()
         .map(|e| e.to_string())
         .unwrap_or_default();
     let e2 = if e.is_empty() {
-        ctx.sql("SELECT * FROM routed").await.err().map(|e| e.to_string()).unwrap_or_default()
+        ctx.sql("SELECT * FROM routed")
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
     } else {
         e
     };
@@ -338,7 +404,11 @@ async fn every_type_the_sink_writes_reads_back_as_the_same_value() {
     ]);
     let fields = vec![
         Field::new("id", DataType::Utf8, false),
-        Field::new("ts", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        ),
         Field::new("i8", DataType::Int8, true),
         Field::new("i16", DataType::Int16, true),
         Field::new("i32", DataType::Int32, true),
@@ -360,10 +430,18 @@ async fn every_type_the_sink_writes_reads_back_as_the_same_value() {
         Field::new("d64", DataType::Date64, true),
         Field::new("t32", DataType::Time32(TimeUnit::Second), true),
         Field::new("t64", DataType::Time64(TimeUnit::Microsecond), true),
-        Field::new("tsn", DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())), true),
+        Field::new(
+            "tsn",
+            DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into())),
+            true,
+        ),
         Field::new("dur", DataType::Duration(TimeUnit::Millisecond), true),
         Field::new("dec", DataType::Decimal128(12, 3), true),
-        Field::new("iv", DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano), true),
+        Field::new(
+            "iv",
+            DataType::Interval(arrow::datatypes::IntervalUnit::MonthDayNano),
+            true,
+        ),
         Field::new("list", DataType::List(item.clone()), true),
         Field::new("st", DataType::Struct(st_fields.clone()), true),
     ];
@@ -384,34 +462,84 @@ async fn every_type_the_sink_writes_reads_back_as_the_same_value() {
     .unwrap();
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec!["r0", "r1", "r2"])),
-        Arc::new(TimestampMillisecondArray::from(vec![1_700_000_000_123, 1_700_000_001_000, 86_400_000])),
+        Arc::new(TimestampMillisecondArray::from(vec![
+            1_700_000_000_123,
+            1_700_000_001_000,
+            86_400_000,
+        ])),
         Arc::new(Int8Array::from(vec![Some(i8::MIN), None, Some(i8::MAX)])),
         Arc::new(Int16Array::from(vec![Some(i16::MIN), None, Some(5)])),
         Arc::new(Int32Array::from(vec![Some(i32::MIN), None, Some(-5)])),
-        Arc::new(Int64Array::from(vec![Some(i64::MIN), Some(0), Some(i64::MAX)])),
+        Arc::new(Int64Array::from(vec![
+            Some(i64::MIN),
+            Some(0),
+            Some(i64::MAX),
+        ])),
         Arc::new(UInt8Array::from(vec![Some(u8::MAX), None, Some(0)])),
         Arc::new(UInt16Array::from(vec![Some(u16::MAX), None, Some(1)])),
         Arc::new(UInt32Array::from(vec![Some(u32::MAX), None, Some(2)])),
         Arc::new(UInt64Array::from(vec![Some(u64::MAX), None, Some(3)])),
-        Arc::new(Float32Array::from(vec![Some(1.5f32), None, Some(f32::MIN_POSITIVE)])),
+        Arc::new(Float32Array::from(vec![
+            Some(1.5f32),
+            None,
+            Some(f32::MIN_POSITIVE),
+        ])),
         Arc::new(Float64Array::from(vec![Some(-0.1), None, Some(f64::MAX)])),
         Arc::new(BooleanArray::from(vec![Some(true), None, Some(false)])),
         Arc::new(StringArray::from(vec![Some("héllo"), None, Some("")])),
         Arc::new(LargeStringArray::from(vec![Some("large"), None, Some("x")])),
-        Arc::new(StringViewArray::from(vec![Some("a view string longer than twelve"), None, Some("v")])),
-        Arc::new(BinaryArray::from(vec![Some(&[0u8, 255, 1][..]), None, Some(&b""[..])])),
-        Arc::new(LargeBinaryArray::from(vec![Some(&b"lb"[..]), None, Some(&[9u8][..])])),
-        Arc::new(FixedSizeBinaryArray::try_from_sparse_iter_with_size(
-            vec![Some(vec![1u8, 2, 3]), None, Some(vec![0u8, 0, 0])].into_iter(),
-            3,
-        ).unwrap()),
+        Arc::new(StringViewArray::from(vec![
+            Some("a view string longer than twelve"),
+            None,
+            Some("v"),
+        ])),
+        Arc::new(BinaryArray::from(vec![
+            Some(&[0u8, 255, 1][..]),
+            None,
+            Some(&b""[..]),
+        ])),
+        Arc::new(LargeBinaryArray::from(vec![
+            Some(&b"lb"[..]),
+            None,
+            Some(&[9u8][..]),
+        ])),
+        Arc::new(
+            FixedSizeBinaryArray::try_from_sparse_iter_with_size(
+                vec![Some(vec![1u8, 2, 3]), None, Some(vec![0u8, 0, 0])].into_iter(),
+                3,
+            )
+            .unwrap(),
+        ),
         Arc::new(Date32Array::from(vec![Some(19_875), None, Some(-1)])),
-        Arc::new(Date64Array::from(vec![Some(1_717_200_000_000), None, Some(0)])),
-        Arc::new(Time32SecondArray::from(vec![Some(3_600), None, Some(86_399)])),
-        Arc::new(Time64MicrosecondArray::from(vec![Some(1), None, Some(86_399_999_999)])),
-        Arc::new(TimestampNanosecondArray::from(vec![Some(1_700_000_000_123_456_789), None, Some(-5)]).with_timezone("UTC")),
-        Arc::new(DurationMillisecondArray::from(vec![Some(-1_500), None, Some(0)])),
-        Arc::new(Decimal128Array::from(vec![Some(123_450), None, Some(-1)]).with_precision_and_scale(12, 3).unwrap()),
+        Arc::new(Date64Array::from(vec![
+            Some(1_717_200_000_000),
+            None,
+            Some(0),
+        ])),
+        Arc::new(Time32SecondArray::from(vec![
+            Some(3_600),
+            None,
+            Some(86_399),
+        ])),
+        Arc::new(Time64MicrosecondArray::from(vec![
+            Some(1),
+            None,
+            Some(86_399_999_999),
+        ])),
+        Arc::new(
+            TimestampNanosecondArray::from(vec![Some(1_700_000_000_123_456_789), None, Some(-5)])
+                .with_timezone("UTC"),
+        ),
+        Arc::new(DurationMillisecondArray::from(vec![
+            Some(-1_500),
+            None,
+            Some(0),
+        ])),
+        Arc::new(
+            Decimal128Array::from(vec![Some(123_450), None, Some(-1)])
+                .with_precision_and_scale(12, 3)
+                .unwrap(),
+        ),
         Arc::new(IntervalMonthDayNanoArray::from(vec![
             Some(IntervalMonthDayNano::new(1, 2, 3_000_000_005)),
             None,
@@ -441,7 +569,12 @@ async fn every_type_the_sink_writes_reads_back_as_the_same_value() {
             ("timestamp_column", "ts"),
         ],
     );
-    assert_eq!(insert(&ctx, "INSERT INTO typed SELECT * FROM src").await.count(), 3);
+    assert_eq!(
+        insert(&ctx, "INSERT INTO typed SELECT * FROM src")
+            .await
+            .count(),
+        3
+    );
     let back = rows(&ctx, "SELECT * FROM typed ORDER BY id").await;
     let back = arrow::compute::concat_batches(&schema, &back).unwrap();
     assert_eq!(back.num_rows(), 3);
@@ -508,13 +641,19 @@ async fn bench_a_million_rows_read_back_by_count_range_and_prefix() {
     )
     .await;
     assert_eq!(written.count(), n as u64);
-    println!("write: rows={n} seconds={:.2}", started.elapsed().as_secs_f64());
+    println!(
+        "write: rows={n} seconds={:.2}",
+        started.elapsed().as_secs_f64()
+    );
 
     let started = Instant::now();
     let b = rows(&ctx, "SELECT count(*) FROM big").await;
     let seconds = started.elapsed().as_secs_f64();
     assert_eq!(count(&b), n as i64);
-    println!("count(*): rows={n} seconds={seconds:.2} rows_per_s={:.0}", n as f64 / seconds);
+    println!(
+        "count(*): rows={n} seconds={seconds:.2} rows_per_s={:.0}",
+        n as f64 / seconds
+    );
 
     let started = Instant::now();
     let df = ctx.sql("SELECT k, visits, name FROM big").await.unwrap();
@@ -536,12 +675,11 @@ async fn bench_a_million_rows_read_back_by_count_range_and_prefix() {
     );
 
     let lo = n / 2;
-    let range = format!(
-        "k BETWEEN 'user-{lo:07}' AND 'user-{:07}'",
-        lo + 999
-    );
+    let range = format!("k BETWEEN 'user-{lo:07}' AND 'user-{:07}'", lo + 999);
     let df = ctx
-        .sql(&format!("SELECT count(*), sum(visits), min(k), max(k) FROM big WHERE {range}"))
+        .sql(&format!(
+            "SELECT count(*), sum(visits), min(k), max(k) FROM big WHERE {range}"
+        ))
         .await
         .unwrap();
     let plan = df.create_physical_plan().await.unwrap();
@@ -556,7 +694,11 @@ async fn bench_a_million_rows_read_back_by_count_range_and_prefix() {
     println!("range of 1,000 keys: ReadRows calls={calls} rows sent by the server={rows_read}");
     assert_eq!(rows_read, 1_000);
 
-    let prefix = if n >= 1_000_000 { "user-012" } else { "user-0012" };
+    let prefix = if n >= 1_000_000 {
+        "user-012"
+    } else {
+        "user-0012"
+    };
     let expected: Vec<i64> = (0..n as i64)
         .filter(|v| format!("user-{v:07}").starts_with(prefix))
         .collect();
@@ -573,7 +715,10 @@ async fn bench_a_million_rows_read_back_by_count_range_and_prefix() {
     println!("prefix '{prefix}': rows={}", expected.len());
 
     if let Ok(python) = std::env::var("GCP_SQL_BENCH_PYTHON") {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/bigtable_read_python.py");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/bigtable_read_python.py"
+        );
         let out = std::process::Command::new(python)
             .arg(script)
             .arg(&table)

@@ -587,7 +587,13 @@ fn bigtable_read_script_selects_the_rows_it_wrote() {
     require_emulators(&[EmulatorKind::Bigtable]);
     let home = tempfile::tempdir().unwrap();
     let mut command = gcp_sql(home.path());
-    command.args(["--emulators", "--format", "json", "-f", "sql/bigtable_read.sql"]);
+    command.args([
+        "--emulators",
+        "--format",
+        "json",
+        "-f",
+        "sql/bigtable_read.sql",
+    ]);
     let Run {
         success,
         stdout,
@@ -598,15 +604,13 @@ fn bigtable_read_script_selects_the_rows_it_wrote() {
     let total = result_with(&results, &["clicks"]);
     assert_eq!(total[0]["clicks"], clicks().len(), "{total:?}");
     let user = result_with(&results, &["user_id", "at", "url", "ts"]);
-    let expected: Vec<String> = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/sql/data/clicks.csv"
-    ))
-    .unwrap()
-    .lines()
-    .filter(|l| l.starts_with("101,"))
-    .map(|l| l.rsplit(',').next().unwrap().to_string())
-    .collect();
+    let expected: Vec<String> =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/data/clicks.csv"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("101,"))
+            .map(|l| l.rsplit(',').next().unwrap().to_string())
+            .collect();
     let at: Vec<&str> = user.iter().map(|r| field(r, "at")).collect();
     assert_eq!(at, expected);
     for row in user {

@@ -64,7 +64,11 @@ fn int64(raw: &LargeBinaryArray, column: &str) -> Result<Int64Array> {
 
 /// `values` given `to`'s type without conversion (the same native width).
 fn reinterpret(values: ArrayRef, to: &DataType) -> Result<ArrayRef> {
-    let data = values.into_data().into_builder().data_type(to.clone()).build()?;
+    let data = values
+        .into_data()
+        .into_builder()
+        .data_type(to.clone())
+        .build()?;
     Ok(make_array(data))
 }
 
@@ -123,7 +127,10 @@ fn interval(raw: &LargeBinaryArray, unit: IntervalUnit, column: &str) -> Result<
         IntervalUnit::YearMonth => Arc::new(
             texts
                 .iter()
-                .map(|t| t.map(|t| parse(t).map(|(m, _, _)| m).ok_or_else(bad_text)).transpose())
+                .map(|t| {
+                    t.map(|t| parse(t).map(|(m, _, _)| m).ok_or_else(bad_text))
+                        .transpose()
+                })
                 .collect::<Result<IntervalYearMonthArray>>()?,
         ),
         IntervalUnit::DayTime => Arc::new(
@@ -260,9 +267,11 @@ pub fn struct_of(
 ) -> Result<ArrayRef> {
     let nulls = NullBuffer::from(present);
     let nulls = (nulls.null_count() > 0).then_some(nulls);
-    Ok(Arc::new(
-        datafusion::arrow::array::StructArray::try_new(fields.clone(), children, nulls)?,
-    ))
+    Ok(Arc::new(datafusion::arrow::array::StructArray::try_new(
+        fields.clone(),
+        children,
+        nulls,
+    )?))
 }
 
 /// Row-key parts back to a key column of type `to`: a string's UTF-8, binary as is, an
@@ -290,20 +299,29 @@ pub fn decode_key_part(raw: &LargeBinaryArray, to: &DataType, column: &str) -> R
                 Arc::new(
                     parsed
                         .iter()
-                        .map(|v| v.map(|v| u64::try_from(v).map_err(|_| bad(column, "a UInt64"))).transpose())
+                        .map(|v| {
+                            v.map(|v| u64::try_from(v).map_err(|_| bad(column, "a UInt64")))
+                                .transpose()
+                        })
                         .collect::<Result<UInt64Array>>()?,
                 )
             } else {
                 Arc::new(
                     parsed
                         .iter()
-                        .map(|v| v.map(|v| i64::try_from(v).map_err(|_| bad(column, "an Int64"))).transpose())
+                        .map(|v| {
+                            v.map(|v| i64::try_from(v).map_err(|_| bad(column, "an Int64")))
+                                .transpose()
+                        })
                         .collect::<Result<Int64Array>>()?,
                 )
             };
             cast_checked(&wide, to, column)
         }
-        None => Err(Error::schema(column, format!("a row key column cannot be {to}"))),
+        None => Err(Error::schema(
+            column,
+            format!("a row key column cannot be {to}"),
+        )),
     }
 }
 
@@ -384,7 +402,10 @@ mod tests {
             &DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()))
         );
         let back = cast_checked(&ts, &DataType::Int64, "ts").unwrap();
-        assert_eq!(back.as_primitive::<Int64Type>().value(0), 1_700_000_000_000_000_000);
+        assert_eq!(
+            back.as_primitive::<Int64Type>().value(0),
+            1_700_000_000_000_000_000
+        );
         let json_list = decode_cells(
             &raw(&[Some(b"[1,2]"), None]),
             &DataType::List(Arc::new(Field::new("item", DataType::Int64, true))),

@@ -24,7 +24,9 @@ use datafusion::error::{DataFusionError, Result as DFResult};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use gcloud_sdk::google::bigtable::v2::bigtable_client::BigtableClient;
@@ -109,11 +111,9 @@ impl ScanSpec {
         let connection = self
             .connection
             .get_or_try_init(|| async {
-                let endpoint = self
-                    .settings
-                    .endpoint
-                    .clone()
-                    .unwrap_or_else(|| crate::connectors::bigtable::client::DEFAULT_ENDPOINT.into());
+                let endpoint = self.settings.endpoint.clone().unwrap_or_else(|| {
+                    crate::connectors::bigtable::client::DEFAULT_ENDPOINT.into()
+                });
                 Connection::open(
                     self.settings.effective_emulator_host().as_deref(),
                     &endpoint,
@@ -126,13 +126,19 @@ impl ScanSpec {
     }
 
     /// A request for this table with the routing header.
-    pub(crate) fn request<M>(&self, message: M, google: bool, timeout: Option<Duration>) -> Result<tonic::Request<M>> {
+    pub(crate) fn request<M>(
+        &self,
+        message: M,
+        google: bool,
+        timeout: Option<Duration>,
+    ) -> Result<tonic::Request<M>> {
         let mut request = with_deadline(tonic::Request::new(message), timeout, google);
         let mut pairs = vec![("table_name", self.table.as_str())];
         if !self.app_profile_id.is_empty() {
             pairs.push(("app_profile_id", self.app_profile_id.as_str()));
         }
-        let value = routing_value(&pairs).map_err(|e| Error::invalid("table", self.table.clone(), e))?;
+        let value =
+            routing_value(&pairs).map_err(|e| Error::invalid("table", self.table.clone(), e))?;
         request.metadata_mut().insert(ROUTING_HEADER, value);
         Ok(request)
     }
@@ -252,7 +258,8 @@ impl ExecutionPlan for BigtableScanExec {
                 self.partitions.len()
             )));
         };
-        let counter = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
+        let counter =
+            |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
         let reader = PartitionReader {
             spec: self.spec.clone(),
             keys,
@@ -345,7 +352,9 @@ impl Rows {
         if !self.in_value {
             if !chunk.row_key.is_empty() {
                 if self.row_open && chunk.row_key != self.row_key {
-                    return Err(Self::protocol("a new row began before the last was committed"));
+                    return Err(Self::protocol(
+                        "a new row began before the last was committed",
+                    ));
                 }
                 self.row_key = chunk.row_key;
                 self.row_open = true;
@@ -387,7 +396,9 @@ impl Rows {
             }
             Some(RowStatus::CommitRow(true)) => {
                 if self.in_value {
-                    return Err(Self::protocol("a row was committed in the middle of a value"));
+                    return Err(Self::protocol(
+                        "a row was committed in the middle of a value",
+                    ));
                 }
                 self.keys.append_value(&self.row_key);
                 for (raw, cell) in self.raw.iter_mut().zip(self.row.iter_mut()) {
@@ -440,7 +451,11 @@ impl Rows {
                         for (row, p) in present.iter_mut().enumerate() {
                             *p |= r.is_valid(row);
                         }
-                        children.push(decode_cells(r, child.data_type(), &format!("{name}.{}", child.name()))?);
+                        children.push(decode_cells(
+                            r,
+                            child.data_type(),
+                            &format!("{name}.{}", child.name()),
+                        )?);
                     }
                     struct_of(fields, children, present)?
                 }
@@ -507,12 +522,18 @@ fn timestamp_column(micros: &[i64], to: &DataType, column: &str) -> Result<Array
     match to {
         DataType::Int64 => Ok(Arc::new(values)),
         DataType::Timestamp(_, _) => {
-            let data = values.into_data().into_builder().data_type(to.clone()).build()?;
+            let data = values
+                .into_data()
+                .into_builder()
+                .data_type(to.clone())
+                .build()?;
             Ok(datafusion::arrow::array::make_array(data))
         }
         other => Err(Error::schema(
             column,
-            format!("timestamp_column is {other}; it reads back as a TIMESTAMP or a BIGINT of microseconds"),
+            format!(
+                "timestamp_column is {other}; it reads back as a TIMESTAMP or a BIGINT of microseconds"
+            ),
         )),
     }
 }
@@ -556,7 +577,12 @@ impl PartitionReader {
         self.rows.abandon_row();
         self.failures += 1;
         if !retryable(&status) || self.failures >= MAX_ATTEMPTS {
-            return Err(Error::rpc("ReadRows", &self.spec.table, &status, self.failures));
+            return Err(Error::rpc(
+                "ReadRows",
+                &self.spec.table,
+                &status,
+                self.failures,
+            ));
         }
         let delay = FIRST_DELAY
             .saturating_mul(1 << (self.failures - 1).min(16))
@@ -653,7 +679,9 @@ impl PartitionReader {
                 app_profile_id: self.spec.app_profile_id.clone(),
                 rows: Some(keys.to_row_set()),
                 filter: Some(self.spec.filter.clone()),
-                rows_limit: self.limit.map_or(0, |l| i64::try_from(l).unwrap_or(i64::MAX)),
+                rows_limit: self
+                    .limit
+                    .map_or(0, |l| i64::try_from(l).unwrap_or(i64::MAX)),
                 ..Default::default()
             };
             let request = self.spec.request(request, *google, None)?;

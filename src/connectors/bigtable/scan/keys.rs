@@ -134,7 +134,7 @@ impl KeySet {
             if let Some(last) = out.last_mut() {
                 match &last.end {
                     None => continue,
-                    Some(end) if &r.start[..] <= &end[..] => {
+                    Some(end) if r.start[..] <= end[..] => {
                         last.end = match (&last.end, r.end) {
                             (Some(a), Some(b)) => Some(a.clone().max(b)),
                             _ => None,
@@ -352,10 +352,9 @@ fn literal_bytes(value: &ScalarValue, kind: PartKind) -> Option<Option<Vec<u8>>>
         return Some(None);
     }
     Some(Some(match (kind, value) {
-        (
-            PartKind::Text,
-            S::Utf8(Some(s)) | S::LargeUtf8(Some(s)) | S::Utf8View(Some(s)),
-        ) => s.as_bytes().to_vec(),
+        (PartKind::Text, S::Utf8(Some(s)) | S::LargeUtf8(Some(s)) | S::Utf8View(Some(s))) => {
+            s.as_bytes().to_vec()
+        }
         (
             PartKind::Bytes,
             S::Binary(Some(b))
@@ -686,7 +685,10 @@ mod tests {
         assert_eq!(p.keys.to_string(), "[['b'..'d\\x00')]");
         let p = plan(&l, &[lit("c").gt(col("k"))]);
         assert_eq!(p.keys.to_string(), "[[''..'c')]");
-        let p = plan(&l, &[col("k").eq(lit("a")).or(col("k").like(lit("user-%")))]);
+        let p = plan(
+            &l,
+            &[col("k").eq(lit("a")).or(col("k").like(lit("user-%")))],
+        );
         assert_eq!(p.keys.to_string(), "['a', ['user-'..'user.')]");
         assert!(p.all_exact());
     }
@@ -713,7 +715,10 @@ mod tests {
             parts: vec![("id".into(), PartKind::Integer)],
             delimiter: b"#".to_vec(),
         };
-        let p = plan(&l, &[col("id").in_list(vec![lit(42i64), lit(-7i64)], false)]);
+        let p = plan(
+            &l,
+            &[col("id").in_list(vec![lit(42i64), lit(-7i64)], false)],
+        );
         assert_eq!(p.keys.to_string(), "['-7', '42']");
         let p = plan(&l, &[col("id").gt(lit(5i64))]);
         assert!(p.keys.is_all());
@@ -764,7 +769,10 @@ mod tests {
                 end: None,
             },
         ]);
-        assert_eq!(s.after(b"a5").to_string(), "[['a5\\x00'..'b'), 'c', ['e'..)]");
+        assert_eq!(
+            s.after(b"a5").to_string(),
+            "[['a5\\x00'..'b'), 'c', ['e'..)]"
+        );
         let parts = s.split_at(&[b"b".to_vec(), b"f".to_vec()]);
         let shown: Vec<String> = parts.iter().map(|p| p.to_string()).collect();
         assert_eq!(shown, ["[['a'..'b')]", "['c', ['e'..'f')]", "[['f'..)]"]);

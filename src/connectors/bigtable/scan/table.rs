@@ -21,6 +21,9 @@ use crate::error::{Error, Result};
 /// Deadline of the `SampleRowKeys` call that splits a scan.
 const SAMPLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// A cell a scan reads: `(family, qualifier)`.
+type Cell = (String, Vec<u8>);
+
 /// A declared Bigtable table, read: `SELECT` becomes [`BigtableScanExec`].
 #[derive(Debug, Clone)]
 pub struct BigtableScanTable {
@@ -65,15 +68,17 @@ impl BigtableScanTable {
 
     fn layout(&self) -> Result<&KeyLayout> {
         self.layout.as_ref().ok_or_else(|| {
-            Error::Unsupported("a row_key column of this table has a type a row key cannot be read back as".into())
+            Error::Unsupported(
+                "a row_key column of this table has a type a row key cannot be read back as".into(),
+            )
         })
     }
 
     /// Plans which cells to read and how each output column is filled.
-    fn sources(&self, projection: &[usize]) -> Result<(Vec<Source>, Vec<(String, Vec<u8>)>)> {
+    fn sources(&self, projection: &[usize]) -> Result<(Vec<Source>, Vec<Cell>)> {
         let m = &self.options.mapping;
         let mut sources = Vec::with_capacity(projection.len());
-        let mut cells: Vec<(String, Vec<u8>)> = Vec::new();
+        let mut cells: Vec<Cell> = Vec::new();
         let mut cell = |family: &str, qualifier: &str| {
             cells.push((family.to_string(), qualifier.as_bytes().to_vec()));
             cells.len() - 1
@@ -101,7 +106,12 @@ impl BigtableScanTable {
         Ok((sources, cells))
     }
 
-    async fn sample_boundaries(&self, spec: &ScanSpec, keys: &KeySet, partitions: usize) -> Result<Vec<Vec<u8>>> {
+    async fn sample_boundaries(
+        &self,
+        spec: &ScanSpec,
+        keys: &KeySet,
+        partitions: usize,
+    ) -> Result<Vec<Vec<u8>>> {
         let (mut client, google) = spec.client().await?;
         let request = spec.request(
             SampleRowKeysRequest {
@@ -113,7 +123,11 @@ impl BigtableScanTable {
             Some(SAMPLE_TIMEOUT),
         )?;
         let rpc = |s: tonic::Status| Error::rpc("SampleRowKeys", &spec.table, &s, 1);
-        let mut stream = client.sample_row_keys(request).await.map_err(rpc)?.into_inner();
+        let mut stream = client
+            .sample_row_keys(request)
+            .await
+            .map_err(rpc)?
+            .into_inner();
         let mut samples: Vec<Vec<u8>> = Vec::new();
         while let Some(r) = stream.message().await.map_err(rpc)? {
             if !r.row_key.is_empty() && keys.ranges().iter().any(|k| k.contains(&r.row_key)) {
@@ -191,7 +205,10 @@ pub fn row_filter(cells: &[(String, Vec<u8>)], every: bool) -> (RowFilter, Strin
         filter(Filter::StripValueTransformer(true)),
     ]);
     if cells.is_empty() {
-        return (marker, "row keys only (first cell of each row, value stripped)".into());
+        return (
+            marker,
+            "row keys only (first cell of each row, value stripped)".into(),
+        );
     }
     let mut families: Vec<(&str, Vec<String>)> = Vec::new();
     for (family, qualifier) in cells {
@@ -206,7 +223,12 @@ pub fn row_filter(cells: &[(String, Vec<u8>)], every: bool) -> (RowFilter, Strin
     for (family, qualifiers) in &families {
         let alternatives: Vec<String> = qualifiers
             .iter()
-            .map(|q| exact_pattern(q).trim_start_matches('^').trim_end_matches('$').to_string())
+            .map(|q| {
+                exact_pattern(q)
+                    .trim_start_matches('^')
+                    .trim_end_matches('$')
+                    .to_string()
+            })
             .collect();
         per_family.push(chain(vec![
             filter(Filter::FamilyNameRegexFilter(exact_pattern(family))),
@@ -219,12 +241,17 @@ pub fn row_filter(cells: &[(String, Vec<u8>)], every: bool) -> (RowFilter, Strin
     let projection = if per_family.len() == 1 {
         per_family.pop().expect("one family")
     } else {
-        filter(Filter::Interleave(Interleave { filters: per_family }))
+        filter(Filter::Interleave(Interleave {
+            filters: per_family,
+        }))
     };
     (
         filter(Filter::Interleave(Interleave {
             filters: vec![
-                chain(vec![projection, filter(Filter::CellsPerColumnLimitFilter(1))]),
+                chain(vec![
+                    projection,
+                    filter(Filter::CellsPerColumnLimitFilter(1)),
+                ]),
                 marker,
             ],
         })),
@@ -247,7 +274,10 @@ impl TableProvider for BigtableScanTable {
         filters: &[&Expr],
     ) -> DFResult<Vec<TableProviderFilterPushDown>> {
         let Some(layout) = &self.layout else {
-            return Ok(vec![TableProviderFilterPushDown::Unsupported; filters.len()]);
+            return Ok(vec![
+                TableProviderFilterPushDown::Unsupported;
+                filters.len()
+            ]);
         };
         Ok(layout
             .plan(filters)
@@ -277,13 +307,12 @@ impl TableProvider for BigtableScanTable {
             None => (0..self.schema.fields().len()).collect(),
         };
         let (sources, cells) = self.sources(&projection)?;
-        let every = self.sources(&(0..self.schema.fields().len()).collect::<Vec<_>>())
+        let every = self
+            .sources(&(0..self.schema.fields().len()).collect::<Vec<_>>())
             .map(|(_, all)| all.len() == cells.len())
             .unwrap_or(false);
         let (row_filter, filter_text) = row_filter(&cells, every);
-        let limit = limit
-            .filter(|_| plan.all_exact())
-            .map(|l| l as u64);
+        let limit = limit.filter(|_| plan.all_exact()).map(|l| l as u64);
         let spec = Arc::new(ScanSpec {
             table,
             app_profile_id: self.options.app_profile_id.clone().unwrap_or_default(),
@@ -339,11 +368,14 @@ mod tests {
     fn the_filter_reads_the_latest_projected_cells_and_a_row_marker() {
         let (_, text) = row_filter(&[], true);
         assert!(text.starts_with("row keys only"), "{text}");
-        let (f, text) = row_filter(&[
-            ("cf".into(), b"a".to_vec()),
-            ("cf".into(), b"b".to_vec()),
-            ("s".into(), b"x".to_vec()),
-        ], false);
+        let (f, text) = row_filter(
+            &[
+                ("cf".into(), b"a".to_vec()),
+                ("cf".into(), b"b".to_vec()),
+                ("s".into(), b"x".to_vec()),
+            ],
+            false,
+        );
         assert_eq!(text, "cf:{a,b} s:{x} latest version + row marker");
         let debug = format!("{f:?}");
         assert!(debug.contains("CellsPerColumnLimitFilter(1)"), "{debug}");
