@@ -693,3 +693,130 @@ impl PartitionReader {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::{Field, Int64Type, Schema};
+
+    use super::*;
+
+    fn spec() -> ScanSpec {
+        ScanSpec {
+            table: "projects/p/instances/i/tables/t".into(),
+            app_profile_id: String::new(),
+            settings: ClientSettings::default(),
+            schema: Arc::new(Schema::new(vec![
+                Field::new("k", DataType::Utf8, false),
+                Field::new("id", DataType::Int64, false),
+                Field::new("name", DataType::Utf8, true),
+                Field::new("ts", DataType::Int64, false),
+            ])),
+            sources: vec![
+                Source::KeyPart(0),
+                Source::KeyPart(1),
+                Source::Cell(0),
+                Source::Timestamp,
+            ],
+            cells: vec![("cf".into(), b"name".to_vec())],
+            key_parts: 2,
+            delimiter: b"#".to_vec(),
+            filter: RowFilter::default(),
+            filter_text: String::new(),
+            limit: None,
+            connection: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    fn chunk(
+        key: &str,
+        cell: Option<(&str, &str)>,
+        ts: i64,
+        value: &str,
+        value_size: i32,
+        status: Option<RowStatus>,
+    ) -> CellChunk {
+        CellChunk {
+            row_key: key.as_bytes().to_vec(),
+            family_name: cell.map(|(f, _)| f.to_string()),
+            qualifier: cell.map(|(_, q)| q.as_bytes().to_vec()),
+            timestamp_micros: ts,
+            labels: Vec::new(),
+            value: value.as_bytes().to_vec(),
+            value_size,
+            row_status: status,
+        }
+    }
+
+    #[test]
+    fn chunks_merge_into_rows_with_split_values_resets_and_a_marker_that_never_overwrites() {
+        let spec = spec();
+        let mut rows = Rows::new(&spec);
+        let commit = Some(RowStatus::CommitRow(true));
+        // A row whose value is split over two chunks, then its marker (an empty copy).
+        assert_eq!(
+            rows.push(chunk("a#1", Some(("cf", "name")), 2_000, "An", 3, None))
+                .unwrap(),
+            None
+        );
+        assert_eq!(rows.push(chunk("", None, 0, "n", 0, None)).unwrap(), None);
+        let key = rows.push(chunk(
+            "",
+            Some(("cf", "name")),
+            2_000,
+            "",
+            0,
+            commit.clone(),
+        ));
+        assert_eq!(key.unwrap(), Some(b"a#1".to_vec()));
+        // A reset row is dropped; the next row has only a foreign cell: the row counts, its
+        // cell is null, its version is the cell's.
+        rows.push(chunk("b#2", Some(("cf", "name")), 1, "lost", 0, None))
+            .unwrap();
+        rows.push(chunk("", None, 0, "", 0, Some(RowStatus::ResetRow(true))))
+            .unwrap();
+        rows.push(chunk("c#3", Some(("other", "q")), 5_000, "", 0, commit))
+            .unwrap();
+        let batch = rows.finish(&spec).unwrap();
+        assert_eq!(batch.num_rows(), 2);
+        let k: Vec<_> = batch.column(0).as_string::<i32>().iter().collect();
+        assert_eq!(k, [Some("a"), Some("c")]);
+        let ids = batch.column(1).as_primitive::<Int64Type>();
+        assert_eq!((ids.value(0), ids.value(1)), (1, 3));
+        let names: Vec<_> = batch.column(2).as_string::<i32>().iter().collect();
+        assert_eq!(names, [Some("Ann"), None]);
+        let ts = batch.column(3).as_primitive::<Int64Type>();
+        assert_eq!((ts.value(0), ts.value(1)), (2_000, 5_000));
+    }
+
+    #[test]
+    fn a_key_with_fewer_parts_than_row_key_is_an_error_without_the_key() {
+        let spec = spec();
+        let mut rows = Rows::new(&spec);
+        rows.push(chunk(
+            "secretkey",
+            Some(("cf", "name")),
+            1,
+            "v",
+            0,
+            Some(RowStatus::CommitRow(true)),
+        ))
+        .unwrap();
+        let e = rows.finish(&spec).unwrap_err().to_string();
+        assert!(e.contains("fewer than the 2 parts"), "{e}");
+        assert!(!e.contains("secretkey"), "{e}");
+    }
+
+    #[test]
+    fn a_new_row_before_a_commit_is_a_protocol_error() {
+        let spec = spec();
+        let mut rows = Rows::new(&spec);
+        rows.push(chunk("a#1", Some(("cf", "name")), 1, "v", 0, None))
+            .unwrap();
+        let e = rows
+            .push(chunk("b#2", Some(("cf", "name")), 1, "v", 0, None))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("before the last was committed"), "{e}");
+    }
+}
