@@ -655,6 +655,13 @@ async fn bench_a_million_rows_read_back_by_count_range_and_prefix() {
         n as f64 / seconds
     );
 
+    let emulator = gcp_sql::emulators::shared(gcp_sql::emulators::EmulatorKind::Bigtable)
+        .await
+        .pid();
+    let cpu_before = (
+        cpu_ticks(|pid, _| pid == std::process::id()),
+        cpu_ticks(|_, group| group == emulator),
+    );
     let started = Instant::now();
     let df = ctx.sql("SELECT k, visits, name FROM big").await.unwrap();
     let plan = df.create_physical_plan().await.unwrap();
@@ -672,6 +679,15 @@ async fn bench_a_million_rows_read_back_by_count_range_and_prefix() {
     println!(
         "SELECT k, visits, name: rows={seen} seconds={seconds:.2} rows_per_s={:.0} (plan partitions {partitions})",
         n as f64 / seconds
+    );
+    let cpu_after = (
+        cpu_ticks(|pid, _| pid == std::process::id()),
+        cpu_ticks(|_, group| group == emulator),
+    );
+    println!(
+        "CPU seconds during the scan: this process {:.1}, the emulator {:.1}",
+        (cpu_after.0 - cpu_before.0) as f64 / 100.0,
+        (cpu_after.1 - cpu_before.1) as f64 / 100.0
     );
 
     let lo = n / 2;
@@ -729,6 +745,30 @@ async fn bench_a_million_rows_read_back_by_count_range_and_prefix() {
         println!("{text}{}", String::from_utf8_lossy(&out.stderr));
         assert!(text.contains(&format!("rows={n}")), "{text}");
     }
+}
+
+/// CPU ticks (user + system, 1/100 s) of the processes `pick(pid, process group)` selects.
+fn cpu_ticks(pick: impl Fn(u32, u32) -> bool) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the command's closing parenthesis: state ppid pgrp ... utime(14) stime(15).
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let group: u32 = fields[2].parse().unwrap_or(0);
+        if pick(pid, group) {
+            total +=
+                fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
+        }
+    }
+    total
 }
 
 /// `(read_rows_calls, rows_read)` of the plan's scan.
