@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, AsArray, BinaryArray, BooleanArray, Date32Array, Date64Array, Decimal128Array,
+    Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Date32Array, Date64Array, Decimal128Array,
     DurationMillisecondArray, FixedSizeBinaryArray, Float32Array, Float64Array, Int8Array,
     Int16Array, Int32Array, Int64Array, IntervalMonthDayNanoArray, LargeBinaryArray,
     LargeStringArray, ListArray, RecordBatch, StringArray, StringViewArray, StructArray,
@@ -393,6 +393,21 @@ async fn every_type_the_sink_writes_reads_back_as_the_same_value() {
     let table = Bigtable::table_name("scan_types");
     bt.create_table(&table, &["cf", "st"]).await;
     let item = Arc::new(Field::new("item", DataType::Int64, true));
+    let map = {
+        let mut b = arrow::array::MapBuilder::new(
+            None,
+            arrow::array::StringBuilder::new(),
+            arrow::array::Int64Builder::new(),
+        );
+        b.keys().append_value("a");
+        b.values().append_value(1);
+        b.keys().append_value("b");
+        b.values().append_null();
+        b.append(true).unwrap();
+        b.append(false).unwrap();
+        b.append(true).unwrap();
+        b.finish()
+    };
     let st_fields = Fields::from(vec![
         Field::new("a", DataType::Int32, true),
         Field::new("b", DataType::Utf8, true),
@@ -444,8 +459,17 @@ async fn every_type_the_sink_writes_reads_back_as_the_same_value() {
         ),
         Field::new("list", DataType::List(item.clone()), true),
         Field::new("st", DataType::Struct(st_fields.clone()), true),
+        Field::new("f16", DataType::Float16, true),
+        Field::new("bv", DataType::BinaryView, true),
+        Field::new(
+            "dict",
+            DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+            true,
+        ),
+        Field::new("m", map.data_type().clone(), true),
     ];
     let schema = Arc::new(Schema::new(fields));
+    let cast = |a: ArrayRef, to: &DataType| arrow::compute::cast(&a, to).unwrap();
     let inner = StructArray::from(vec![(
         Arc::new(Field::new("x", DataType::Int64, true)),
         Arc::new(Int64Array::from(vec![Some(7), None, Some(-1)])) as ArrayRef,
@@ -551,6 +575,23 @@ async fn every_type_the_sink_writes_reads_back_as_the_same_value() {
             Some(vec![]),
         ])),
         Arc::new(st),
+        cast(
+            Arc::new(Float64Array::from(vec![Some(0.5), None, Some(-2.0)])),
+            &DataType::Float16,
+        ),
+        cast(
+            Arc::new(BinaryArray::from(vec![
+                Some(&b"view bytes, longer than 12"[..]),
+                None,
+                Some(&b"v"[..]),
+            ])),
+            &DataType::BinaryView,
+        ),
+        cast(
+            Arc::new(StringArray::from(vec![Some("red"), None, Some("red")])),
+            &DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+        ),
+        Arc::new(map),
     ];
     let source = RecordBatch::try_new(schema.clone(), columns).unwrap();
     ctx.register_table(
