@@ -760,14 +760,7 @@ mod tests {
             None
         );
         assert_eq!(rows.push(chunk("", None, 0, "n", 0, None)).unwrap(), None);
-        let key = rows.push(chunk(
-            "",
-            Some(("cf", "name")),
-            2_000,
-            "",
-            0,
-            commit.clone(),
-        ));
+        let key = rows.push(chunk("", Some(("cf", "name")), 2_000, "", 0, commit));
         assert_eq!(key.unwrap(), Some(b"a#1".to_vec()));
         // A reset row is dropped; the next row has only a foreign cell: the row counts, its
         // cell is null, its version is the cell's.
