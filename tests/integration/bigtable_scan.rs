@@ -321,10 +321,33 @@ fn scan_metrics(plan: &Arc<dyn ExecutionPlan>) -> (usize, usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scan_is_split_by_sampled_row_keys_into_target_partitions() {
+    const ROWS: i64 = 10_000;
     let bt = Bigtable::connect().await;
     let ctx = context(4);
-    users(&ctx, &bt, 1_000).await;
-    let plan = explain(&ctx, "SELECT k FROM users").await;
+    let table = Bigtable::table_name("scan_split");
+    bt.create_table(&table, &["cf"]).await;
+    exec(
+        &ctx,
+        &bt.create_sql(
+            "wide",
+            "k VARCHAR NOT NULL, visits BIGINT, pad VARCHAR",
+            &table,
+            &[("row_key", "k"), ("batch_element_count_threshold", "1000")],
+        ),
+    )
+    .await;
+    // About 3 MB: three partitions of at least 1 MiB (MIN_PARTITION_BYTES).
+    let written = insert(
+        &ctx,
+        &format!(
+            "INSERT INTO wide SELECT 'user-' || lpad(CAST(v AS VARCHAR), 5, '0'), v * 10, \
+             repeat('x', 300) FROM generate_series(0, {}) AS t(v)",
+            ROWS - 1
+        ),
+    )
+    .await;
+    assert_eq!(written.count(), ROWS as u64);
+    let plan = explain(&ctx, "SELECT k FROM wide").await;
     // The emulator samples keys of a table this size: the scan is split at some of them.
     assert!(
         plan.contains("keys=all") && plan.contains(" split at ['user-"),
@@ -332,15 +355,28 @@ async fn the_scan_is_split_by_sampled_row_keys_into_target_partitions() {
     );
     let b = rows(
         &ctx,
-        "SELECT count(*), count(DISTINCT k), sum(visits) FROM users",
+        "SELECT count(*), count(DISTINCT k), sum(visits) FROM wide",
     )
     .await;
-    assert_eq!(count(&b), 1_000);
-    assert_eq!(b[0].column(1).as_primitive::<Int64Type>().value(0), 1_000);
+    assert_eq!(count(&b), ROWS);
+    assert_eq!(b[0].column(1).as_primitive::<Int64Type>().value(0), ROWS);
     assert_eq!(
         b[0].column(2).as_primitive::<Int64Type>().value(0),
-        (0..1_000i64).map(|v| v * 10).sum::<i64>()
+        (0..ROWS).map(|v| v * 10).sum::<i64>()
     );
+    // A small range is read by one stream.
+    let plan = explain(
+        &ctx,
+        "SELECT k FROM wide WHERE k BETWEEN 'user-05000' AND 'user-05099'",
+    )
+    .await;
+    assert!(plan.contains("partitions=1"), "{plan}");
+    let b = rows(
+        &ctx,
+        "SELECT count(*) FROM wide WHERE k BETWEEN 'user-05000' AND 'user-05099'",
+    )
+    .await;
+    assert_eq!(count(&b), 100);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

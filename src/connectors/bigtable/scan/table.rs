@@ -128,16 +128,52 @@ impl BigtableScanTable {
             .await
             .map_err(rpc)?
             .into_inner();
-        let mut samples: Vec<Vec<u8>> = Vec::new();
+        let mut all: Vec<(Vec<u8>, i64)> = Vec::new();
         while let Some(r) = stream.message().await.map_err(rpc)? {
-            if !r.row_key.is_empty() && keys.ranges().iter().any(|k| k.contains(&r.row_key)) {
-                samples.push(r.row_key);
-            }
+            all.push((r.row_key, r.offset_bytes));
         }
+        // Fewer partitions for a small key set: each should hold at least MIN_PARTITION_BYTES.
+        let bytes = estimate_bytes(&all, keys);
+        let partitions =
+            partitions.min(usize::try_from(bytes / MIN_PARTITION_BYTES).unwrap_or(usize::MAX));
+        let mut samples: Vec<Vec<u8>> = all
+            .into_iter()
+            .map(|(key, _)| key)
+            .filter(|key| !key.is_empty() && keys.ranges().iter().any(|k| k.contains(key)))
+            .collect();
         samples.sort();
         samples.dedup();
         Ok(choose_boundaries(&samples, partitions))
     }
+}
+
+/// The least share of the table, in bytes as `SampleRowKeys` estimates them, that a scan
+/// partition is given: a key set smaller than two of these is read by one stream.
+pub const MIN_PARTITION_BYTES: u64 = 1 << 20;
+
+/// The bytes of the table inside `keys`, from the samples `(row key, bytes of the rows before
+/// it)` in key order (the service ends them with the empty key and the table's size; the
+/// emulator with its last row).
+pub fn estimate_bytes(samples: &[(Vec<u8>, i64)], keys: &KeySet) -> u64 {
+    let total = samples.iter().map(|(_, o)| *o).max().unwrap_or(0);
+    // The bytes before the first sample at or after `key` (`None`: the end).
+    let before = |key: Option<&[u8]>| -> i64 {
+        match key {
+            None => total,
+            Some([]) => 0,
+            Some(k) => samples
+                .iter()
+                .find(|(s, _)| !s.is_empty() && &s[..] >= k)
+                .map_or(total, |(_, o)| *o),
+        }
+    };
+    keys.ranges()
+        .iter()
+        .map(|r| {
+            let span = before(r.end.as_deref()) - before(Some(&r.start));
+            u64::try_from(span.max(0)).unwrap_or(0)
+        })
+        .sum()
 }
 
 /// At most `partitions - 1` of `samples` (sorted), evenly spaced.
@@ -351,6 +387,25 @@ mod tests {
         assert_eq!(exact_pattern("cf"), "^cf$");
         assert_eq!(exact_pattern("a.b-c"), "^a\\.b\\-c$");
         assert_eq!(exact_pattern("a b"), "^a\\x{20}b$");
+    }
+
+    #[test]
+    fn the_bytes_of_a_key_set_come_from_the_sample_offsets() {
+        let samples = vec![
+            (b"b".to_vec(), 100),
+            (b"d".to_vec(), 300),
+            (Vec::new(), 1_000),
+        ];
+        assert_eq!(estimate_bytes(&samples, &KeySet::all()), 1_000);
+        let range = KeySet::from_ranges([super::super::keys::KeyRange {
+            start: b"b".to_vec(),
+            end: Some(b"d".to_vec()),
+        }]);
+        assert_eq!(estimate_bytes(&samples, &range), 200);
+        // Inside one sample interval: nothing to split.
+        let small = KeySet::from_ranges([super::super::keys::KeyRange::point(b"c".to_vec())]);
+        assert_eq!(estimate_bytes(&samples, &small), 0);
+        assert_eq!(estimate_bytes(&[], &KeySet::all()), 0);
     }
 
     #[test]
