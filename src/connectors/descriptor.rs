@@ -355,6 +355,12 @@ pub trait SinkConnector: fmt::Debug + Send + Sync {
     /// How many writers a statement runs, when the table says (`sink_parallelism`); `None`:
     /// one per input partition.
     fn parallelism(&self) -> Option<usize>;
+
+    /// The table's reading side, for a connector that can read back what it writes (a
+    /// Bigtable table answers `SELECT`); `None`: the table is write-only.
+    fn reader(&self) -> Option<Arc<dyn TableProvider>> {
+        None
+    }
 }
 
 /// How a sink needs its input spread over the statement's writers.

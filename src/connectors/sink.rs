@@ -16,6 +16,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::TableProvider;
 use datafusion::execution::SendableRecordBatchStream;
 
 use super::dead_letter::{self, DeadLetterContext};
@@ -85,6 +86,16 @@ pub trait Connector: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// The table's reading side (see [`SinkConnector::reader`]), built once when the table is
+    /// declared; by default none (write-only).
+    fn reader(
+        _options: &Self::Options,
+        _mapping: &Self::Mapping,
+        _schema: &SchemaRef,
+    ) -> Option<Arc<dyn TableProvider>> {
+        None
+    }
+
     /// Encodes `batch`, whose first row has index `first_row` within the statement: appends one
     /// entry per row, in row order, `Err` for a row that cannot be sent (it goes to the failure
     /// policy). An `Err` return fails the statement.
@@ -105,6 +116,7 @@ pub struct Sink<C: Connector> {
     options: C::Options,
     mapping: C::Mapping,
     flow: FlowConfig,
+    reader: Option<Arc<dyn TableProvider>>,
 }
 
 impl<C: Connector> Sink<C> {
@@ -119,11 +131,13 @@ impl<C: Connector> Sink<C> {
         let mapping = C::mapping(&options, &schema)?;
         let mut flow = C::flow_config(&options, &mapping);
         options.shared().apply(&mut flow);
+        let reader = C::reader(&options, &mapping, &schema);
         Ok(Self {
             schema,
             options,
             mapping,
             flow,
+            reader,
         })
     }
 
@@ -182,6 +196,10 @@ impl<C: Connector> SinkConnector for Sink<C> {
 
     fn parallelism(&self) -> Option<usize> {
         self.options.shared().run.sink_parallelism
+    }
+
+    fn reader(&self) -> Option<Arc<dyn TableProvider>> {
+        self.reader.clone()
     }
 
     /// Connects the transport, writes every row through the core and returns how many the

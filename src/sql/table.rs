@@ -1,4 +1,5 @@
-//! The sink table: write-only, its `INSERT` planned as [`SinkWriterExec`] under
+//! The sink table: its `SELECT` planned by the connector's reader when it has one (else it
+//! is write-only), its `INSERT` planned as [`SinkWriterExec`] under
 //! [`SinkCountExec`].
 
 use std::sync::Arc;
@@ -8,8 +9,8 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::datasource::TableType;
 use datafusion::error::Result as DFResult;
-use datafusion::logical_expr::Expr;
 use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::exec::{SinkCountExec, SinkWriterExec};
@@ -20,7 +21,8 @@ use crate::error::Error;
 use super::factory::SinkDeclaration;
 use super::spec::SinkSpec;
 
-/// A write-only table backed by a connector.
+/// A table backed by a connector: written by `INSERT`, and read by `SELECT` when the connector
+/// has a reader ([`SinkConnector::reader`]).
 #[derive(Debug, Clone)]
 pub struct SinkTable {
     name: String,
@@ -86,13 +88,30 @@ impl TableProvider for SinkTable {
         TableType::Base
     }
 
+    /// A table whose connector reads (Bigtable) says which filters its scan applies.
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DFResult<Vec<TableProviderFilterPushDown>> {
+        match self.sink.reader() {
+            Some(reader) => reader.supports_filters_pushdown(filters),
+            None => Ok(vec![
+                TableProviderFilterPushDown::Unsupported;
+                filters.len()
+            ]),
+        }
+    }
+
     async fn scan(
         &self,
-        _state: &dyn Session,
-        _projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
-        _limit: Option<usize>,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        if let Some(reader) = self.sink.reader() {
+            return reader.scan(state, projection, filters, limit).await;
+        }
         Err(Error::Unsupported(format!(
             "table '{}' is a write-only {} sink: it can be the target of INSERT INTO, not read",
             self.name,

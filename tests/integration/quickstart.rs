@@ -643,3 +643,57 @@ fn bigtable_changelog_script_ends_in_the_changelogs_final_state() {
         .collect();
     assert_eq!(first, vec![("c-1", "web"), ("c-2", "app")]);
 }
+
+/// The reading script (`sql/bigtable_read.sql`): the clicks written to Bigtable read back by
+/// `SELECT`: all of them, one user's by prefix with the click time back from the cell version,
+/// a time range under the prefix, and an `EXPLAIN` that shows the row ranges.
+#[test]
+fn bigtable_read_script_selects_the_rows_it_wrote() {
+    require_emulators(&[EmulatorKind::Bigtable]);
+    let home = tempfile::tempdir().unwrap();
+    let mut command = gcp_sql(home.path());
+    command.args([
+        "--emulators",
+        "--format",
+        "json",
+        "-f",
+        "sql/bigtable_read.sql",
+    ]);
+    let Run {
+        success,
+        stdout,
+        stderr,
+    } = run(command);
+    assert!(success, "{stderr}");
+    let results = results(&stdout);
+    let total = result_with(&results, &["clicks"]);
+    assert_eq!(total[0]["clicks"], clicks().len(), "{total:?}");
+    let user = result_with(&results, &["user_id", "at", "url", "ts"]);
+    let expected: Vec<String> =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/data/clicks.csv"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("101,"))
+            .map(|l| l.rsplit(',').next().unwrap().to_string())
+            .collect();
+    let at: Vec<&str> = user.iter().map(|r| field(r, "at")).collect();
+    assert_eq!(at, expected);
+    for row in user {
+        assert_eq!(field(row, "user_id"), "101");
+        // The click time, back from the cell version.
+        assert!(field(row, "ts").starts_with(field(row, "at")), "{row}");
+    }
+    let range = result_with(&results, &["clicked_at"]);
+    let in_range: Vec<&str> = range.iter().map(|r| field(r, "clicked_at")).collect();
+    let expected_range: Vec<&str> = expected
+        .iter()
+        .map(String::as_str)
+        .filter(|a| *a >= "2024-05-01T09:05" && *a < "2024-05-01T09:10")
+        .collect();
+    assert!(!expected_range.is_empty());
+    assert_eq!(in_range, expected_range);
+    assert!(
+        stdout.contains("keys=[['100#'..'100$'), ['102#'..'102$')]"),
+        "{stdout}"
+    );
+}

@@ -2,7 +2,8 @@
 //!
 //! Split like every connector: [`options`] (the typed options and their builder), [`mapping`]
 //! (Arrow rows to serialized entries, pure), [`client`] (the gRPC side, a
-//! [`Transport`](crate::core::Transport)) and [`writer`] (the glue onto the flow-control core).
+//! [`Transport`](crate::core::Transport)) and [`writer`] (the glue onto the flow-control core);
+//! [`scan`] reads a declared table back for `SELECT`.
 //! See `docs/bigtable.md` for the user's view.
 
 pub mod client;
@@ -13,6 +14,7 @@ pub mod names;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod null;
 pub mod options;
+pub mod scan;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;

@@ -174,6 +174,19 @@ impl Connector for Bigtable {
         }
     }
 
+    /// A Bigtable table is read back by a scan (`scan::BigtableScanTable`).
+    fn reader(
+        options: &BigtableSinkOptions,
+        mapping: &BigtableMapping,
+        schema: &SchemaRef,
+    ) -> Option<std::sync::Arc<dyn datafusion::catalog::TableProvider>> {
+        Some(std::sync::Arc::new(super::scan::BigtableScanTable::new(
+            options.clone(),
+            schema.clone(),
+            Self::client_settings(options, mapping),
+        )))
+    }
+
     async fn connect(settings: &ClientSettings) -> Result<BigtableTransport> {
         BigtableTransport::connect(settings).await
     }
