@@ -13,6 +13,7 @@
 //! | [`pubsub_emulator_facts`] | what the Pub/Sub emulator does with a nack, with and without an open stream (docs/service_facts.md) |
 //! | [`pubsub_faults`] | the Pub/Sub sink against a scripted fake Publisher |
 //! | [`a_pubsub_source_kill`] | `pubsub_source_kill.rs`: a Pub/Sub → Bigtable run of the `gcp-sql` binary killed with SIGKILL several times loses nothing |
+//! | [`pubsub_replicas`] | two `gcp-sql` processes on one subscription into Bigtable share its messages; one killed with SIGKILL: every message landed, duplicates counted and bounded |
 //! | [`pubsub_source`] | the Pub/Sub subscription source against the Pub/Sub emulator: rows, metadata, acknowledgements read back |
 //! | [`pubsub_source_schema`] | the Pub/Sub source decoding Avro and Protobuf: fastavro's datums, the sink's messages read back, topic schemas |
 //! | [`cloud_tasks_sink`] | the Cloud Tasks sink against its emulator and a scripted fake |
@@ -85,6 +86,9 @@ mod pubsub_emulator_facts;
 mod pubsub_faults;
 mod pubsub_mapping;
 mod pubsub_replay;
+// Runs two `gcp-sql` binaries on one subscription (and the kill test's `spawn`).
+#[cfg(feature = "cli")]
+mod pubsub_replicas;
 mod pubsub_schema;
 mod pubsub_sink;
 mod pubsub_source;
