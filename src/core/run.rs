@@ -94,8 +94,10 @@ impl WriterContext {
     }
 }
 
-/// A new statement id: the UTC time to the millisecond, the process id and a counter
-/// (`20261201T140512.345Z-4242-7`), unique within a process and sortable by time.
+/// A new statement id: the UTC time to the millisecond, the process id, a tag drawn once per
+/// process and a counter (`20261201T140512.345Z-4242-9f3a1c-7`), unique within a process and
+/// sortable by time. The tag keeps two replicas apart that have the same process id (pid 1 in
+/// containers) and start in the same millisecond, so their dead-letter objects do not collide.
 pub fn new_statement_id() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -106,7 +108,9 @@ pub fn new_statement_id() -> String {
     let time = chrono::DateTime::from_timestamp(seconds, since.subsec_nanos())
         .map(|t| t.format("%Y%m%dT%H%M%S%.3fZ").to_string())
         .unwrap_or_default();
-    format!("{time}-{}-{n}", std::process::id())
+    static TAG: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let tag = TAG.get_or_init(|| fastrand::u32(..) & 0x00ff_ffff);
+    format!("{time}-{}-{tag:06x}-{n}", std::process::id())
 }
 
 /// The next tick of `ticker`; never, when there is none. A `tokio::select!` arm on it is off
