@@ -820,6 +820,9 @@ impl Driver {
         for clock in &self.run.clocks {
             clock.gate(progress.watermark_ns);
         }
+        // Reading starts now: a stream is idle only once it read nothing for idle_timeout
+        // from here (the marker's read and confirmation took a while).
+        self.started_at = Instant::now();
         let keeper = tokio::spawn(keep(self.run.clone(), marker));
         *self.run.keeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(keeper);
         Ok(())
