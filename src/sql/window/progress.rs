@@ -125,11 +125,11 @@ pub struct Marker {
 
 /// How often a run refreshes its marker while it goes, so another run of the same pipeline can
 /// tell it is alive.
-pub const REFRESH_EVERY: Duration = Duration::from_secs(5);
+pub const REFRESH_EVERY: Duration = Duration::from_secs(2);
 
 /// A marker that says a run is going, unwritten for this long, belongs to a run that is gone
-/// (killed): three refreshes missed.
-pub const STALE_AFTER: Duration = Duration::from_secs(15);
+/// (killed): four refreshes missed.
+pub const STALE_AFTER: Duration = Duration::from_secs(8);
 
 /// After a run first writes its marker, it reads it back this much later, before it emits
 /// anything: a second run that started at the same moment has written its own by then.
