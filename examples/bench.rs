@@ -1125,7 +1125,11 @@ fn serve_child(latency: &str, service: &str) -> std::process::ExitCode {
     else {
         return std::process::ExitCode::FAILURE;
     };
-    let options = NullServerOptions { latency, service };
+    let options = NullServerOptions {
+        latency,
+        service,
+        feed: Default::default(),
+    };
     match runtime.block_on(serve_until_signal(0, options, None)) {
         Ok(_) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -1,42 +1,51 @@
 #!/usr/bin/env bash
 # The side-by-side of docs/benchmarks.md, "Reading a subscription: the source against Google's
-# Rust subscriber": the same backlog, on the same Pub/Sub emulator, drained by
+# Rust subscriber": the same backlog, from the same server, drained by
 #
-#   gcp-sql-pp1   the gcp-sql source (parallel_pull_count = 1) in `INSERT INTO t SELECT data FROM
+#   gcp-sql-ppN   the gcp-sql source (parallel_pull_count = N) in `INSERT INTO t SELECT data FROM
 #                 src`, where t is a Pub/Sub sink pointed at `gcp-sql serve-null --service pubsub`
-#   gcp-sql-pp2   the same with parallel_pull_count = 2
-#   google-1      Google's Rust subscriber (google-cloud-pubsub), one stream, acking every message
-#   google-2      the same with two streams on one client
+#   google-N      Google's Rust subscriber (google-cloud-pubsub), N streams on one client,
+#                 acking every message
 #
-# Each round publishes --messages messages of ~200 bytes (JSON text) to a fresh topic that already
-# has one subscription per reader, then runs the four readers one after the other (the order
-# rotates from round to round), each under /usr/bin/time -v. Every reader stops after
-# --idle-ms without a message; its time is its wall time less that idle wait (see the
-# docs). One RUN line per reader and round, then one MEDIAN line per reader.
+# for each N of --streams. The server is either
 #
-#   benches/pubsub_subscriber/run.sh [--debug] [--no-build] [--messages N] [--rounds R] [--idle-ms MS]
-#                                    [--streams "1 2"]
+#   --server null      (default) `gcp-sql serve-null --service pubsub-subscribe`: every
+#                      subscription name has its own in-memory backlog of --messages messages of
+#                      200 bytes, streamed as fast as the reader's flow control allows, so the
+#                      server is not the bottleneck and the readers' own ceilings show
+#   --server emulator  the Pub/Sub emulator of the Google Cloud CLI (about 2,000 messages a
+#                      second a stream, whoever reads): each round publishes --messages messages
+#                      of ~200 bytes (JSON text) to a fresh topic with one subscription per reader
 #
-# Defaults: release build, 40,000 messages, 3 rounds, 3,000 ms idle (the emulator delivers about
-# 2,000 messages a second a stream, so a one-stream reader takes ~20 s a round). --no-build uses
-# the binaries already in ${CARGO_TARGET_DIR:-target}/{release,debug}. --streams lists the stream
-# counts to compare: each N gives a gcp-sql-ppN and a google-N reader (default "1 2").
+# Each round runs the readers one after the other (the order rotates from round to round), each
+# under /usr/bin/time -v. Every reader stops after --idle-ms without a message; its time is its
+# wall time less that idle wait (see the docs). One RUN line per reader and round (messages/s,
+# client CPU per message, peak RSS, the server's CPU), then one MEDIAN line per reader.
+#
+#   benches/pubsub_subscriber/run.sh [--server null|emulator] [--debug] [--no-build] [--messages N]
+#                                    [--rounds R] [--idle-ms MS] [--streams "1 2 8"]
+#
+# Defaults: the null server, release build, 200,000 messages (40,000 with the emulator), 3 rounds,
+# 2,000 ms idle (3,000 with the emulator), streams "1 2 8" ("1 2" with the emulator). --no-build
+# uses the binaries already in ${CARGO_TARGET_DIR:-target}/{release,debug}.
 #
 # From a fresh checkout: it builds both programs (release unless --debug) into
-# ${CARGO_TARGET_DIR:-target}, starts the emulator (PUBSUB_EMULATOR_BIN, default the Google
-# Cloud CLI's) and the null server on free ports, and stops both at the end. Logs go to
-# ${CARGO_TARGET_DIR:-target}/bench-subscriber/.
+# ${CARGO_TARGET_DIR:-target}, starts the server (the emulator: PUBSUB_EMULATOR_BIN, default the
+# Google Cloud CLI's) and the null Publish server on free ports, and stops them at the end. Logs go
+# to ${CARGO_TARGET_DIR:-target}/bench-subscriber/.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 profile=release
-messages=40000
+server=null
+messages=""
 rounds=3
-idle_ms=3000
+idle_ms=""
 skip_build=0
-streams="1 2"
+streams=""
 while [ $# -gt 0 ]; do
     case "$1" in
+        --server) server="$2"; shift ;;
         --debug) profile=debug ;;
         --messages) messages="$2"; shift ;;
         --rounds) rounds="$2"; shift ;;
@@ -47,6 +56,11 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+case "$server" in
+    null) : "${messages:=200000}" "${idle_ms:=2000}" "${streams:=1 2 8}" ;;
+    emulator) : "${messages:=40000}" "${idle_ms:=3000}" "${streams:=1 2}" ;;
+    *) echo "--server is null or emulator, not $server" >&2; exit 2 ;;
+esac
 
 target="${CARGO_TARGET_DIR:-$root/target}"
 export CARGO_TARGET_DIR="$target"
@@ -75,17 +89,30 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The emulator, and the PID of its JVM (for its CPU time).
-emu_port="$(free_port)"
-"$emulator_bin" --host=127.0.0.1 --port="$emu_port" >"$logs/emulator.log" 2>&1 &
-pids+=($!)
-emu="127.0.0.1:$emu_port"
-for _ in $(seq 1 120); do
-    curl -sf "http://$emu/v1/projects/bench/topics" >/dev/null 2>&1 && break
-    sleep 0.5
-done
-curl -sf "http://$emu/v1/projects/bench/topics" >/dev/null || { echo "the emulator did not start: $logs/emulator.log" >&2; exit 1; }
-jvm_pid="$(pgrep -f "port=$emu_port" | while read -r p; do [ "$(cat /proc/"$p"/comm)" = java ] && echo "$p"; done | head -1)"
+# The server readers drain, and the PID whose CPU time is the server's.
+if [ "$server" = emulator ]; then
+    emu_port="$(free_port)"
+    "$emulator_bin" --host=127.0.0.1 --port="$emu_port" >"$logs/emulator.log" 2>&1 &
+    pids+=($!)
+    emu="127.0.0.1:$emu_port"
+    for _ in $(seq 1 120); do
+        curl -sf "http://$emu/v1/projects/bench/topics" >/dev/null 2>&1 && break
+        sleep 0.5
+    done
+    curl -sf "http://$emu/v1/projects/bench/topics" >/dev/null || { echo "the emulator did not start: $logs/emulator.log" >&2; exit 1; }
+    server_pid="$(pgrep -f "port=$emu_port" | while read -r p; do [ "$(cat /proc/"$p"/comm)" = java ] && echo "$p"; done | head -1)"
+else
+    "$gcp_sql" serve-null --service pubsub-subscribe --port 0 --messages "$messages" \
+        --message-size 200 --report-interval 0s >"$logs/serve-subscribe.log" 2>&1 &
+    server_pid=$!
+    pids+=($!)
+    for _ in $(seq 1 50); do
+        grep -q '^listening on' "$logs/serve-subscribe.log" 2>/dev/null && break
+        sleep 0.1
+    done
+    emu="$(sed -n 's/^listening on \([0-9.:]*\) .*/\1/p' "$logs/serve-subscribe.log")"
+    [ -n "$emu" ] || { echo "the subscription server did not start: $logs/serve-subscribe.log" >&2; exit 1; }
+fi
 
 # CPU seconds (user + system) of a process so far.
 cpu_of() {
@@ -113,10 +140,11 @@ done
 idle_s="$(awk -v ms="$idle_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"
 results="$logs/results.txt"
 : >"$results"
-echo "# profile=$profile messages=$messages rounds=$rounds idle_ms=$idle_ms emulator=$emu null=$null jvm=$jvm_pid" | tee -a "$results"
+echo "# profile=$profile server=$server messages=$messages rounds=$rounds idle_ms=$idle_ms streams=\"$streams\" subscriptions=$emu null=$null server_pid=$server_pid load=\"$(cut -d' ' -f1-3 /proc/loadavg)\"" | tee -a "$results"
 
 for round in $(seq 1 "$rounds"); do
-    topic="projects/bench/topics/backlog-$round"
+  topic="projects/bench/topics/backlog-$round"
+  if [ "$server" = emulator ]; then
     rest PUT "${topic}" "{}"
     for reader in "${readers[@]}"; do
         rest PUT "projects/bench/subscriptions/drain-$reader-$round" "{\"topic\":\"$topic\",\"ackDeadlineSeconds\":60}"
@@ -133,13 +161,14 @@ SELECT '{"id":' || CAST(value AS VARCHAR) || ',"user_id":"user-' || CAST(value %
 FROM generate_series(1, $messages);
 SQL
     "$gcp_sql" -f "$logs/publish.sql" >"$logs/publish-$round.log" 2>&1
+  fi
     # Rotate the order of the readers from round to round.
     shift_by=$(( (round - 1) % ${#readers[@]} ))
     order=("${readers[@]:$shift_by}" "${readers[@]:0:$shift_by}")
     for reader in "${order[@]}"; do
         sub="projects/bench/subscriptions/drain-$reader-$round"
         log="$logs/$reader-$round.log"
-        emu_cpu_before="$(cpu_of "$jvm_pid")"
+        emu_cpu_before="$(cpu_of "$server_pid")"
         case "$reader" in
             gcp-sql-pp*)
                 pp="${reader#gcp-sql-pp}"
@@ -158,15 +187,15 @@ SQL
                 wall="$(grep 'row(s) fetched' "$log" | tail -1 | sed 's/.*Elapsed \([0-9.]*\) seconds.*/\1/')"
                 ;;
             google-*)
-                streams="${reader#google-}"
-                /usr/bin/time -v "$google" --host "$emu" --subscription "$sub" --streams "$streams" \
+                n_streams="${reader#google-}"
+                /usr/bin/time -v "$google" --host "$emu" --subscription "$sub" --streams "$n_streams" \
                     --stop-after-idle "$idle_ms" >"$log" 2>&1
                 read_n="$(sed -n 's/^RESULT .* messages=\([0-9]*\) .*/\1 \1 0/p' "$log")"
                 acked="$(echo "$read_n" | awk '{ print $2 }')"
                 wall="$(sed -n 's/^RESULT .* wall_s=\([0-9.]*\) .*/\1/p' "$log")"
                 ;;
         esac
-        emu_cpu="$(awk -v a="$emu_cpu_before" -v b="$(cpu_of "$jvm_pid")" 'BEGIN { printf "%.2f", b - a }')"
+        emu_cpu="$(awk -v a="$emu_cpu_before" -v b="$(cpu_of "$server_pid")" 'BEGIN { printf "%.2f", b - a }')"
         rss_kb="$(sed -n 's/.*Maximum resident set size (kbytes): \([0-9]*\).*/\1/p' "$log")"
         user="$(sed -n 's/.*User time (seconds): \([0-9.]*\).*/\1/p' "$log")"
         sys="$(sed -n 's/.*System time (seconds): \([0-9.]*\).*/\1/p' "$log")"
@@ -174,13 +203,13 @@ SQL
             -v idle="$idle_s" -v rss="$rss_kb" -v user="$user" -v sys="$sys" -v emu_cpu="$emu_cpu" 'BEGIN {
             secs = wall - idle
             split(rn, n, " ")
-            printf "RUN reader=%s round=%d read=%s acked=%s nacked=%s seconds=%.3f messages_per_s=%.0f peak_rss_mib=%.1f client_cpu_s=%.2f emulator_cpu_s=%s\n",
-                reader, round, n[1], n[2], n[3], secs, acked / secs, rss / 1024, user + sys, emu_cpu
+            printf "RUN reader=%s round=%d read=%s acked=%s nacked=%s seconds=%.3f messages_per_s=%.0f peak_rss_mib=%.1f client_cpu_s=%.2f cpu_us_per_message=%.2f server_cpu_s=%s\n",
+                reader, round, n[1], n[2], n[3], secs, acked / secs, rss / 1024, user + sys, (user + sys) * 1e6 / (acked > 0 ? acked : 1), emu_cpu
         }' | tee -a "$results"
         [ "$acked" = "$messages" ] || echo "WARNING: $reader acknowledged $acked of $messages messages (see $log)" | tee -a "$results"
-        rest DELETE "$sub" || true
+        [ "$server" = emulator ] && { rest DELETE "$sub" || true; }
     done
-    rest DELETE "$topic" || true
+    [ "$server" = emulator ] && { rest DELETE "$topic" || true; }
 done
 
 # The median of each reader's rates and of its peak RSS (the lower middle run for an even count).
@@ -190,5 +219,7 @@ for reader in "${readers[@]}"; do
     [ "$runs" -gt 0 ] || continue
     rate="$(grep "^RUN reader=$reader " "$results" | sed 's/.*messages_per_s=\([0-9]*\).*/\1/' | median)"
     rss="$(grep "^RUN reader=$reader " "$results" | sed 's/.*peak_rss_mib=\([0-9.]*\).*/\1/' | median)"
-    echo "MEDIAN reader=$reader runs=$runs messages_per_s=$rate peak_rss_mib=$rss" | tee -a "$results"
+    cpu="$(grep "^RUN reader=$reader " "$results" | sed 's/.*cpu_us_per_message=\([0-9.]*\).*/\1/' | median)"
+    spread="$(grep "^RUN reader=$reader " "$results" | sed 's/.*messages_per_s=\([0-9]*\).*/\1/' | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print lo "-" hi }')"
+    echo "MEDIAN reader=$reader runs=$runs messages_per_s=$rate range=$spread cpu_us_per_message=$cpu peak_rss_mib=$rss" | tee -a "$results"
 done

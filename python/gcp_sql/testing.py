@@ -45,8 +45,10 @@ class NullServer:
 
 @contextlib.contextmanager
 def null_server(service: str, latency_ms: int = 0) -> Iterator[NullServer]:
-    """Runs a null server for ``service`` (``pubsub``, ``cloud-tasks`` or ``bigtable``) while
-    the block runs; each request is answered after ``latency_ms`` milliseconds."""
+    """Runs a null server while the block runs, for ``service``
+    (``pubsub``, ``pubsub-subscribe``, ``cloud-tasks`` or ``bigtable``); each request is
+    answered after ``latency_ms`` milliseconds (``pubsub-subscribe`` serves its default backlog
+    of 100,000 messages of 200 bytes to every subscription asked for)."""
     server = NullServer(_native.start_null_server(service, latency_ms))
     try:
         yield server

@@ -81,6 +81,7 @@ pub fn start_null_server(py: Python<'_>, service: &str, latency_ms: u64) -> PyRe
     let options = NullServerOptions {
         latency: Duration::from_millis(latency_ms),
         service: kind,
+        feed: Default::default(),
     };
     let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     let server = py

@@ -43,6 +43,44 @@ pub struct NullMethod {
     pub routes: fn(state: Arc<NullState>) -> tonic::service::Routes,
 }
 
+/// What a null server that serves messages (`pubsub-subscribe`) hands out: every subscription
+/// name it is asked for gets its own backlog of `messages` canned messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeedOptions {
+    /// Messages in each subscription's backlog.
+    pub messages: u64,
+    /// Data bytes of each message.
+    pub message_size: usize,
+    /// Ordering keys the messages cycle through (message `n` has key `n % keys`); 0: no keys,
+    /// and the subscription is not ordered.
+    pub ordering_keys: u32,
+    /// The longest lease the server grants, whatever the client asks (`None`: what it asks,
+    /// 10 to 600 s as at the service). A test knob: a short one brings a killed reader's
+    /// messages back within seconds.
+    pub max_ack_deadline: Option<Duration>,
+}
+
+impl Default for FeedOptions {
+    /// 100,000 messages of 200 bytes, unordered, leases as asked.
+    fn default() -> Self {
+        FeedOptions {
+            messages: 100_000,
+            message_size: 200,
+            ordering_keys: 0,
+            max_ack_deadline: None,
+        }
+    }
+}
+
+/// What a null server keeps beyond [`NullTotals`] (a subscription server's leases), for its
+/// report and for tests that look inside.
+pub trait NullDetails: std::fmt::Debug + Send + Sync + 'static {
+    /// One line of figures for the server's report (`key=value` pairs).
+    fn report(&self) -> String;
+    /// The value itself, for a downcast to the connector's type.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
 /// The service a null server stands in for: a copyable handle on its [`NullMethod`]. Two
 /// handles are equal when they have the same name. Each connector's folder defines its handle
 /// (`NullService::PubSub`, ...); the registry lists them (`connectors::registry::null_services`).
@@ -157,18 +195,59 @@ pub struct NullState {
     active: Mutex<Option<(Instant, Instant)>>,
     /// The id of the next record (message ids and task numbers count from 1).
     next_id: AtomicU64,
+    /// What a server that serves messages hands out.
+    feed: FeedOptions,
+    /// What the method keeps beyond the totals, once its routes are built.
+    details: std::sync::OnceLock<Arc<dyn NullDetails>>,
 }
 
 impl NullState {
     /// A server's state before its first request.
-    pub(crate) fn new(latency: Duration, method: &'static NullMethod) -> NullState {
+    pub(crate) fn new(
+        latency: Duration,
+        method: &'static NullMethod,
+        feed: FeedOptions,
+    ) -> NullState {
         NullState {
             latency,
             method,
             counters: Counters::default(),
             active: Mutex::new(None),
             next_id: AtomicU64::new(1),
+            feed,
+            details: std::sync::OnceLock::new(),
         }
+    }
+
+    /// How long each request waits before it is answered.
+    pub fn latency(&self) -> Duration {
+        self.latency
+    }
+
+    /// What a server that serves messages hands out.
+    pub fn feed(&self) -> FeedOptions {
+        self.feed
+    }
+
+    /// Keeps `details` as what the method keeps beyond the totals (the first call wins).
+    pub fn set_details(&self, details: Arc<dyn NullDetails>) {
+        let _ = self.details.set(details);
+    }
+
+    /// What the method keeps beyond the totals, if it keeps anything.
+    pub(crate) fn details(&self) -> Option<Arc<dyn NullDetails>> {
+        self.details.get().cloned()
+    }
+
+    /// Counts one request that settled `records` records of `record_bytes` bytes (a
+    /// subscription server's acknowledgements), the body being `body_bytes` long.
+    pub fn count_settled(&self, records: u64, record_bytes: u64, body_bytes: u64) {
+        self.count(&CountedRequest {
+            records,
+            record_bytes,
+            body_bytes,
+            destination: Vec::new(),
+        });
     }
 
     /// Time from the arrival of the first request to the arrival of the latest one.

@@ -38,7 +38,11 @@
 //! use gcp_sql::bench::null_server::{NullServer, NullServerOptions, NullService};
 //!
 //! # async fn demo() -> std::io::Result<()> {
-//! let options = NullServerOptions { service: NullService::Bigtable, latency: Duration::ZERO };
+//! let options = NullServerOptions {
+//!     service: NullService::Bigtable,
+//!     latency: Duration::ZERO,
+//!     feed: Default::default(),
+//! };
 //! let server = NullServer::start("127.0.0.1:0".parse().unwrap(), options).await?;
 //! println!("emulator_host = '{}'", server.addr());
 //! // ... run an INSERT into a bigtable table with that emulator_host ...
@@ -53,7 +57,8 @@ use std::time::Duration;
 
 use super::null_method::NullState;
 pub use super::null_method::{
-    MAX_MUTATE_ROWS_REQUEST_BYTES, MAX_REQUEST_BYTES, NullMethod, NullService, NullTotals,
+    FeedOptions, MAX_MUTATE_ROWS_REQUEST_BYTES, MAX_REQUEST_BYTES, NullDetails, NullMethod,
+    NullService, NullTotals,
 };
 
 /// HTTP/2 per-stream receive window: larger than any request, so a request never stalls on it.
@@ -69,6 +74,9 @@ pub struct NullServerOptions {
     pub latency: Duration,
     /// Which service (and so which method) it answers.
     pub service: NullService,
+    /// What a service that serves messages (`pubsub-subscribe`) hands out; the others ignore
+    /// it.
+    pub feed: FeedOptions,
 }
 
 /// A running null server; stops when dropped.
@@ -90,7 +98,11 @@ impl NullServer {
     ) -> std::io::Result<NullServer> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(NullState::new(options.latency, options.service.method()));
+        let state = Arc::new(NullState::new(
+            options.latency,
+            options.service.method(),
+            options.feed,
+        ));
         let routes = (options.service.method().routes)(state.clone());
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
@@ -119,6 +131,12 @@ impl NullServer {
     /// The options it answers with.
     pub fn options(&self) -> NullServerOptions {
         self.options
+    }
+
+    /// What the service keeps beyond the totals (a subscription server's leases and
+    /// deliveries), if it keeps anything.
+    pub fn details(&self) -> Option<Arc<dyn NullDetails>> {
+        self.state.details()
     }
 
     /// Time from the arrival of the first request to the arrival of the latest one (`None`
@@ -215,6 +233,7 @@ mod tests {
             NullServerOptions {
                 latency: Duration::from_secs(30),
                 service,
+                feed: FeedOptions::default(),
             },
         )
         .await
@@ -255,6 +274,7 @@ mod tests {
             NullServerOptions {
                 service,
                 latency: Duration::ZERO,
+                feed: FeedOptions::default(),
             },
         )
         .await

@@ -5,12 +5,20 @@
 //! ```
 //!
 //! `S` is one of the registry's null services (`connectors::registry::null_services`: `pubsub`,
-//! the default, `cloud-tasks`, `bigtable`). It listens on `127.0.0.1:P` (loopback only),
-//! acknowledges every request of the service's one method (`Publish`, `CreateTask`,
-//! `MutateRows`) at once or after `--latency`, and prints what it receives; see [`crate::bench::null_server`]. Point a table of
-//! that connector at it with `emulator_host = '127.0.0.1:P'` to see how fast this machine can
-//! produce acknowledged writes when the service costs nothing: the client-side ceiling. Ctrl-C
-//! (or SIGTERM) stops it after a final `total:` line.
+//! the default, `pubsub-subscribe`, `cloud-tasks`, `bigtable`). It listens on `127.0.0.1:P`
+//! (loopback only), acknowledges every request of the service's one method (`Publish`,
+//! `CreateTask`, `MutateRows`) at once or after `--latency`, and prints what it receives; see
+//! [`crate::bench::null_server`]. Point a table of that connector at it with
+//! `emulator_host = '127.0.0.1:P'` to see how fast this machine can produce acknowledged writes
+//! when the service costs nothing: the client-side ceiling. Ctrl-C (or SIGTERM) stops it after
+//! a final `total:` line.
+//!
+//! `pubsub-subscribe` is the reading side: every subscription name a reader asks for gets a
+//! backlog of `--messages` messages of `--message-size` bytes, streamed over StreamingPull as
+//! fast as the reader's flow control allows, with the service's leases (`--max-ack-deadline`
+//! shortens them), nacks and ordering keys (`--ordering-keys`); its figures count
+//! acknowledgements, and its `total:` line adds the deliveries, redeliveries and lapsed leases
+//! (`connectors::pubsub::null_subscribe`).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
@@ -18,8 +26,9 @@ use std::time::{Duration, Instant};
 
 use crate::bench::ResourceUsage;
 use crate::bench::null_server::{
-    NullServer, NullServerOptions, NullService, NullTotals, format_totals,
+    FeedOptions, NullServer, NullServerOptions, NullService, NullTotals, format_totals,
 };
+use crate::connectors::pubsub::null_subscribe::MIN_MESSAGE_SIZE;
 use crate::connectors::registry;
 
 /// Arguments of `gcp-sql serve-null`.
@@ -38,6 +47,47 @@ pub struct ServeNullArgs {
     /// How often to print the rates of the last interval (0s: only the final totals)
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     pub report_interval: Duration,
+    /// pubsub-subscribe: messages in each subscription's backlog (every subscription name
+    /// asked for gets its own)
+    #[arg(long, default_value_t = FeedOptions::default().messages)]
+    pub messages: u64,
+    /// pubsub-subscribe: data bytes of each message (a JSON object {"id":N,"body":"xx..."}
+    /// padded to this size; at least 38)
+    #[arg(long, value_parser = parse_message_size, default_value_t = FeedOptions::default().message_size)]
+    pub message_size: usize,
+    /// pubsub-subscribe: ordering keys the messages cycle through (0: none, the subscription
+    /// is not ordered)
+    #[arg(long, default_value_t = 0)]
+    pub ordering_keys: u32,
+    /// pubsub-subscribe: the longest lease granted, whatever the client asks, e.g. 2s (a
+    /// test knob: a killed reader's messages come back this soon; default: as asked)
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub max_ack_deadline: Option<Duration>,
+}
+
+/// Reads `--message-size`: a number of bytes, at least the JSON object's length.
+fn parse_message_size(text: &str) -> Result<usize, String> {
+    let size: usize = text
+        .parse()
+        .map_err(|e| format!("expected a number of bytes: {e}"))?;
+    if size < MIN_MESSAGE_SIZE {
+        return Err(format!(
+            "at least {MIN_MESSAGE_SIZE} bytes (the JSON object {{\"id\":N,\"body\":\"\"}} with the longest N)"
+        ));
+    }
+    Ok(size)
+}
+
+impl ServeNullArgs {
+    /// What `--service pubsub-subscribe` hands out.
+    pub fn feed(&self) -> FeedOptions {
+        FeedOptions {
+            messages: self.messages,
+            message_size: self.message_size,
+            ordering_keys: self.ordering_keys,
+            max_ack_deadline: self.max_ack_deadline,
+        }
+    }
 }
 
 /// The default of `--service`: the registry's first null service (Pub/Sub's).
@@ -131,8 +181,12 @@ pub async fn serve_until_signal(
     let totals = server.totals();
     let window = server.active_window().unwrap_or_default();
     let usage = ResourceUsage::now();
+    let details = server
+        .details()
+        .map(|d| format!(" {}", d.report()))
+        .unwrap_or_default();
     say(format!(
-        "total: {} cpu_s={:.3} max_rss_mb={:.1}",
+        "total: {} cpu_s={:.3} max_rss_mb={:.1}{details}",
         format_totals(&totals, window),
         usage.cpu().as_secs_f64(),
         usage.max_rss_bytes as f64 / (1024.0 * 1024.0),
@@ -148,6 +202,7 @@ pub fn run(args: &ServeNullArgs) -> ExitCode {
     let options = NullServerOptions {
         latency: args.latency,
         service: args.service,
+        feed: args.feed(),
     };
     let report = Some(args.report_interval).filter(|d| !d.is_zero());
     match runtime.block_on(serve_until_signal(args.port, options, report)) {
@@ -181,6 +236,10 @@ mod tests {
                 port: 9000,
                 latency: Duration::from_millis(50),
                 report_interval: Duration::from_secs(1),
+                messages: 100_000,
+                message_size: 200,
+                ordering_keys: 0,
+                max_ack_deadline: None,
             }))
         );
     }
@@ -214,14 +273,17 @@ mod tests {
     fn serve_null_rejects_an_unknown_service_naming_the_choices() {
         let err = parse(&["serve-null", "--service", "spanner"]).unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("pubsub, cloud-tasks, bigtable"), "{text}");
+        assert!(
+            text.contains("pubsub, pubsub-subscribe, cloud-tasks, bigtable"),
+            "{text}"
+        );
     }
 
     #[test]
     fn the_service_help_names_each_service_and_its_method() {
         assert_eq!(
             service_help(),
-            "The service to stand in for: pubsub (Publish), cloud-tasks (CreateTask) or bigtable (MutateRows)"
+            "The service to stand in for: pubsub (Publish), pubsub-subscribe (StreamingPull), cloud-tasks (CreateTask) or bigtable (MutateRows)"
         );
         let help = <Args as clap::CommandFactory>::command()
             .find_subcommand_mut("serve-null")
@@ -229,6 +291,40 @@ mod tests {
             .render_help()
             .to_string();
         assert_contains_all(&help, &["pubsub (Publish)", "[default: pubsub]"]);
+    }
+
+    #[test]
+    fn the_subscription_server_takes_its_backlog_and_refuses_a_message_too_small() {
+        let Some(Command::ServeNull(args)) = parse(&[
+            "serve-null",
+            "--service",
+            "pubsub-subscribe",
+            "--messages",
+            "5000",
+            "--message-size",
+            "1000",
+            "--ordering-keys",
+            "8",
+            "--max-ack-deadline",
+            "2s",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("serve-null not parsed");
+        };
+        assert_eq!(args.service, NullService::PubSubSubscribe);
+        assert_eq!(
+            args.feed(),
+            FeedOptions {
+                messages: 5000,
+                message_size: 1000,
+                ordering_keys: 8,
+                max_ack_deadline: Some(Duration::from_secs(2)),
+            }
+        );
+        let err = parse(&["serve-null", "--message-size", "37"]).unwrap_err();
+        assert_contains_all(&err.to_string(), &["--message-size", "at least 38 bytes"]);
     }
 
     #[test]

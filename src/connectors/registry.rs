@@ -38,16 +38,22 @@ pub static CONNECTORS: [Registered; 3] = [
         descriptor: &pubsub::CONNECTOR,
         #[cfg(any(test, feature = "testing"))]
         testing: &pubsub::testing::TESTING,
+        #[cfg(any(test, feature = "testing"))]
+        null_sources: &pubsub::testing::NULL_SOURCES,
     },
     Registered {
         descriptor: &cloud_tasks::CONNECTOR,
         #[cfg(any(test, feature = "testing"))]
         testing: &cloud_tasks::testing::TESTING,
+        #[cfg(any(test, feature = "testing"))]
+        null_sources: &[],
     },
     Registered {
         descriptor: &bigtable::CONNECTOR,
         #[cfg(any(test, feature = "testing"))]
         testing: &bigtable::testing::TESTING,
+        #[cfg(any(test, feature = "testing"))]
+        null_sources: &[],
     },
 ];
 
@@ -61,6 +67,11 @@ pub struct Registered {
     #[cfg(any(test, feature = "testing"))]
     #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
     pub testing: &'static TestingPart,
+    /// The null servers that stand in for the service's reading side (`pubsub-subscribe`),
+    /// listed after its sink's (feature `testing`).
+    #[cfg(any(test, feature = "testing"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+    pub null_sources: &'static [NullService],
 }
 
 /// The names of [`CONNECTORS`], in their order: the words of the `connector` option.
@@ -111,11 +122,17 @@ pub fn emulator_of(connector: ConnectorKind) -> Option<EmulatorKind> {
 }
 
 /// Every null service, in the order of [`CONNECTORS`] (the order `gcp-sql serve-null
-/// --service` lists them); the first is the default of `gcp-sql serve-null`.
+/// --service` lists them), each connector's sink first and then its sources; the first is the
+/// default of `gcp-sql serve-null`.
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub fn null_services() -> impl Iterator<Item = NullService> + Clone {
-    CONNECTORS.iter().filter_map(|c| c.testing.null_service)
+    CONNECTORS.iter().flat_map(|c| {
+        c.testing
+            .null_service
+            .into_iter()
+            .chain(c.null_sources.iter().copied())
+    })
 }
 
 /// The null service named `name` (as [`NullService::name`] spells it).

@@ -12,7 +12,7 @@
 //! | [`pubsub_transport`] | the Pub/Sub transport (the connector's core `Transport`) against the Pub/Sub emulator |
 //! | [`pubsub_emulator_facts`] | what the Pub/Sub emulator does with a nack, with and without an open stream (docs/service_facts.md) |
 //! | [`pubsub_faults`] | the Pub/Sub sink against a scripted fake Publisher |
-//! | [`a_pubsub_source_kill`] | `pubsub_source_kill.rs`: a Pub/Sub → Bigtable run of the `gcp-sql` binary killed with SIGKILL several times loses nothing |
+//! | [`a_pubsub_source_kill`] | `pubsub_source_kill.rs`: a Pub/Sub → Bigtable run of the `gcp-sql` binary killed with SIGKILL several times loses nothing, on the emulator and on the in-memory subscription of `serve-null --service pubsub-subscribe` (ten kills, duplicates printed) |
 //! | [`pubsub_replicas`] | two `gcp-sql` processes on one subscription into Bigtable share its messages; one killed with SIGKILL: every message landed, duplicates counted and bounded |
 //! | [`pubsub_source`] | the Pub/Sub subscription source against the Pub/Sub emulator: rows, metadata, acknowledgements read back |
 //! | [`pubsub_source_schema`] | the Pub/Sub source decoding Avro and Protobuf: fastavro's datums, the sink's messages read back, topic schemas |

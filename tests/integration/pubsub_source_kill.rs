@@ -1,7 +1,9 @@
 //! A Pub/Sub → Bigtable pipeline run by the `gcp-sql` binary and killed with SIGKILL several
 //! times (once while Bigtable is unreachable), then run to its end: every message is in
 //! Bigtable (read back with the Bigtable client), and after the last, graceful, end nothing is
-//! left unacknowledged on the subscription.
+//! left unacknowledged on the subscription. The same pipeline is also killed ten times against
+//! the in-memory subscription of the null StreamingPull server, whose leases lapse in 2 s and
+//! come back at once, so that run takes seconds rather than minutes.
 
 use std::collections::BTreeSet;
 use std::process::{Child, Stdio};
@@ -252,4 +254,199 @@ async fn a_pipeline_killed_with_sigkill_several_times_loses_nothing() {
         "{} message(s) left unacknowledged after the graceful end",
         left.len()
     );
+}
+
+/// Messages in the null StreamingPull server's backlog for the in-memory kill test.
+const IN_MEMORY_MESSAGES: u64 = 5_000;
+/// Data bytes of each of them: `{"id":N,"body":"xx…"}`.
+const IN_MEMORY_MESSAGE_SIZE: usize = 64;
+/// The longest lease the in-memory server grants, whatever the source asks (10 s at least):
+/// a killed run's messages come back this soon.
+const IN_MEMORY_LEASE: Duration = Duration::from_secs(2);
+/// SIGKILLs before the last run.
+const IN_MEMORY_KILLS: usize = 10;
+
+/// The pipeline of the in-memory kill test: the null StreamingPull server at `server` into
+/// Bigtable; `stop_after_idle` (well past the server's lease) only for the last run.
+fn in_memory_sql(
+    subscription: &str,
+    server: &str,
+    table: &str,
+    bigtable: &str,
+    last: bool,
+) -> String {
+    let idle = if last { ", stop_after_idle = '5s'" } else { "" };
+    format!(
+        "CREATE TABLE events_in (id BIGINT, body VARCHAR) WITH (connector = 'pubsub', \
+           subscription = '{subscription}', emulator_host = '{server}', format = 'json', \
+           parallel_pull_count = 2, max_outstanding_messages = 100, ack_deadline = '10s'{idle});
+         CREATE TABLE events_bt (id VARCHAR, body VARCHAR) WITH (connector = 'bigtable', \
+           table = '{table}', emulator_host = '{bigtable}', row_key = 'id', column_family = 'c');
+         INSERT INTO events_bt SELECT lpad(CAST(id AS VARCHAR), 6, '0'), upper(body) FROM events_in;\n"
+    )
+}
+
+/// The subscription's counts on the in-memory server.
+fn in_memory_stats(
+    server: &gcp_sql::bench::null_server::NullServer,
+    subscription: &str,
+) -> gcp_sql::connectors::pubsub::null_subscribe::subscription::SubscriptionStats {
+    let details = server
+        .details()
+        .expect("the subscription server keeps details");
+    let hub = details
+        .as_any()
+        .downcast_ref::<gcp_sql::connectors::pubsub::null_subscribe::Hub>()
+        .expect("the subscription server's details are its hub");
+    hub.stats()
+        .into_iter()
+        .find(|(name, _)| name == subscription)
+        .map(|(_, stats)| stats)
+        .unwrap_or_default()
+}
+
+/// The same pipeline against the null StreamingPull server (`gcp-sql serve-null --service
+/// pubsub-subscribe`, here in-process), whose leases lapse after 2 s and whose lapsed
+/// messages come back at once (the emulator hands a killed reader's messages out again only in
+/// blocks, 15-60 s later): killed ten times, then run to its end, every message is in Bigtable
+/// and acknowledged on the server; what was delivered more than once is counted and printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_killed_ten_times_against_the_in_memory_subscription_loses_nothing() {
+    use gcp_sql::bench::null_server::{FeedOptions, NullServer, NullServerOptions, NullService};
+
+    let server = NullServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        NullServerOptions {
+            service: NullService::PubSubSubscribe,
+            latency: Duration::ZERO,
+            feed: FeedOptions {
+                messages: IN_MEMORY_MESSAGES,
+                message_size: IN_MEMORY_MESSAGE_SIZE,
+                ordering_keys: 0,
+                max_ack_deadline: Some(IN_MEMORY_LEASE),
+            },
+        },
+    )
+    .await
+    .unwrap();
+    let subscription = format!("projects/kill-tests/subscriptions/{}", unique("mem-kill"));
+    let bt = Bigtable::connect().await;
+    let table = Bigtable::table_name("mem-kill");
+    bt.create_table(&table, &["c"]).await;
+
+    let home = tempfile::tempdir().unwrap();
+    let running = home.path().join("running.sql");
+    let last = home.path().join("last.sql");
+    let host = server.addr().to_string();
+    std::fs::write(
+        &running,
+        in_memory_sql(&subscription, &host, &table, &bt.host, false),
+    )
+    .unwrap();
+    std::fs::write(
+        &last,
+        in_memory_sql(&subscription, &host, &table, &bt.host, true),
+    )
+    .unwrap();
+
+    // Each run is killed once it acknowledged a share of the backlog (or after 30 s without);
+    // acknowledgements come in steps of up to the two streams' 200 outstanding messages.
+    let share = IN_MEMORY_MESSAGES / (2 * IN_MEMORY_KILLS as u64);
+    let mut acked_after_kill = Vec::new();
+    for run in 1..=IN_MEMORY_KILLS {
+        let before = in_memory_stats(&server, &subscription).acked;
+        let child = spawn(home.path(), &running, true);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while in_memory_stats(&server, &subscription).acked < before + share
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        kill(child);
+        let stats = in_memory_stats(&server, &subscription);
+        eprintln!(
+            "run {run}: killed with {} acknowledged, {} leased",
+            stats.acked, stats.outstanding
+        );
+        acked_after_kill.push(stats.acked);
+    }
+    assert!(
+        acked_after_kill
+            .windows(2)
+            .all(|w| w[0] < w[1] && w[1] < IN_MEMORY_MESSAGES),
+        "every run made progress and was killed mid-stream: {acked_after_kill:?}"
+    );
+
+    // The last run: the killed runs' leases lapse within 2 s and come back; it ends after 5 s
+    // without a message. Run again (at most twice more) if something is still unacknowledged.
+    for run in 1..=3 {
+        let child = spawn(home.path(), &last, false);
+        let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        let stderr = text(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        let source = stderr
+            .lines()
+            .find(|l| l.starts_with("Source: "))
+            .unwrap_or("Source: 0 message(s) read, 0 acknowledged, 0 nacked")
+            .to_string();
+        let counts: Vec<u64> = source
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        eprintln!("final run {run}: {source}");
+        assert_eq!(
+            counts[0], counts[1],
+            "a graceful end acknowledges all it read: {source}"
+        );
+        if in_memory_stats(&server, &subscription).acked == IN_MEMORY_MESSAGES {
+            break;
+        }
+    }
+
+    let stats = in_memory_stats(&server, &subscription);
+    eprintln!(
+        "in-memory subscription after {IN_MEMORY_KILLS} kills: {} messages, {} deliveries, \
+         {} duplicates (deliveries of a message delivered before), {} leases lapsed, \
+         {} nacked, {} stale acknowledgements, most deliveries of one message {}",
+        stats.messages,
+        stats.delivered,
+        stats.redelivered,
+        stats.expired,
+        stats.nacked,
+        stats.stale,
+        stats.max_attempts
+    );
+    assert_eq!(
+        stats.acked, IN_MEMORY_MESSAGES,
+        "every message acknowledged: {stats:?}"
+    );
+    assert_eq!(stats.outstanding, 0, "nothing left leased: {stats:?}");
+    assert_eq!(stats.delivered, IN_MEMORY_MESSAGES + stats.redelivered);
+
+    let rows = bt.read_range(&table, b"000000", b"999999").await;
+    let keys: BTreeSet<String> = rows
+        .keys()
+        .map(|k| String::from_utf8(k.clone()).unwrap())
+        .collect();
+    let expected: BTreeSet<String> = (0..IN_MEMORY_MESSAGES).map(|i| format!("{i:06}")).collect();
+    let missing: Vec<&String> = expected.difference(&keys).take(10).collect();
+    assert!(
+        missing.is_empty(),
+        "rows missing from Bigtable, e.g. {missing:?}"
+    );
+    assert_eq!(keys.len(), IN_MEMORY_MESSAGES as usize, "no other row");
+    for (key, cells) in &rows {
+        let i: u64 = String::from_utf8_lossy(key).parse().unwrap();
+        // `{"id":` + digits + `,"body":"` + body + `"}` is the message's size.
+        let body_len = IN_MEMORY_MESSAGE_SIZE - 17 - i.to_string().len();
+        assert!(
+            cells
+                .iter()
+                .any(|c| c.qualifier == b"body" && c.value == vec![b'X'; body_len]),
+            "row {i}'s body"
+        );
+    }
 }

@@ -13,6 +13,9 @@ pub mod names;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod null;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod null_subscribe;
 pub mod sink;
 pub mod snapshots;
 pub mod source;

@@ -27,6 +27,9 @@ pub static TESTING: TestingPart = TestingPart {
     },
 };
 
+/// The null servers of the reading side: the StreamingPull server of [`super::null_subscribe`].
+pub static NULL_SOURCES: [NullService; 1] = [NullService::PubSubSubscribe];
+
 /// The Pub/Sub emulator of the Google Cloud CLI (a Java program), as the launcher runs it.
 pub static EMULATOR: EmulatorSpec = EmulatorSpec {
     name: "Pub/Sub",
