@@ -45,7 +45,7 @@ pub struct NullMethod {
 
 /// What a null server that serves messages (`pubsub-subscribe`) hands out: every subscription
 /// name it is asked for gets its own backlog of `messages` canned messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeedOptions {
     /// Messages in each subscription's backlog.
     pub messages: u64,
@@ -58,7 +58,53 @@ pub struct FeedOptions {
     /// 10 to 600 s as at the service). A test knob: a short one brings a killed reader's
     /// messages back within seconds.
     pub max_ack_deadline: Option<Duration>,
+    /// The data of message `n`, in place of the canned JSON (`None`: the canned one). Flow
+    /// control and the byte counts still reckon every message at `message_size` bytes, so set
+    /// that near the payloads' size.
+    pub payload: Option<Payload>,
 }
+
+/// What a null subscription's message `n` carries, for a test that needs its own bodies (event
+/// times, keys): a function of the message's number, called at every delivery of it, so it must
+/// return the same bytes each time.
+///
+/// ```
+/// use gcp_sql::bench::null_server::{FeedOptions, Payload};
+/// let feed = FeedOptions {
+///     payload: Some(Payload::new(|n| format!("{{\"n\":{n}}}").into_bytes())),
+///     ..FeedOptions::default()
+/// };
+/// assert_eq!(feed.payload.unwrap().data(7), b"{\"n\":7}".to_vec());
+/// ```
+#[derive(Clone)]
+pub struct Payload(Arc<dyn Fn(u64) -> Vec<u8> + Send + Sync>);
+
+impl Payload {
+    /// The payload `make(n)` for message `n`.
+    pub fn new(make: impl Fn(u64) -> Vec<u8> + Send + Sync + 'static) -> Payload {
+        Payload(Arc::new(make))
+    }
+
+    /// The data of message `n`.
+    pub fn data(&self, n: u64) -> Vec<u8> {
+        (self.0)(n)
+    }
+}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Payload(fn)")
+    }
+}
+
+/// Two payloads are equal when they are the same function (one `Arc`).
+impl PartialEq for Payload {
+    fn eq(&self, other: &Payload) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Payload {}
 
 impl Default for FeedOptions {
     /// 100,000 messages of 200 bytes, unordered, leases as asked.
@@ -68,6 +114,7 @@ impl Default for FeedOptions {
             message_size: 200,
             ordering_keys: 0,
             max_ack_deadline: None,
+            payload: None,
         }
     }
 }
@@ -226,7 +273,7 @@ impl NullState {
 
     /// What a server that serves messages hands out.
     pub fn feed(&self) -> FeedOptions {
-        self.feed
+        self.feed.clone()
     }
 
     /// Keeps `details` as what the method keeps beyond the totals (the first call wins).

@@ -57,7 +57,7 @@ use std::time::Duration;
 
 use super::null_method::NullState;
 pub use super::null_method::{
-    FeedOptions, MAX_MUTATE_ROWS_REQUEST_BYTES, MAX_REQUEST_BYTES, NullDetails, NullMethod,
+    FeedOptions, MAX_MUTATE_ROWS_REQUEST_BYTES, Payload, MAX_REQUEST_BYTES, NullDetails, NullMethod,
     NullService, NullTotals,
 };
 
@@ -67,7 +67,7 @@ const STREAM_WINDOW: u32 = 16 * 1024 * 1024;
 const CONNECTION_WINDOW: u32 = 64 * 1024 * 1024;
 
 /// How the server answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NullServerOptions {
     /// How long each request waits before it is answered (zero: at once). The wait does not
     /// hold a thread, so concurrent requests wait in parallel, as at a real service.

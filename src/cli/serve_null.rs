@@ -86,6 +86,7 @@ impl ServeNullArgs {
             message_size: self.message_size,
             ordering_keys: self.ordering_keys,
             max_ack_deadline: self.max_ack_deadline,
+            payload: None,
         }
     }
 }
@@ -321,6 +322,7 @@ mod tests {
                 message_size: 1000,
                 ordering_keys: 8,
                 max_ack_deadline: Some(Duration::from_secs(2)),
+                payload: None,
             }
         );
         let err = parse(&["serve-null", "--message-size", "37"]).unwrap_err();

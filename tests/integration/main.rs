@@ -33,6 +33,7 @@
 //! | [`metrics`] | the metrics and health endpoint over a subscription-into-Bigtable pipeline: scrapes checked against what landed, `/readyz` while Bigtable is black-holed |
 //! | [`transport_faults`] | each sink against its real emulator behind a TCP proxy that resets, stalls and cuts connections |
 //! | [`windows`] | windows over a subscription into Bigtable: counts equal to a recomputation, late rows, the progress marker, refusals, flow control (ADR 0068) |
+//! | [`windows_kill`] | tumbling and hopping windows on the null server's in-memory subscription, killed with SIGKILL: Bigtable equals a recomputation, only late rows dead-lettered |
 //!
 //! The tests of one module run on their own with a filter: `cargo test --test integration
 //! pubsub_sink::`. Every emulator-backed module draws on the same emulators
@@ -97,6 +98,9 @@ mod pubsub_transport;
 // Feeds a FIFO (Unix only).
 mod streaming;
 mod windows;
+// On the null server's in-memory subscription, which the `cli` feature's kill helpers drive.
+#[cfg(feature = "cli")]
+mod windows_kill;
 // Runs the `gcp-sql` binary: the quickstart and the inspection functions.
 #[cfg(feature = "cli")]
 mod quickstart;

@@ -19,7 +19,8 @@
 //! ([`NullServer::details`](crate::bench::null_server::NullServer::details)).
 //!
 //! Message `n` (from 0) has data `{"id":n,"body":"xxx…"}`, padded with `x` to
-//! [`FeedOptions::message_size`] bytes (at least [`MIN_MESSAGE_SIZE`]), message id `n + 1`, the
+//! [`FeedOptions::message_size`] bytes (at least [`MIN_MESSAGE_SIZE`]), or what the feed's
+//! [`FeedOptions::payload`] makes of `n`; message id `n + 1`, the
 //! server's start as its publish time, and, with ordering keys, the key `k{n % keys}`.
 
 pub mod subscription;
@@ -106,7 +107,7 @@ impl Hub {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(name.to_string())
-            .or_insert_with(|| Arc::new(Subscription::new(self.feed)))
+            .or_insert_with(|| Arc::new(Subscription::new(self.feed.clone())))
             .clone()
     }
 
@@ -137,12 +138,18 @@ impl Hub {
     /// The message of `delivery`, as the stream sends it.
     fn received(&self, delivery: Delivery) -> ReceivedMessage {
         let id = delivery.id;
-        let head = format!("{{\"id\":{id},\"body\":\"");
-        let mut data = Vec::with_capacity(self.feed.message_size.max(MIN_MESSAGE_SIZE));
-        data.extend_from_slice(head.as_bytes());
-        let pad = self.feed.message_size.saturating_sub(head.len() + 2);
-        data.resize(head.len() + pad, b'x');
-        data.extend_from_slice(b"\"}");
+        let data = match &self.feed.payload {
+            Some(payload) => payload.data(id),
+            None => {
+                let head = format!("{{\"id\":{id},\"body\":\"");
+                let mut data = Vec::with_capacity(self.feed.message_size.max(MIN_MESSAGE_SIZE));
+                data.extend_from_slice(head.as_bytes());
+                let pad = self.feed.message_size.saturating_sub(head.len() + 2);
+                data.resize(head.len() + pad, b'x');
+                data.extend_from_slice(b"\"}");
+                data
+            }
+        };
         let ordering_key = if self.feed.ordering_keys > 0 {
             format!("k{}", id % u64::from(self.feed.ordering_keys))
         } else {
@@ -581,6 +588,7 @@ mod tests {
             message_size: 64,
             ordering_keys: 0,
             max_ack_deadline: None,
+            payload: None,
         }
     }
 

@@ -568,6 +568,7 @@ mod tests {
             message_size: 100,
             ordering_keys: keys,
             max_ack_deadline: None,
+            payload: None,
         }
     }
 
