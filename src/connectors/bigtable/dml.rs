@@ -37,7 +37,6 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
-use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
@@ -62,6 +61,9 @@ use crate::plan::node::{name_and_properties, with_new_children_by_replace};
 pub const ROW_KEY_COLUMN: &str = "__gcp_sql_row_key";
 /// The operation column of a `DELETE`'s sink (every row: `delete`).
 const OP_COLUMN: &str = "__gcp_sql_op";
+/// A cell column of a `DELETE`'s sink, always null: the mapping wants one cell column, and a
+/// delete row writes none.
+const NO_CELL_COLUMN: &str = "__gcp_sql_no_cell";
 
 /// A declared Bigtable table as the SQL layer sees it: read by [`BigtableScanTable`], deleted
 /// from and updated through the table's sink.
@@ -114,13 +116,20 @@ impl BigtableTable {
     fn key_filters(&self, kind: DmlKind, filters: Vec<Expr>) -> Result<Vec<Expr>> {
         let keys = self.key_columns();
         if filters.is_empty() {
+            // (DataFusion drops a condition it can prove always true, such as `k IS NOT NULL`
+            // on a NOT NULL key, before it reaches here.)
+            let every = match self.schema.field_with_name(&keys[0]).map(|f| f.data_type()) {
+                Ok(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => {
+                    format!("write 'WHERE {} >= '''", keys[0])
+                }
+                _ => format!("write a condition on {} that holds for every row", keys[0]),
+            };
             return Err(Error::Unsupported(format!(
                 "{} without WHERE on Bigtable table '{}' would change every row; write a row-key \
-                 predicate (on {}), or say 'WHERE {} IS NOT NULL' to mean every row",
+                 predicate (on {}), or, to change every row deliberately, {every}",
                 kind.statement(),
                 self.table_name(),
                 keys.join(", "),
-                keys[0]
             )));
         }
         let mut out = Vec::with_capacity(filters.len());
@@ -159,17 +168,20 @@ impl BigtableTable {
 
     /// The rows of `filters`: a scan of the columns `projection` (table indices) plus the row
     /// key as read ([`ROW_KEY_COLUMN`], last), under a filter of whatever the key ranges do
-    /// not settle exactly, in one partition.
+    /// not settle exactly.
     async fn read(
         &self,
         state: &dyn Session,
         projection: Vec<usize>,
         filters: &[Expr],
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        let plan = self.scan.scan(state, Some(&projection), filters, None).await?;
-        let scan = plan
-            .downcast_ref::<BigtableScanExec>()
-            .ok_or_else(|| DataFusionError::Internal("a Bigtable scan plans its own node".into()))?;
+        let plan = self
+            .scan
+            .scan(state, Some(&projection), filters, None)
+            .await?;
+        let scan = plan.downcast_ref::<BigtableScanExec>().ok_or_else(|| {
+            DataFusionError::Internal("a Bigtable scan plans its own node".into())
+        })?;
         let spec = scan.spec();
         let mut fields: Vec<Field> = spec
             .schema
@@ -213,9 +225,6 @@ impl BigtableTable {
             let df_schema = DFSchema::try_from(with_key.schema.clone())?;
             let predicate = state.create_physical_expr(predicate, &df_schema)?;
             input = Arc::new(FilterExec::try_new(predicate, input)?);
-        }
-        if input.output_partitioning().partition_count() > 1 {
-            input = Arc::new(CoalescePartitionsExec::new(input));
         }
         Ok(input)
     }
@@ -295,6 +304,7 @@ impl TableProvider for BigtableTable {
             vec![
                 Field::new(ROW_KEY_COLUMN, DataType::LargeBinary, false),
                 Field::new(OP_COLUMN, DataType::Utf8, false),
+                Field::new(NO_CELL_COLUMN, DataType::Utf8, true),
             ],
         )?;
         Ok(Arc::new(BigtableDmlExec::new(
@@ -373,7 +383,12 @@ impl TableProvider for BigtableTable {
         let mut fields = vec![Field::new(ROW_KEY_COLUMN, DataType::LargeBinary, false)];
         let mut values: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
         for (column, expr) in &assignments {
-            fields.push(self.schema.field_with_name(column)?.clone().with_nullable(true));
+            fields.push(
+                self.schema
+                    .field_with_name(column)?
+                    .clone()
+                    .with_nullable(true),
+            );
             values.push(state.create_physical_expr(expr.clone(), &input_schema)?);
         }
         if let Some(t) = &timestamp
@@ -477,6 +492,10 @@ impl BigtableDmlExec {
                 columns.push(Arc::new(StringArray::from_iter_values(
                     std::iter::repeat_n("delete", batch.num_rows()),
                 )));
+                columns.push(datafusion::arrow::array::new_null_array(
+                    &DataType::Utf8,
+                    batch.num_rows(),
+                ));
             }
             DmlKind::Update => {
                 for (expr, field) in values.iter().zip(schema.fields().iter().skip(1)) {
@@ -533,6 +552,26 @@ impl ExecutionPlan for BigtableDmlExec {
         Ok(TreeNodeRecursion::Continue)
     }
 
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: datafusion::physical_plan::execution_plan::ReplaceChildrenOptions,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return Err(DataFusionError::Internal(
+                "BigtableDmlExec has one child".into(),
+            ));
+        }
+        Ok(Arc::new(BigtableDmlExec::new(
+            self.kind,
+            self.table.clone(),
+            children.swap_remove(0),
+            self.sink.clone(),
+            self.values.clone(),
+            self.assigned.clone(),
+        )))
+    }
+
     with_new_children_by_replace!();
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -549,15 +588,20 @@ impl ExecutionPlan for BigtableDmlExec {
                 "BigtableDmlExec has one partition, asked for {partition}"
             )));
         }
-        let input = self.input.execute(0, context.clone())?;
+        // Every input partition is read, interleaved: one writer, so the statement's caps
+        // apply whole.
+        let partitions = self.input.output_partitioning().partition_count();
+        let streams = (0..partitions)
+            .map(|p| self.input.execute(p, context.clone()))
+            .collect::<DFResult<Vec<_>>>()?;
+        let input = futures::stream::select_all(streams);
         let sink = self.sink.clone();
         let schema = sink.schema().clone();
         let values = self.values.clone();
         let kind = self.kind;
         let rows_schema = schema.clone();
         let rows = input.map(move |batch| Self::to_sink_rows(kind, &rows_schema, &values, &batch?));
-        let rows: SendableRecordBatchStream =
-            Box::pin(RecordBatchStreamAdapter::new(schema, rows));
+        let rows: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(schema, rows));
         let metrics = SinkMetrics::new(&self.metrics);
         let ctx = WriterContext {
             statement: new_statement_id().into(),
