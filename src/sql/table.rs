@@ -72,6 +72,14 @@ impl SinkTable {
         self.declaration.as_deref()
     }
 
+    fn write_only(&self, statement: &str) -> Error {
+        Error::Unsupported(format!(
+            "{statement} is not supported on '{}': a {} sink is write-only; it can be the target of INSERT INTO",
+            self.name,
+            self.sink.kind().name()
+        ))
+    }
+
     /// The connector behind the table.
     pub fn sink(&self) -> &Arc<dyn SinkConnector> {
         &self.sink
@@ -118,6 +126,31 @@ impl TableProvider for SinkTable {
             self.sink.kind().name()
         ))
         .into())
+    }
+
+    /// `DELETE`, planned by the connector's reader when it has one (Bigtable).
+    async fn delete_from(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        match self.sink.reader() {
+            Some(reader) => reader.delete_from(state, filters).await,
+            None => Err(self.write_only("DELETE").into()),
+        }
+    }
+
+    /// `UPDATE`, planned by the connector's reader when it has one (Bigtable).
+    async fn update(
+        &self,
+        state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        match self.sink.reader() {
+            Some(reader) => reader.update(state, assignments, filters).await,
+            None => Err(self.write_only("UPDATE").into()),
+        }
     }
 
     async fn insert_into(

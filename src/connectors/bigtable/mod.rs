@@ -3,10 +3,12 @@
 //! Split like every connector: [`options`] (the typed options and their builder), [`mapping`]
 //! (Arrow rows to serialized entries, pure), [`client`] (the gRPC side, a
 //! [`Transport`](crate::core::Transport)) and [`writer`] (the glue onto the flow-control core);
-//! [`scan`] reads a declared table back for `SELECT`.
+//! [`scan`] reads a declared table back for `SELECT`, and [`dml`] plans `DELETE` and `UPDATE`
+//! on it.
 //! See `docs/bigtable.md` for the user's view.
 
 pub mod client;
+pub mod dml;
 pub mod inspect;
 pub mod mapping;
 pub mod names;

@@ -174,13 +174,14 @@ impl Connector for Bigtable {
         }
     }
 
-    /// A Bigtable table is read back by a scan (`scan::BigtableScanTable`).
+    /// A Bigtable table is read back by a scan (`scan::BigtableScanTable`), and deleted from
+    /// and updated by row key (`dml::BigtableTable`).
     fn reader(
         options: &BigtableSinkOptions,
         mapping: &BigtableMapping,
         schema: &SchemaRef,
     ) -> Option<std::sync::Arc<dyn datafusion::catalog::TableProvider>> {
-        Some(std::sync::Arc::new(super::scan::BigtableScanTable::new(
+        Some(std::sync::Arc::new(super::dml::BigtableTable::new(
             options.clone(),
             schema.clone(),
             Self::client_settings(options, mapping),

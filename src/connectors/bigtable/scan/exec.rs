@@ -64,6 +64,8 @@ pub enum Source {
     Cell(usize),
     /// A struct column: its fields' cells, in field order.
     Struct(Vec<usize>),
+    /// The whole row key, as read (a `LargeBinary` column; what `DELETE`/`UPDATE` write back).
+    RowKey,
 }
 
 /// What every partition of a scan shares.
@@ -185,6 +187,11 @@ impl BigtableScanExec {
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
         }
+    }
+
+    /// The key set the scan reads (the union of its partitions).
+    pub fn keys(&self) -> &KeySet {
+        &self.keys
     }
 
     /// The key set of each partition.
@@ -439,6 +446,7 @@ impl Rows {
             columns.push(match source {
                 Source::KeyPart(n) => decode_key_part(&parts[*n], field.data_type(), name)?,
                 Source::Timestamp => timestamp_column(&timestamps, field.data_type(), name)?,
+                Source::RowKey => Arc::new(keys.clone()),
                 Source::Cell(i) => decode_cells(&raw[*i], field.data_type(), name)?,
                 Source::Struct(cells) => {
                     let DataType::Struct(fields) = field.data_type() else {
