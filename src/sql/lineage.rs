@@ -7,7 +7,9 @@
 //! 1. **Every node between the source and a writer hands each input batch on before it asks
 //!    its input for the next one, and never holds rows back.** Projections (casts, `CASE`,
 //!    scalar functions) and unions do; a filter does once DataFusion's own (which gathers small
-//!    batches into larger ones) is replaced by [`BatchFilterExec`]. Round-robin repartitions and
+//!    batches into larger ones) is replaced by [`BatchFilterExec`]; a join with a Bigtable
+//!    table on its row key does once it is a lookup join (one `ReadRows` per input batch,
+//!    [`LookupJoinExec`], ADR 0078). Round-robin repartitions and
 //!    merges of partitions, which the optimizer adds, are taken out. Anything else
 //!    (aggregates, joins, sorts, windows, limits, hash repartitions) is refused at planning.
 //! 2. **One writer per source partition**, reading that partition only: the batch a writer
@@ -51,6 +53,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use crate::connectors::SourceDescriptor;
+use crate::connectors::bigtable::lookup::{self, LookupJoinExec};
 use crate::connectors::registry;
 use crate::core::delivery::subset::{SubsetHandle, SubsetInput, SubsetSlot};
 use crate::core::delivery::{DeliveryHandle, DeliveryInput};
@@ -115,7 +118,13 @@ pub fn connect(plan: Arc<dyn ExecutionPlan>, table: &str) -> Result<Arc<dyn Exec
             input,
         )?));
     }
+    if let Some(lookup) =
+        lookup::rewrite(&plan).map_err(|why| lookup_refusal(&plan, table, &why))?
+    {
+        return connect(lookup, table);
+    }
     let passes_on = any.is::<ProjectionExec>()
+        || any.is::<LookupJoinExec>()
         || any.is::<UnionExec>()
         || any.is::<CooperativeExec>()
         || any.is::<BatchFilterExec>();
@@ -131,6 +140,17 @@ pub fn connect(plan: Arc<dyn ExecutionPlan>, table: &str) -> Result<Arc<dyn Exec
         children,
         ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
     )?)
+}
+
+fn lookup_refusal(node: &Arc<dyn ExecutionPlan>, table: &str, why: &str) -> Error {
+    let source = first_source(node).unwrap_or_else(|| "a source".into());
+    Error::Unsupported(format!(
+        "INSERT INTO '{table}' reads {source} through a join with a Bigtable table that cannot \
+         be a lookup join: {why}. Between a source and a sink a join must be a lookup: INNER or \
+         LEFT JOIN of the input with a Bigtable table ON the table's row key column (see \
+         docs/bigtable.md, \"Lookup joins\"); otherwise land the rows in a table first and run a \
+         bounded query over it"
+    ))
 }
 
 fn refusal(node: &Arc<dyn ExecutionPlan>, table: &str) -> Error {
@@ -175,6 +195,10 @@ pub fn delivery_input(
         let inner = delivery_input(filter.input(), partition)?;
         let slot = filter.slots.get(partition)?.clone();
         return Some(Arc::new(SubsetInput::new(inner, slot)));
+    }
+    if let Some(lookup) = plan.downcast_ref::<LookupJoinExec>() {
+        let inner = delivery_input(lookup.input(), partition)?;
+        return Some(Arc::new(SubsetInput::new(inner, lookup.slot(partition)?)));
     }
     if plan.is::<UnionExec>() {
         // A union's partitions are its children's, one after the other.

@@ -59,6 +59,7 @@ mod support;
 #[path = "pubsub_source_kill.rs"]
 mod a_pubsub_source_kill;
 
+mod bigtable_lookup;
 mod bigtable_scan;
 mod bigtable_sink;
 mod bigtable_write_modes;

@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod inspect;
+pub mod lookup;
 pub mod mapping;
 pub mod names;
 #[cfg(any(test, feature = "testing"))]
