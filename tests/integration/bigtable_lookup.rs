@@ -6,7 +6,7 @@
 //!
 //! Run: `cargo test --test integration bigtable_lookup::`.
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, UInt64Type};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use gcloud_sdk::google::pubsub::v1::PubsubMessage;
@@ -28,6 +28,17 @@ fn context() -> SessionContext {
 /// A profile table `profiles` of users `u0`..`u{n-1}`, each with a name and a tier, written by
 /// the sink; returns the Bigtable table's name.
 async fn profiles(ctx: &SessionContext, bt: &Bigtable, n: usize) -> String {
+    profiles_with(ctx, bt, n, &[]).await
+}
+
+async fn profiles_with(
+    ctx: &SessionContext,
+    bt: &Bigtable,
+    n: usize,
+    options: &[(&str, &str)],
+) -> String {
+    let mut options = options.to_vec();
+    options.extend([("row_key", "k"), ("column_family", "p")]);
     let table = Bigtable::table_name("lookup");
     bt.create_table(&table, &["p"]).await;
     exec(
@@ -36,7 +47,7 @@ async fn profiles(ctx: &SessionContext, bt: &Bigtable, n: usize) -> String {
             "profiles",
             "k VARCHAR NOT NULL, name VARCHAR, tier BIGINT",
             &table,
-            &[("row_key", "k"), ("column_family", "p")],
+            &options,
         ),
     )
     .await;
@@ -87,8 +98,6 @@ fn strings(batches: &[RecordBatch]) -> Vec<Vec<String>> {
     out.sort();
     out
 }
-
-use arrow::array::Array;
 
 const CLICKS: &str = "CREATE TABLE clicks AS VALUES (1, 'u1'), (2, 'u7'), (3, 'nobody'), \
                       (4, 'u1'), (5, CAST(NULL AS VARCHAR))";
@@ -145,16 +154,7 @@ async fn inner_and_left_lookups_of_a_bounded_input_join_by_the_row_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_analyze_reports_one_read_rows_call_per_input_batch() {
     let bt = Bigtable::connect().await;
-    let ctx = SessionContext::new_with_state(
-        gcp_sql::sql::new_state_builder()
-            .with_config(
-                SessionConfig::new()
-                    .with_target_partitions(1)
-                    .with_batch_size(4),
-            )
-            .build(),
-    );
-    gcp_sql::sql::register(&ctx);
+    let ctx = small_batches();
     profiles(&ctx, &bt, 50).await;
     // 40 input rows in 10 batches of 4, each batch with 2 distinct keys.
     let sql = "SELECT count(*) FROM (SELECT 'u' || CAST(v / 2 AS VARCHAR) AS user_id \
@@ -171,14 +171,91 @@ async fn explain_analyze_reports_one_read_rows_call_per_input_batch() {
     )
     .unwrap()
     .to_string();
-    let line = text
-        .lines()
-        .find(|l| l.contains("LookupJoinExec"))
-        .unwrap_or_else(|| panic!("{text}"));
+    let line = lookup_line(&text);
+    assert!(line.contains("cache=off"), "{line}");
     assert!(line.contains("input_batches=10"), "{line}");
     assert!(line.contains("read_rows_calls=10"), "{line}");
     assert!(line.contains("keys_read=20"), "{line}");
     assert!(line.contains("rows_found=20"), "{line}");
+}
+
+fn small_batches() -> SessionContext {
+    let ctx = SessionContext::new_with_state(
+        gcp_sql::sql::new_state_builder()
+            .with_config(
+                SessionConfig::new()
+                    .with_target_partitions(1)
+                    .with_batch_size(4),
+            )
+            .build(),
+    );
+    gcp_sql::sql::register(&ctx);
+    ctx
+}
+
+fn lookup_line(text: &str) -> String {
+    text.lines()
+        .find(|l| l.contains("LookupJoinExec"))
+        .unwrap_or_else(|| panic!("{text}"))
+        .to_string()
+}
+
+/// With `lookup_cache_rows`, the keys of the first batch are read once and every later batch
+/// (the same four users) is answered from memory: one `ReadRows` in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_lookup_reads_a_key_once_and_zero_times_for_batches_it_has_cached() {
+    let bt = Bigtable::connect().await;
+    let ctx = small_batches();
+    profiles_with(
+        &ctx,
+        &bt,
+        10,
+        &[("lookup_cache_rows", "100"), ("lookup_cache_ttl", "10m")],
+    )
+    .await;
+    let sql = "SELECT c.v, p.name FROM (SELECT v, 'u' || CAST(v % 4 AS VARCHAR) AS user_id \
+               FROM generate_series(0, 39) AS t(v)) c JOIN profiles p ON p.k = c.user_id";
+    let got = strings(&rows(&ctx, sql).await);
+    assert_eq!(got.len(), 40);
+    for row in &got {
+        let v: i64 = row[0].parse().unwrap();
+        assert_eq!(row[1], format!("name-{}", v % 4));
+    }
+    let text = arrow::util::pretty::pretty_format_batches(
+        &rows(&ctx, &format!("EXPLAIN ANALYZE {sql}")).await,
+    )
+    .unwrap()
+    .to_string();
+    let line = lookup_line(&text);
+    assert!(line.contains("cache=100 rows"), "{line}");
+    assert!(line.contains("input_batches=10"), "{line}");
+    assert!(line.contains("read_rows_calls=1,"), "{line}");
+    assert!(line.contains("keys_read=4"), "{line}");
+    assert!(line.contains("cache_hits=36"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_lookup_cache_options_are_refused_naming_the_option() {
+    let bt = Bigtable::connect().await;
+    let ctx = context();
+    for (options, named) in [
+        (&[("lookup_cache_rows", "-1")][..], "lookup_cache_rows"),
+        (&[("lookup_cache_ttl", "1m")][..], "lookup_cache_ttl"),
+        (
+            &[("lookup_cache_rows", "10"), ("lookup_cache_ttl", "0s")][..],
+            "lookup_cache_ttl",
+        ),
+    ] {
+        let mut all = options.to_vec();
+        all.push(("row_key", "k"));
+        let table = Bigtable::table_name("bad");
+        let sql = bt.create_sql("bad", "k VARCHAR, v VARCHAR", &table, &all);
+        let err = gcp_sql::sql::run(&ctx, &sql)
+            .await
+            .expect_err(&sql)
+            .to_string();
+        assert!(err.contains(named), "{err}");
+    }
 }
 
 /// `n` JSON messages `{"id": i, "user": "u{i % 7}"}`, every fifth for a user with no profile.

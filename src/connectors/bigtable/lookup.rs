@@ -84,11 +84,14 @@ struct Plan {
 fn scan_under(plan: &Arc<dyn ExecutionPlan>) -> Option<(Arc<BigtableScanExec>, Vec<usize>)> {
     if let Some(scan) = plan.downcast_ref::<BigtableScanExec>() {
         let n = scan.schema().fields().len();
-        let scan = Arc::new(BigtableScanExec::new(
-            scan.spec().clone(),
-            union_of(scan.partitions()),
-            scan.partitions().to_vec(),
-        ));
+        let scan = Arc::new(
+            BigtableScanExec::new(
+                scan.spec().clone(),
+                union_of(scan.partitions()),
+                scan.partitions().to_vec(),
+            )
+            .with_lookup_cache(scan.lookup_cache()),
+        );
         return Some((scan, (0..n).collect()));
     }
     if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
@@ -236,11 +239,12 @@ pub fn rewrite(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Execution
         .downcast_ref::<HashJoinExec>()
         .expect("plan_of checked the join");
     let input = input_of(join, p.table_first);
+    let cache = p.scan.lookup_cache();
     Ok(Some(Arc::new(LookupJoinExec::new(
         Arc::new(p),
         input,
         plan.schema(),
-        None,
+        cache,
     ))))
 }
 

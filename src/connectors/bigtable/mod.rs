@@ -9,6 +9,7 @@
 pub mod client;
 pub mod inspect;
 pub mod lookup;
+pub mod lookup_options;
 pub mod mapping;
 pub mod names;
 #[cfg(any(test, feature = "testing"))]
