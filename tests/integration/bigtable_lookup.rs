@@ -240,7 +240,6 @@ async fn bad_lookup_cache_options_are_refused_naming_the_option() {
     let ctx = context();
     for (options, named) in [
         (&[("lookup_cache_rows", "-1")][..], "lookup_cache_rows"),
-        (&[("lookup_cache_ttl", "1m")][..], "lookup_cache_ttl"),
         (
             &[("lookup_cache_rows", "10"), ("lookup_cache_ttl", "0s")][..],
             "lookup_cache_ttl",

@@ -37,9 +37,9 @@ pub static LOOKUP_CACHE_TTL: OptionSpec = OptionSpec {
     kind: OptionKind::Duration,
     default: DefaultValue::Duration(DEFAULT_CACHE_TTL),
     bound: Bound::AtLeastMillis,
-    cross_rule: "only with `lookup_cache_rows` above 0",
+    cross_rule: "",
     example: "5m",
-    description: "How long a lookup join trusts a cached row (or a key cached as absent) before it reads the key again: a row changed in Bigtable is seen at most this late.",
+    description: "How long a lookup join trusts a cached row (or a key cached as absent) before it reads the key again: a row changed in Bigtable is seen at most this late. Used only when `lookup_cache_rows` is above 0.",
     redact: Redact::None,
 };
 
@@ -51,12 +51,6 @@ pub fn from_parsed(p: &ParsedOptions) -> Result<Option<CacheSettings>> {
     let rows = p.int(&LOOKUP_CACHE_ROWS)?.unwrap_or(0);
     let ttl = p.duration(&LOOKUP_CACHE_TTL)?;
     if rows == 0 {
-        if let Some(ttl) = ttl {
-            return Err(LOOKUP_CACHE_TTL.invalid(
-                crate::options::spec::format_duration(ttl),
-                "only with `lookup_cache_rows` above 0 (the cache is off)",
-            ));
-        }
         return Ok(None);
     }
     Ok(Some(CacheSettings {
