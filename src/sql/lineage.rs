@@ -9,7 +9,7 @@
 //!    scalar functions) and unions do; a filter does once DataFusion's own (which gathers small
 //!    batches into larger ones) is replaced by [`BatchFilterExec`]; a join with a Bigtable
 //!    table on its row key does once it is a lookup join (one `ReadRows` per input batch,
-//!    [`LookupJoinExec`], ADR 0078). Round-robin repartitions and
+//!    `registry::LOOKUPS`, ADR 0078). Round-robin repartitions and
 //!    merges of partitions, which the optimizer adds, are taken out. Anything else
 //!    (aggregates, joins, sorts, windows, limits, hash repartitions) is refused at planning.
 //! 2. **One writer per source partition**, reading that partition only: the batch a writer
@@ -53,7 +53,6 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use crate::connectors::SourceDescriptor;
-use crate::connectors::bigtable::lookup::{self, LookupJoinExec};
 use crate::connectors::registry;
 use crate::core::delivery::subset::{SubsetHandle, SubsetInput, SubsetSlot};
 use crate::core::delivery::{DeliveryHandle, DeliveryInput};
@@ -119,12 +118,12 @@ pub fn connect(plan: Arc<dyn ExecutionPlan>, table: &str) -> Result<Arc<dyn Exec
         )?));
     }
     if let Some(lookup) =
-        lookup::rewrite(&plan).map_err(|why| lookup_refusal(&plan, table, &why))?
+        registry::lookup_join(&plan).map_err(|why| lookup_refusal(&plan, table, &why))?
     {
         return connect(lookup, table);
     }
     let passes_on = any.is::<ProjectionExec>()
-        || any.is::<LookupJoinExec>()
+        || registry::LOOKUPS.iter().any(|l| (l.is_node)(any))
         || any.is::<UnionExec>()
         || any.is::<CooperativeExec>()
         || any.is::<BatchFilterExec>();
@@ -196,9 +195,12 @@ pub fn delivery_input(
         let slot = filter.slots.get(partition)?.clone();
         return Some(Arc::new(SubsetInput::new(inner, slot)));
     }
-    if let Some(lookup) = plan.downcast_ref::<LookupJoinExec>() {
-        let inner = delivery_input(lookup.input(), partition)?;
-        return Some(Arc::new(SubsetInput::new(inner, lookup.slot(partition)?)));
+    if let Some((input, slot)) = registry::LOOKUPS
+        .iter()
+        .find_map(|l| (l.pass_through)(plan.as_ref(), partition))
+    {
+        let inner = delivery_input(&input, partition)?;
+        return Some(Arc::new(SubsetInput::new(inner, slot)));
     }
     if plan.is::<UnionExec>() {
         // A union's partitions are its children's, one after the other.

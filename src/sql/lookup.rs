@@ -1,5 +1,5 @@
-//! Where joins with a Bigtable table become lookup joins
-//! ([`crate::connectors::bigtable::lookup`]): between a source and a sink, [`super::lineage`]
+//! Where joins with a connector's table become lookup joins
+//! ([`crate::connectors::registry::LOOKUPS`], ADR 0078): between a source and a sink, [`super::lineage`]
 //! connects a join only as a lookup; in any other query [`LookupJoinRule`] rewrites the joins
 //! that can be one after DataFusion's own physical optimizer rules ran (and leaves the others
 //! as hash joins).
@@ -12,7 +12,7 @@ use datafusion::error::Result as DFResult;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::connectors::bigtable::lookup::rewrite;
+use crate::connectors::registry::lookup_join as rewrite;
 
 /// Rewrites every join with a Bigtable table on its row key into a lookup join.
 #[derive(Debug, Default)]

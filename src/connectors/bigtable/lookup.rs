@@ -41,6 +41,7 @@ use futures::StreamExt;
 use super::scan::BigtableScanExec;
 use super::scan::exec::Source;
 use super::scan::keys::{KeyRange, KeySet, PartKind};
+use crate::connectors::lookup::LookupPlanner;
 use crate::core::delivery::subset::{SubsetHandle, SubsetSlot};
 use crate::core::delivery::{DeliveryHandle, DeliveryInput};
 use crate::plan::node::{name_and_properties, with_new_children_by_replace};
@@ -247,6 +248,16 @@ pub fn rewrite(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Execution
         cache,
     ))))
 }
+
+/// The Bigtable connector's lookup joins, as the registry lists them.
+pub static PLANNER: LookupPlanner = LookupPlanner {
+    rewrite,
+    pass_through: |plan, partition| {
+        let node = plan.downcast_ref::<LookupJoinExec>()?;
+        Some((node.input.clone(), node.slot(partition)?))
+    },
+    is_node: |plan| plan.is::<LookupJoinExec>(),
+};
 
 /// Keys cached with the time they were read and their use order.
 #[derive(Debug, Default)]
