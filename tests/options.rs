@@ -1968,6 +1968,63 @@ fn rejects_unknown_write_mode_and_op_column_with_a_one_row_mode() {
 }
 
 #[test]
+fn accepts_a_lookup_cache_of_rows_for_a_ttl_and_reads_it_off_by_default() {
+    use gcp_sql::connectors::bigtable::lookup::CacheSettings;
+    assert_eq!(bigtable(&[]).unwrap().lookup_cache, None);
+    assert_eq!(
+        bigtable(&[("lookup_cache_rows", "0"), ("lookup_cache_ttl", "1m")])
+            .unwrap()
+            .lookup_cache,
+        None
+    );
+    assert_eq!(
+        bigtable(&[("lookup_cache_rows", "1000")])
+            .unwrap()
+            .lookup_cache,
+        Some(CacheSettings {
+            rows: 1000,
+            ttl: Duration::from_secs(60)
+        })
+    );
+    assert_eq!(
+        bigtable(&[
+            ("lookup_cache_rows", "10000000"),
+            ("lookup_cache_ttl", "1ms")
+        ])
+        .unwrap()
+        .lookup_cache,
+        Some(CacheSettings {
+            rows: 10_000_000,
+            ttl: Duration::from_millis(1)
+        })
+    );
+}
+
+#[test]
+fn rejects_a_negative_or_huge_lookup_cache_and_a_ttl_under_a_millisecond() {
+    invalid(
+        bigtable(&[("lookup_cache_rows", "-1")]),
+        "lookup_cache_rows",
+    );
+    invalid(
+        bigtable(&[("lookup_cache_rows", "10000001")]),
+        "lookup_cache_rows",
+    );
+    invalid(
+        bigtable(&[("lookup_cache_rows", "many")]),
+        "lookup_cache_rows",
+    );
+    invalid(
+        bigtable(&[("lookup_cache_rows", "10"), ("lookup_cache_ttl", "0s")]),
+        "lookup_cache_ttl",
+    );
+    invalid(
+        bigtable(&[("lookup_cache_ttl", "soon")]),
+        "lookup_cache_ttl",
+    );
+}
+
+#[test]
 fn rejects_invalid_column_family_name() {
     invalid(bigtable(&[("column_family", "has space")]), "column_family");
     invalid(bigtable(&[("column_family", "")]), "column_family");

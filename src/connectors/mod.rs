@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod cloud_tasks;
 pub mod dead_letter;
 pub mod descriptor;
+pub mod lookup;
 pub mod pubsub;
 pub mod registry;
 pub mod shared;

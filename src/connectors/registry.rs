@@ -57,6 +57,23 @@ pub static CONNECTORS: [Registered; 3] = [
     },
 ];
 
+/// The connectors whose tables answer lookup joins (ADR 0078).
+pub static LOOKUPS: [&crate::connectors::lookup::LookupPlanner; 1] = [&bigtable::lookup::PLANNER];
+
+/// A join as a lookup node of the connector whose table it reads (see
+/// [`crate::connectors::lookup::LookupPlanner::rewrite`]).
+pub fn lookup_join(
+    plan: &std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+) -> std::result::Result<Option<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>, String>
+{
+    for planner in LOOKUPS {
+        if let Some(node) = (planner.rewrite)(plan)? {
+            return Ok(Some(node));
+        }
+    }
+    Ok(None)
+}
+
 /// One connector as [`CONNECTORS`] lists it: its descriptor (what production code knows of
 /// it) and, with the `testing` feature, its testing part (its emulator and null server).
 #[derive(Debug)]

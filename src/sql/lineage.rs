@@ -7,7 +7,9 @@
 //! 1. **Every node between the source and a writer hands each input batch on before it asks
 //!    its input for the next one, and never holds rows back.** Projections (casts, `CASE`,
 //!    scalar functions) and unions do; a filter does once DataFusion's own (which gathers small
-//!    batches into larger ones) is replaced by [`BatchFilterExec`]. Round-robin repartitions and
+//!    batches into larger ones) is replaced by [`BatchFilterExec`]; a join with a Bigtable
+//!    table on its row key does once it is a lookup join (one `ReadRows` per input batch,
+//!    `registry::LOOKUPS`, ADR 0078). Round-robin repartitions and
 //!    merges of partitions, which the optimizer adds, are taken out. Anything else
 //!    (aggregates, joins, sorts, windows, limits, hash repartitions) is refused at planning.
 //! 2. **One writer per source partition**, reading that partition only: the batch a writer
@@ -115,7 +117,13 @@ pub fn connect(plan: Arc<dyn ExecutionPlan>, table: &str) -> Result<Arc<dyn Exec
             input,
         )?));
     }
+    if let Some(lookup) =
+        registry::lookup_join(&plan).map_err(|why| lookup_refusal(&plan, table, &why))?
+    {
+        return connect(lookup, table);
+    }
     let passes_on = any.is::<ProjectionExec>()
+        || registry::LOOKUPS.iter().any(|l| (l.is_node)(any))
         || any.is::<UnionExec>()
         || any.is::<CooperativeExec>()
         || any.is::<BatchFilterExec>();
@@ -131,6 +139,17 @@ pub fn connect(plan: Arc<dyn ExecutionPlan>, table: &str) -> Result<Arc<dyn Exec
         children,
         ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
     )?)
+}
+
+fn lookup_refusal(node: &Arc<dyn ExecutionPlan>, table: &str, why: &str) -> Error {
+    let source = first_source(node).unwrap_or_else(|| "a source".into());
+    Error::Unsupported(format!(
+        "INSERT INTO '{table}' reads {source} through a join with a Bigtable table that cannot \
+         be a lookup join: {why}. Between a source and a sink a join must be a lookup: INNER or \
+         LEFT JOIN of the input with a Bigtable table ON the table's row key column (see \
+         docs/bigtable.md, \"Lookup joins\"); otherwise land the rows in a table first and run a \
+         bounded query over it"
+    ))
 }
 
 fn refusal(node: &Arc<dyn ExecutionPlan>, table: &str) -> Error {
@@ -174,6 +193,13 @@ pub fn delivery_input(
     if let Some(filter) = plan.downcast_ref::<BatchFilterExec>() {
         let inner = delivery_input(filter.input(), partition)?;
         let slot = filter.slots.get(partition)?.clone();
+        return Some(Arc::new(SubsetInput::new(inner, slot)));
+    }
+    if let Some((input, slot)) = registry::LOOKUPS
+        .iter()
+        .find_map(|l| (l.pass_through)(plan.as_ref(), partition))
+    {
+        let inner = delivery_input(&input, partition)?;
         return Some(Arc::new(SubsetInput::new(inner, slot)));
     }
     if plan.is::<UnionExec>() {

@@ -27,6 +27,7 @@ pub(crate) mod control;
 pub mod exec;
 mod factory;
 pub mod lineage;
+pub mod lookup;
 pub mod map_columns;
 pub mod order;
 mod spec;
@@ -137,7 +138,9 @@ pub fn with_gcp_sinks(mut builder: SessionStateBuilder) -> SessionStateBuilder {
             Arc::new(window::udf::tumble()),
             Arc::new(window::udf::hop()),
         ]);
-    builder.with_analyzer_rule(Arc::new(window::udf::EventTimeArgument))
+    builder
+        .with_analyzer_rule(Arc::new(window::udf::EventTimeArgument))
+        .with_physical_optimizer_rule(Arc::new(lookup::LookupJoinRule))
 }
 
 /// A state builder with DataFusion's defaults and the three sinks (no inspection functions).

@@ -62,6 +62,7 @@ mod support;
 mod a_pubsub_source_kill;
 
 mod bigtable_dml;
+mod bigtable_lookup;
 mod bigtable_scan;
 mod bigtable_sink;
 mod bigtable_write_modes;

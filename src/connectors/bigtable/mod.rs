@@ -10,6 +10,8 @@
 pub mod client;
 pub mod dml;
 pub mod inspect;
+pub mod lookup;
+pub mod lookup_options;
 pub mod mapping;
 pub mod names;
 #[cfg(any(test, feature = "testing"))]

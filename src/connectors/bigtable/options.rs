@@ -347,6 +347,7 @@ pub fn options() -> &'static [&'static OptionSpec] {
             &crate::options::common::SHARED_OPTIONS[..],
             own,
             BigtableWriterOptions::specs(),
+            &super::lookup_options::SPECS[..],
         ]
         .concat()
     });
@@ -631,6 +632,8 @@ pub struct BigtableSinkOptions {
     pub app_profile_id: Option<String>,
     /// The writer options.
     pub writer: BigtableWriterOptions,
+    /// The cache of lookup joins reading this table (`None`: off).
+    pub lookup_cache: Option<super::lookup::CacheSettings>,
 }
 
 impl TableOptions for BigtableSinkOptions {
@@ -730,6 +733,7 @@ impl TableOptions for BigtableSinkOptions {
             auto_create_table: p.bool(&AUTO_CREATE_TABLE)?.unwrap_or(false),
             app_profile_id: p.non_empty_text(&APP_PROFILE_ID)?.map(str::to_string),
             writer,
+            lookup_cache: super::lookup_options::from_parsed(p)?,
         };
         opts.validate()?;
         Ok(opts)

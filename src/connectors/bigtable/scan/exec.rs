@@ -164,9 +164,24 @@ pub struct BigtableScanExec {
     partitions: Vec<KeySet>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
+    lookup_cache: Option<crate::connectors::bigtable::lookup::CacheSettings>,
 }
 
 impl BigtableScanExec {
+    /// This scan, with the cache a lookup join reading its table keeps (ADR 0078).
+    pub fn with_lookup_cache(
+        mut self,
+        cache: Option<crate::connectors::bigtable::lookup::CacheSettings>,
+    ) -> Self {
+        self.lookup_cache = cache;
+        self
+    }
+
+    /// The cache a lookup join reading this table keeps (`None`: none).
+    pub fn lookup_cache(&self) -> Option<crate::connectors::bigtable::lookup::CacheSettings> {
+        self.lookup_cache
+    }
+
     /// A scan of `keys` split into `partitions` (their union is `keys`).
     pub fn new(spec: Arc<ScanSpec>, keys: KeySet, partitions: Vec<KeySet>) -> Self {
         let partitions = if partitions.is_empty() {
@@ -186,6 +201,7 @@ impl BigtableScanExec {
             partitions,
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
+            lookup_cache: None,
         }
     }
 

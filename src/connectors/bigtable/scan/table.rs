@@ -374,7 +374,10 @@ impl TableProvider for BigtableScanTable {
         } else {
             vec![plan.keys.clone()]
         };
-        Ok(Arc::new(BigtableScanExec::new(spec, plan.keys, partitions)))
+        Ok(Arc::new(
+            BigtableScanExec::new(spec, plan.keys, partitions)
+                .with_lookup_cache(self.options.lookup_cache),
+        ))
     }
 }
 

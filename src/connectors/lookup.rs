@@ -1,0 +1,25 @@
+//! What the SQL layer knows of a connector's lookup joins (ADR 0078): a way to turn a join with
+//! one of its tables into a lookup node, and, for such a node, its input and where it
+//! publishes the delivery handle of the batch it emitted last. The registry lists the
+//! connectors that have one ([`crate::connectors::registry::LOOKUPS`]).
+
+use std::sync::Arc;
+
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::core::delivery::subset::SubsetSlot;
+
+/// The lookup joins of one connector.
+#[derive(Debug)]
+pub struct LookupPlanner {
+    /// `Ok(Some(node))`: the join as a lookup node with the same output; `Ok(None)`: not a
+    /// join with one of this connector's tables; `Err(why)`: one that cannot be a lookup, why
+    /// (and what to write instead).
+    pub rewrite: fn(&Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>, String>,
+    /// For a lookup node of this connector: its input, and the slot of output partition
+    /// `partition`; `None` for any other node.
+    pub pass_through:
+        fn(&dyn ExecutionPlan, usize) -> Option<(Arc<dyn ExecutionPlan>, Arc<SubsetSlot>)>,
+    /// Whether `plan` is a lookup node of this connector.
+    pub is_node: fn(&dyn ExecutionPlan) -> bool,
+}
