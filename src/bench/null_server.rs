@@ -101,7 +101,7 @@ impl NullServer {
         let state = Arc::new(NullState::new(
             options.latency,
             options.service.method(),
-            options.feed,
+            options.feed.clone(),
         ));
         let routes = (options.service.method().routes)(state.clone());
         let incoming =
@@ -130,7 +130,7 @@ impl NullServer {
 
     /// The options it answers with.
     pub fn options(&self) -> NullServerOptions {
-        self.options
+        self.options.clone()
     }
 
     /// What the service keeps beyond the totals (a subscription server's leases and

@@ -63,6 +63,10 @@ mod a_pubsub_source_kill;
 
 mod bigtable_dml;
 mod bigtable_lookup;
+// A lookup pipeline killed on the null server's in-memory subscription (the `cli` feature's
+// kill helpers drive the binary).
+#[cfg(feature = "cli")]
+mod lookup_kill;
 mod bigtable_scan;
 mod bigtable_sink;
 mod bigtable_write_modes;

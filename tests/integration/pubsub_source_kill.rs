@@ -287,7 +287,7 @@ fn in_memory_sql(
 }
 
 /// The subscription's counts on the in-memory server.
-fn in_memory_stats(
+pub(crate) fn in_memory_stats(
     server: &gcp_sql::bench::null_server::NullServer,
     subscription: &str,
 ) -> gcp_sql::connectors::pubsub::null_subscribe::subscription::SubscriptionStats {
@@ -324,6 +324,7 @@ async fn a_pipeline_killed_ten_times_against_the_in_memory_subscription_loses_no
                 message_size: IN_MEMORY_MESSAGE_SIZE,
                 ordering_keys: 0,
                 max_ack_deadline: Some(IN_MEMORY_LEASE),
+                payload: None,
             },
         },
     )

@@ -25,7 +25,7 @@ use gcp_sql::bench::null_server::{
     FeedOptions, NullServer, NullServerOptions, NullService, Payload,
 };
 
-use crate::a_pubsub_source_kill::{kill, spawn};
+use crate::a_pubsub_source_kill::{in_memory_stats, kill, spawn};
 use crate::support::bigtable::Bigtable;
 use crate::support::{text, unique};
 
@@ -235,6 +235,19 @@ fn frontier(progress: &Path) -> Option<i64> {
     serde_json::from_str::<serde_json::Value>(&text).ok()?["frontier_ns"].as_i64()
 }
 
+/// The run that holds a pipeline's marker, if any (a new run writes its own id once it has
+/// claimed the marker, before it reads).
+fn claim(progress: &Path) -> Option<String> {
+    let entry = std::fs::read_dir(progress)
+        .ok()?
+        .filter_map(Result::ok)
+        .find(|e| e.path().extension().is_some_and(|x| x == "json"))?;
+    let text = std::fs::read_to_string(entry.path()).ok()?;
+    serde_json::from_str::<serde_json::Value>(&text).ok()?["run"]
+        .as_str()
+        .map(str::to_string)
+}
+
 /// The events dead-lettered under `dead` (every completed object), by their `v` (the event's
 /// number; the window's input keeps only the columns it aggregates).
 fn dead_lettered(dead: &Path) -> Vec<u64> {
@@ -408,6 +421,14 @@ async fn windows_survive_kills(total: u64, kills: usize) {
     }
     let now = landed(&bt, &table).await;
     assert_eq!(now.len(), expected.len(), "every window landed");
+    for side in &sides {
+        let stats = in_memory_stats(&server, &side.subscription);
+        assert_eq!(
+            stats.acked, total,
+            "{}: every message acknowledged on the server ({stats:?})",
+            side.kind
+        );
+    }
 
     let late: BTreeSet<u64> = (0..total).filter(|&n| event(n, total).late).collect();
     for side in &sides {

@@ -18,7 +18,8 @@
 //!
 //! The `WHERE` clause may name only row-key columns (a predicate on another column is refused,
 //! naming it) and must be present (a statement without one is refused: a whole-table change is
-//! written deliberately, as `WHERE k IS NOT NULL`). A key predicate the scan cannot turn into
+//! written deliberately, as `WHERE k >= ''` for a text key; DataFusion drops `k IS NOT NULL` on a
+//! NOT NULL key before the hook sees it). A key predicate the scan cannot turn into
 //! exact row ranges is applied to the keys read.
 
 use std::fmt;

@@ -242,6 +242,7 @@ pub struct Invalid(pub String);
 impl Subscription {
     /// A subscription whose backlog is `feed.messages` messages, all ready.
     pub fn new(feed: FeedOptions) -> Subscription {
+        let (messages, ordering_keys) = (feed.messages, feed.ordering_keys);
         Subscription {
             feed,
             inner: Mutex::new(Inner {
@@ -250,14 +251,14 @@ impl Subscription {
                         state: State::Ready,
                         attempts: 0,
                     };
-                    usize::try_from(feed.messages).unwrap_or(usize::MAX)
+                    usize::try_from(messages).unwrap_or(usize::MAX)
                 ],
-                ready: Ready::new(feed.messages, feed.ordering_keys),
+                ready: Ready::new(messages, ordering_keys),
                 deadlines: BinaryHeap::new(),
                 streams: HashMap::new(),
                 next_stream: 1,
                 stats: SubscriptionStats {
-                    messages: feed.messages,
+                    messages,
                     ..Default::default()
                 },
             }),
