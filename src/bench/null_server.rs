@@ -57,8 +57,8 @@ use std::time::Duration;
 
 use super::null_method::NullState;
 pub use super::null_method::{
-    FeedOptions, MAX_MUTATE_ROWS_REQUEST_BYTES, Payload, MAX_REQUEST_BYTES, NullDetails, NullMethod,
-    NullService, NullTotals,
+    FeedOptions, MAX_MUTATE_ROWS_REQUEST_BYTES, MAX_REQUEST_BYTES, NullDetails, NullMethod,
+    NullService, NullTotals, Payload,
 };
 
 /// HTTP/2 per-stream receive window: larger than any request, so a request never stalls on it.

@@ -139,7 +139,11 @@ pub async fn serve_until_signal(
 
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
-    let server = NullServer::start(SocketAddr::from((Ipv4Addr::LOCALHOST, port)), options.clone()).await?;
+    let server = NullServer::start(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        options.clone(),
+    )
+    .await?;
     let say = |line: String| {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{line}");

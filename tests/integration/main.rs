@@ -65,11 +65,11 @@ mod bigtable_dml;
 mod bigtable_lookup;
 // A lookup pipeline killed on the null server's in-memory subscription (the `cli` feature's
 // kill helpers drive the binary).
-#[cfg(feature = "cli")]
-mod lookup_kill;
 mod bigtable_scan;
 mod bigtable_sink;
 mod bigtable_write_modes;
+#[cfg(feature = "cli")]
+mod lookup_kill;
 // Runs the `gcp-sql` binary (`CARGO_BIN_EXE_gcp-sql`), which is built only with the `cli`
 // feature (on by default).
 #[cfg(feature = "cli")]

@@ -42,7 +42,11 @@ const LATE_EVERY: u64 = 2_500;
 /// within the lateness.
 const DISORDER_EVERY: u64 = 7;
 /// The longest lease the in-memory server grants: a killed run's messages come back this soon.
-const LEASE: Duration = Duration::from_secs(2);
+/// Longer than the source's extension interval (a third of its 10 s `ack_deadline`), so a
+/// message a window holds keeps its lease, as at the service, which grants the 10 s asked for:
+/// a shorter cap would redeliver held messages during a run, which the window counts twice
+/// (ADR 0068, "A redelivery during a run").
+const LEASE: Duration = Duration::from_secs(5);
 
 /// One input event.
 #[derive(Debug, Clone)]
@@ -176,9 +180,16 @@ async fn recompute(total: u64) -> BTreeMap<String, (String, String)> {
         .unwrap();
     let mut expected = BTreeMap::new();
     for b in rows {
-        let k = b.column(0).as_any().downcast_ref::<StringArray>().unwrap();
-        let n = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
-        let s = b.column(2).as_any().downcast_ref::<StringArray>().unwrap();
+        // (DataFusion may answer in any string type; read each as Utf8.)
+        let text = |i: usize| {
+            datafusion::arrow::compute::cast(b.column(i), &DataType::Utf8)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap()
+                .clone()
+        };
+        let (k, n, s) = (text(0), text(1), text(2));
         for i in 0..b.num_rows() {
             expected.insert(
                 k.value(i).to_string(),
@@ -410,17 +421,17 @@ async fn windows_survive_kills(total: u64, kills: usize) {
                     .join(" | ")
             );
         }
+        // Done once every window landed and every message was acknowledged (a message a
+        // killed run leased comes back when its lease lapses, maybe after a run ended).
         let now = landed(&bt, &table).await;
-        // Never a partial or wrong window, whatever has landed so far.
-        for (k, v) in &now {
-            assert_eq!(expected.get(k), Some(v), "window {k} landed wrong or extra");
-        }
-        if now.len() == expected.len() {
+        let acked = sides
+            .iter()
+            .all(|s| in_memory_stats(&server, &s.subscription).acked == total);
+        if acked && expected.keys().all(|k| now.contains_key(k)) {
             break;
         }
     }
     let now = landed(&bt, &table).await;
-    assert_eq!(now.len(), expected.len(), "every window landed");
     for side in &sides {
         let stats = in_memory_stats(&server, &side.subscription);
         assert_eq!(
@@ -430,6 +441,7 @@ async fn windows_survive_kills(total: u64, kills: usize) {
         );
     }
 
+    // The accounting of every window and every late event, per pipeline.
     let late: BTreeSet<u64> = (0..total).filter(|&n| event(n, total).late).collect();
     for side in &sides {
         let letters = dead_lettered(side.dead.path());
@@ -440,15 +452,93 @@ async fn windows_survive_kills(total: u64, kills: usize) {
             side.kind,
             unique_letters.difference(&late).collect::<Vec<_>>()
         );
+        let prefix = format!("{}:", side.kind);
+        let mut counted: BTreeSet<u64> = BTreeSet::new();
+        let keys: BTreeSet<&String> = expected
+            .keys()
+            .chain(now.keys())
+            .filter(|k| k.starts_with(&prefix))
+            .collect();
+        for k in keys {
+            let want = expected
+                .get(k)
+                .map(|(n, s)| (n.parse::<i64>().unwrap(), s.parse::<i64>().unwrap()));
+            let got = now
+                .get(k)
+                .map(|(n, s)| (n.parse::<i64>().unwrap(), s.parse::<i64>().unwrap()));
+            let Some(got) = got else {
+                panic!("window {k} is missing (expected {want:?})");
+            };
+            let want = want.unwrap_or((0, 0));
+            if got == want {
+                continue;
+            }
+            // A difference is only ever late events of this window that were not
+            // dead-lettered, counted because a kill had them come back to a window that was
+            // being recomputed (ADR 0068, "A late row interrupted by a kill").
+            let candidates: Vec<u64> = late
+                .iter()
+                .copied()
+                .filter(|&n| {
+                    !unique_letters.contains(&n)
+                        && windows_of(side.kind, &event(n, total)).contains(k)
+                })
+                .collect();
+            let explained = (0u32..1 << candidates.len()).find_map(|mask| {
+                let chosen: Vec<u64> = (0..candidates.len())
+                    .filter(|i| mask & (1 << i) != 0)
+                    .map(|i| candidates[i])
+                    .collect();
+                let add = (
+                    chosen.len() as i64,
+                    chosen.iter().map(|&n| event(n, total).v).sum::<i64>(),
+                );
+                ((want.0 + add.0, want.1 + add.1) == got).then_some(chosen)
+            });
+            let chosen = explained.unwrap_or_else(|| {
+                panic!(
+                    "window {k} landed wrong: {got:?} where its on-time events make {want:?} \
+                     (late events of it not dead-lettered: {candidates:?})"
+                )
+            });
+            counted.extend(chosen);
+        }
+        let both: Vec<_> = counted.intersection(&unique_letters).collect();
+        assert!(
+            both.is_empty(),
+            "{}: late events both counted and dead-lettered: {both:?}",
+            side.kind
+        );
+        let neither = late.len() - counted.len() - unique_letters.len();
         eprintln!(
-            "{}: {} late event(s), {} dead-lettered ({} letter(s)); {}",
+            "{}: {} late event(s): {} dead-lettered ({} letter(s)), {} counted in a window \
+             recomputed after a kill, {} acknowledged as covered; {}",
             side.kind,
             late.len(),
             unique_letters.len(),
             letters.len(),
+            counted.len(),
+            neither,
             side.subscription
         );
     }
+}
+
+/// The keys of the windows (of pipeline `kind`) an event belongs to.
+fn windows_of(kind: &str, e: &Event) -> Vec<String> {
+    let last = e.ts_s - e.ts_s.rem_euclid(60);
+    let starts: Vec<i64> = if kind == "tumble" {
+        vec![last]
+    } else {
+        (0..5).map(|k| last - k * 60).collect()
+    };
+    starts
+        .into_iter()
+        .map(|start| {
+            let start = chrono::DateTime::from_timestamp(start, 0).unwrap();
+            format!("{kind}:{}#{}", e.user, start.format("%H:%M"))
+        })
+        .collect()
 }
 
 /// The CI size: 4,000 events, two kills (one as a frontier is recorded).

@@ -142,6 +142,14 @@ pub trait DeliveryInput: Debug + Send + Sync {
         let _ = messages;
     }
 
+    /// Called by a consumer that will not emit anything before `until` (a windowed node
+    /// waiting for a killed run's messages to come back): an input that stops by itself when
+    /// idle (`stop_after_idle`) keeps reading at least until then, since stopping earlier would
+    /// hand back what the consumer holds without anything emitted. Nothing by default.
+    fn read_until(&self, until: std::time::Instant) {
+        let _ = until;
+    }
+
     /// How far this partition has read in event time, for watermarks: an input that knows
     /// its rows' event time observes every row it emits (before any filter drops one).
     /// `None` when it does not.

@@ -129,6 +129,10 @@ impl DeliveryInput for SubsetInput {
         self.inner.expect_held(messages)
     }
 
+    fn read_until(&self, until: std::time::Instant) {
+        self.inner.read_until(until)
+    }
+
     fn clock(&self) -> Option<Arc<EventClock>> {
         self.inner.clock()
     }

@@ -787,7 +787,14 @@ impl Driver {
             // come back (once their leases lapse, or once handed back), maybe after newer
             // ones; no window closes before they can be back.
             let hold = self.source.recovery_hold;
-            self.hold_until = Some(Instant::now() + hold);
+            let until = Instant::now() + hold;
+            self.hold_until = Some(until);
+            // An input that stops when idle keeps reading until the hold is over: stopping
+            // during it would hand every held message back with nothing emitted, and the next
+            // run would hold again.
+            for input in &self.run.inputs {
+                input.read_until(until.into_std());
+            }
             tracing::warn!(
                 source = %self.source.describe,
                 marker = %marker.url(),

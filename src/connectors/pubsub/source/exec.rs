@@ -82,6 +82,8 @@ struct HandleInner {
     /// Messages a consumer may hold until windows close ([`DeliveryInput::expect_held`]):
     /// the streams ask the service for as many more.
     held_capacity: std::sync::atomic::AtomicU64,
+    /// No partition stops for `stop_after_idle` before this ([`DeliveryInput::read_until`]).
+    read_until: Arc<Mutex<Option<std::time::Instant>>>,
     /// Each partition's event-time clock (with an event-time column).
     clocks: Vec<Arc<EventClock>>,
     /// What each started partition holds (the backlog age, the held gauges).
@@ -111,6 +113,7 @@ impl SourceHandle {
                 counters: Arc::new(DeliveryCounters::default()),
                 settlers: Mutex::new(Vec::new()),
                 held_capacity: std::sync::atomic::AtomicU64::new(0),
+                read_until: Arc::default(),
                 clocks: (0..partitions)
                     .map(|_| Arc::new(EventClock::default()))
                     .collect(),
@@ -237,6 +240,16 @@ impl DeliveryInput for ScanSlot {
             .inner
             .held_capacity
             .fetch_max(messages, Ordering::SeqCst);
+    }
+
+    fn read_until(&self, until: std::time::Instant) {
+        let mut at = self
+            .handle
+            .inner
+            .read_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *at = Some(at.map_or(until, |a| a.max(until)));
     }
 
     fn flush_point(&self) {
@@ -595,6 +608,7 @@ impl Start {
             dead_letter: None,
             held_for_dead_letter: Vec::new(),
             held_since: None,
+            read_until: inner.read_until.clone(),
             roll: inner.rolls[self.partition].clone(),
             statement,
             finished: false,
@@ -618,6 +632,8 @@ struct TopicRevisions {
 /// One running partition.
 struct PartitionReader {
     config: Arc<SourceConfig>,
+    /// No stop for `stop_after_idle` before this (a consumer's recovery hold).
+    read_until: Arc<Mutex<Option<std::time::Instant>>>,
     /// The decoder of this scan (the table's, or bound to a schema read when it started).
     decoder: Arc<MessageDecoder>,
     /// For a topic's schema: the readers of the other revisions its messages were published
@@ -703,9 +719,19 @@ impl PartitionReader {
                     .filter(|_| !self.idle_sent);
                 let holding = !self.held_for_dead_letter.is_empty();
                 let roll_at = self.roll_at();
+                // Idle once nothing came for `stop_after_idle`, and not before a consumer's
+                // recovery hold ended.
+                let idle_at = idle_after.map(|idle| {
+                    let at = std::time::Instant::now() + idle;
+                    let at = match *self.read_until.lock().unwrap_or_else(|e| e.into_inner()) {
+                        Some(until) => at.max(until),
+                        None => at,
+                    };
+                    tokio::time::Instant::from_std(at)
+                });
                 let wait = tokio::select! {
                     p = self.pulled.recv() => Wait::Pulled(p),
-                    _ = sleep_or_never(idle_after) => Wait::Idle,
+                    _ = sleep_until_or_never(idle_at) => Wait::Idle,
                     _ = abort_signal(&mut self.stop) => Wait::Abort,
                     _ = self.roll.notified(), if holding => Wait::Roll,
                     _ = sleep_until_or_never(roll_at) => Wait::Roll,
@@ -1036,13 +1062,6 @@ impl Drop for PartitionReader {
             self.slot.clear();
             self.release_unemitted();
         }
-    }
-}
-
-async fn sleep_or_never(d: Option<Duration>) {
-    match d {
-        Some(d) => tokio::time::sleep(d).await,
-        None => std::future::pending().await,
     }
 }
 
