@@ -9,17 +9,23 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use crate::core::delivery::subset::SubsetSlot;
 
+/// What [`LookupPlanner::rewrite`] answers: `Ok(Some(node))`, `Ok(None)` or `Err(why)`.
+pub type Rewritten = Result<Option<Arc<dyn ExecutionPlan>>, String>;
+
+/// A lookup node's input and the slot of one of its output partitions
+/// ([`LookupPlanner::pass_through`]).
+pub type PassThrough = (Arc<dyn ExecutionPlan>, Arc<SubsetSlot>);
+
 /// The lookup joins of one connector.
 #[derive(Debug)]
 pub struct LookupPlanner {
     /// `Ok(Some(node))`: the join as a lookup node with the same output; `Ok(None)`: not a
     /// join with one of this connector's tables; `Err(why)`: one that cannot be a lookup, why
     /// (and what to write instead).
-    pub rewrite: fn(&Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>, String>,
+    pub rewrite: fn(&Arc<dyn ExecutionPlan>) -> Rewritten,
     /// For a lookup node of this connector: its input, and the slot of output partition
     /// `partition`; `None` for any other node.
-    pub pass_through:
-        fn(&dyn ExecutionPlan, usize) -> Option<(Arc<dyn ExecutionPlan>, Arc<SubsetSlot>)>,
+    pub pass_through: fn(&dyn ExecutionPlan, usize) -> Option<PassThrough>,
     /// Whether `plan` is a lookup node of this connector.
     pub is_node: fn(&dyn ExecutionPlan) -> bool,
 }

@@ -42,11 +42,11 @@ const LATE_EVERY: u64 = 2_500;
 /// within the lateness.
 const DISORDER_EVERY: u64 = 7;
 /// The longest lease the in-memory server grants: a killed run's messages come back this soon.
-/// Longer than the source's extension interval (a third of its 10 s `ack_deadline`), so a
-/// message a window holds keeps its lease, as at the service, which grants the 10 s asked for:
-/// a shorter cap would redeliver held messages during a run, which the window counts twice
-/// (ADR 0068, "A redelivery during a run").
-const LEASE: Duration = Duration::from_secs(5);
+/// The 10 s the source asks for (its `ack_deadline`), as the service grants it: the source
+/// extends a held message's lease every third of that, and a shorter cap leaves a loaded
+/// machine too little margin (a lease that lapses while its message is held redelivers it
+/// during the run, and the window counts it twice: ADR 0068, "A redelivery during a run").
+const LEASE: Duration = Duration::from_secs(10);
 
 /// One input event.
 #[derive(Debug, Clone)]
@@ -70,10 +70,10 @@ fn event(n: u64, total: u64) -> Event {
         };
     }
     let mut ts_s = T0 + (n as i64 * SPAN_S) / total as i64;
-    let late = n > 0 && n % LATE_EVERY == 0 && ts_s - 600 >= T0;
+    let late = n > 0 && n.is_multiple_of(LATE_EVERY) && ts_s - 600 >= T0;
     if late {
         ts_s -= 600;
-    } else if n % DISORDER_EVERY == 0 && ts_s - 15 >= T0 {
+    } else if n.is_multiple_of(DISORDER_EVERY) && ts_s - 15 >= T0 {
         ts_s -= 15;
     }
     Event {
@@ -101,8 +101,7 @@ fn pipeline(
     server: &str,
     progress: &Path,
     dead: &Path,
-    table: &str,
-    bigtable: &str,
+    (table, bigtable): (&str, &str),
     last: bool,
 ) -> String {
     let idle = if last { ", stop_after_idle = '8s'" } else { "" };
@@ -330,8 +329,7 @@ async fn windows_survive_kills(total: u64, kills: usize) {
                     &host,
                     progress.path(),
                     dead.path(),
-                    &table,
-                    &bt.host,
+                    (&table, &bt.host),
                     is_last,
                 ),
             )
@@ -510,15 +508,19 @@ async fn windows_survive_kills(total: u64, kills: usize) {
             side.kind
         );
         let neither = late.len() - counted.len() - unique_letters.len();
+        let stats = in_memory_stats(&server, &side.subscription);
         eprintln!(
             "{}: {} late event(s): {} dead-lettered ({} letter(s)), {} counted in a window \
-             recomputed after a kill, {} acknowledged as covered; {}",
+             recomputed after a kill, {} acknowledged as covered; {} deliveries, {} leases \
+             lapsed; {}",
             side.kind,
             late.len(),
             unique_letters.len(),
             letters.len(),
             counted.len(),
             neither,
+            stats.delivered,
+            stats.expired,
             side.subscription
         );
     }
