@@ -213,6 +213,123 @@ async fn tumbling_counts_per_key_equal_a_recomputation_and_late_rows_are_dead_le
     );
 }
 
+/// A message the marker names as late (an earlier run found it late and was killed before its
+/// letter was stored or its message acknowledged) is late in the next run too, although its
+/// window is open there: dead-lettered, not counted (ADR 0068, "A late row interrupted by a
+/// kill"). The killed run is simulated by editing the marker a graceful run left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_marker_names_as_late_is_late_in_the_next_run_wherever_its_window_is() {
+    let f = Fixture::new("win-late-id").await;
+    let bt = Bigtable::connect().await;
+    let table = Bigtable::table_name("win-late-id");
+    bt.create_table(&table, &["c"]).await;
+    let progress = tempfile::tempdir().unwrap();
+    let dead = tempfile::tempdir().unwrap();
+    let sink = bt.create_sql(
+        "counts",
+        "k VARCHAR, views VARCHAR, total VARCHAR",
+        &table,
+        &[("row_key", "k"), ("column_family", "c")],
+    );
+    let insert = "INSERT INTO counts
+        SELECT user || '#' || to_char(minute, '%H:%M'), CAST(n AS VARCHAR), CAST(s AS VARCHAR)
+        FROM (SELECT user, date_bin(INTERVAL '1 minute', ts) AS minute, count(*) AS n, sum(v) AS s
+              FROM clicks GROUP BY user, date_bin(INTERVAL '1 minute', ts))";
+    let dead_url = format!("file://{}", dead.path().display());
+    let policy = [
+        ("failure_policy", "dead_letter"),
+        ("dead_letter_path", dead_url.as_str()),
+    ];
+
+    // A first run, which ends gracefully: windows of minutes 0 and 1, closed by minute 10.
+    f.publish(vec![
+        event("ann", 5, 1),
+        event("ann", 65, 2),
+        event("zed", 10 * 60, 0),
+    ])
+    .await;
+    let mut first = vec![("progress_start", "new")];
+    first.extend(policy);
+    gcp_sql::sql::run(
+        &crate::pubsub_source::sql_context(50),
+        &format!(
+            "{}; {sink}; {insert}",
+            source_sql(&f, progress.path(), &first)
+        ),
+    )
+    .await
+    .expect("the first run");
+    let marker_path = std::fs::read_dir(progress.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "json"))
+        .expect("the marker");
+    let mut marker: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&marker_path).unwrap()).unwrap();
+    assert_eq!(marker["late"], serde_json::json!([]), "{marker}");
+
+    // Minute 25: `x` (v 7) and `y` (v 8), then minute 40 to close it.
+    let ids = f
+        .publish(vec![
+            event("ann", 25 * 60 + 1, 7),
+            event("ann", 25 * 60 + 2, 8),
+            event("zed", 40 * 60, 0),
+        ])
+        .await;
+    // As a run killed just after it found `x` late would have left the marker.
+    let release_ns = (T0 + 26 * 60) * 1_000_000_000;
+    marker["late"] = serde_json::json!([[ids[0], release_ns]]);
+    marker["clean"] = serde_json::json!(false);
+    marker["run"] = serde_json::json!("killed");
+    marker["recorded_at"] = serde_json::json!(
+        (chrono::Utc::now() - chrono::Duration::seconds(60))
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    );
+    std::fs::write(&marker_path, marker.to_string()).unwrap();
+
+    gcp_sql::sql::run(
+        &crate::pubsub_source::sql_context(50),
+        &format!(
+            "{}; {sink}; {insert}",
+            source_sql(&f, progress.path(), &policy)
+        ),
+    )
+    .await
+    .expect("the run after the simulated kill");
+
+    let landed = landed(&bt, &table).await;
+    assert_eq!(
+        landed.get("ann#00:25"),
+        Some(&("1".to_string(), "8".to_string())),
+        "x is not counted: {landed:?}"
+    );
+    let mut letters = Vec::new();
+    for entry in std::fs::read_dir(dead.path()).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        letters.extend(
+            text.lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()),
+        );
+    }
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    let letter = letters[0].to_string();
+    assert!(
+        letter.contains("an earlier run found it late") && letters[0]["row"]["v"] == 7,
+        "{letter}"
+    );
+    let marker: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&marker_path).unwrap()).unwrap();
+    assert_eq!(
+        (&marker["late"], &marker["clean"]),
+        (&serde_json::json!([]), &serde_json::json!(true)),
+        "{marker}"
+    );
+    assert!(
+        f.left_over_after_deadline().await.len() <= 1,
+        "x was acknowledged once its letter was stored (only the open window's message may be back)"
+    );
+}
+
 /// Extra source options, the INSERT, and what its refusal must say.
 type Refusal = (
     Vec<(&'static str, &'static str)>,

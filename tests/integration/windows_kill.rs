@@ -409,14 +409,16 @@ async fn windows_survive_kills(total: u64, kills: usize) {
                 .unwrap();
             let stderr = text(&output.stderr);
             assert!(output.status.success(), "{}: {stderr}", side.kind);
+            // The summaries and the window lines; every line with WINDOWS_KILL_ALL_LINES set.
+            let all = std::env::var_os("WINDOWS_KILL_ALL_LINES").is_some();
             eprintln!(
                 "final run {run} of {}: {}",
                 side.kind,
                 stderr
                     .lines()
-                    .filter(|l| l.starts_with("Source: ") || l.contains("windows"))
+                    .filter(|l| all || l.starts_with("Source: ") || l.contains("windows"))
                     .collect::<Vec<_>>()
-                    .join(" | ")
+                    .join("\n    ")
             );
         }
         // Done once every window landed and every message was acknowledged (a message a

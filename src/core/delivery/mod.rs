@@ -112,6 +112,14 @@ pub trait DeliveryHandle: Debug + Send + Sync {
     /// the moment a send takes): the input may stop counting what the batch was made from
     /// against its flow control, while it keeps their leases. Nothing by default.
     fn hold(&self) {}
+
+    /// A stable name of the message each of `rows` (indices into the batch) was made from,
+    /// the same in every delivery of it (for a subscription: the message id), for a consumer
+    /// that must recognise a message it saw in an earlier run. `None` when the input has none.
+    fn row_keys(&self, rows: &[u32]) -> Option<Vec<String>> {
+        let _ = rows;
+        None
+    }
 }
 
 /// Where a writer finds the handle of the batch its input produced last, and how it talks to
@@ -144,8 +152,9 @@ pub trait DeliveryInput: Debug + Send + Sync {
 
     /// Called by a consumer that will not emit anything before `until` (a windowed node
     /// waiting for a killed run's messages to come back): an input that stops by itself when
-    /// idle (`stop_after_idle`) keeps reading at least until then, since stopping earlier would
-    /// hand back what the consumer holds without anything emitted. Nothing by default.
+    /// idle (`stop_after_idle`) counts its idle time from then at the earliest, since stopping
+    /// earlier would hand back what the consumer holds without anything emitted. Nothing by
+    /// default.
     fn read_until(&self, until: std::time::Instant) {
         let _ = until;
     }

@@ -65,6 +65,14 @@ impl DeliveryHandle for SubsetHandle {
     fn hold(&self) {
         self.inner.hold()
     }
+
+    fn row_keys(&self, rows: &[u32]) -> Option<Vec<String>> {
+        let mapped: Vec<u32> = rows
+            .iter()
+            .map(|&r| self.rows.get(r as usize).copied())
+            .collect::<Option<_>>()?;
+        self.inner.row_keys(&mapped)
+    }
 }
 
 /// Where a node that keeps a subset of its input's rows publishes the handle of the batch it
@@ -183,6 +191,29 @@ mod tests {
         let mut rest = acked(&mut rx);
         rest.sort();
         assert_eq!(rest, vec!["a", "b"]);
+    }
+
+    #[test]
+    fn row_keys_through_a_filter_name_the_rows_own_messages() {
+        let (queue, _rx) = Verdicts::new(Arc::new(AtomicBool::new(false)));
+        let ticket = Arc::new(
+            Ticket::new(vec!["a", "b", "c"], 3, queue).with_row_keys(vec![
+                "m1".into(),
+                "m2".into(),
+                "m3".into(),
+            ]),
+        );
+        let kept = SubsetHandle::new(ticket.clone(), vec![0, 2]);
+        assert_eq!(
+            kept.row_keys(&[1, 0]),
+            Some(vec!["m3".to_string(), "m1".to_string()])
+        );
+        // An index past the filtered batch names nothing.
+        assert_eq!(kept.row_keys(&[2]), None);
+        // Keys of the wrong count are not kept: the ticket names none.
+        let (queue, _rx) = Verdicts::new(Arc::new(AtomicBool::new(false)));
+        let short = Ticket::new(vec!["a", "b"], 2, queue).with_row_keys(vec!["m1".into()]);
+        assert_eq!(DeliveryHandle::row_keys(&short, &[0]), None);
     }
 
     #[test]

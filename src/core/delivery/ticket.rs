@@ -120,6 +120,9 @@ pub struct Ticket<I: DeliveryId> {
     resolved: AtomicBool,
     held: AtomicBool,
     queue: Verdicts<I>,
+    /// The stable name of each row's message ([`DeliveryHandle::row_keys`]), when the input
+    /// gave them.
+    row_keys: Option<Vec<String>>,
 }
 
 impl<I: DeliveryId> Ticket<I> {
@@ -138,7 +141,18 @@ impl<I: DeliveryId> Ticket<I> {
             resolved: AtomicBool::new(false),
             held: AtomicBool::new(false),
             queue,
+            row_keys: None,
         }
+    }
+
+    /// The same ticket, naming row *i*'s message `keys[i]` in every delivery of it (for
+    /// [`DeliveryHandle::row_keys`]); `keys` has one entry per row (otherwise they are not
+    /// kept, and the ticket names no keys).
+    pub fn with_row_keys(mut self, keys: Vec<String>) -> Self {
+        if keys.len() == self.rows {
+            self.row_keys = Some(keys);
+        }
+        self
     }
 
     /// Messages the batch was made from.
@@ -309,6 +323,13 @@ impl<I: DeliveryId> DeliveryHandle for Ticket<I> {
 
     fn settle_rows(&self, rows: &[u32], how: Delivery) {
         Ticket::settle_rows(self, rows, how);
+    }
+
+    fn row_keys(&self, rows: &[u32]) -> Option<Vec<String>> {
+        let keys = self.row_keys.as_ref()?;
+        rows.iter()
+            .map(|&r| keys.get(r as usize).cloned())
+            .collect()
     }
 }
 

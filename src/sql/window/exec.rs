@@ -122,6 +122,40 @@ struct RunState {
     recorded_watermark: Option<i64>,
     /// The marker could not be written: the stream fails with it.
     error: Option<String>,
+    /// Rows found late whose messages may come back, by message id, for the marker: a
+    /// message named there is late in a later run too (ADR 0068).
+    late: BTreeMap<String, LateRow>,
+    /// Bumped whenever `late` gains an id.
+    late_version: u64,
+    /// The `late_version` the marker has recorded.
+    late_recorded: u64,
+}
+
+/// Late rows written to the dead-letter object not yet completed: their batch's handle, their
+/// indices in it, and their message ids.
+type LettersPending = (Arc<dyn DeliveryHandle>, Vec<u32>, Vec<String>);
+
+/// A row found late, as the marker keeps it.
+#[derive(Debug, Clone, Copy)]
+struct LateRow {
+    /// The end of the last window it belongs to (ns).
+    release: i64,
+    /// Its dead letter is stored (or it was dropped): once its windows are recorded as
+    /// delivered, a redelivery of it is covered, and the marker forgets it.
+    settled: bool,
+    /// Named by the previous run's marker and not seen again yet: forgotten when the hold
+    /// after that run ends (its message would have come back by then).
+    inherited: bool,
+}
+
+impl RunState {
+    /// What the marker says of late rows now.
+    fn late_for_marker(&self) -> Vec<(String, i64)> {
+        self.late
+            .iter()
+            .map(|(id, row)| (id.clone(), row.release))
+            .collect()
+    }
 }
 
 /// What the node's stream, its output tickets and its delivery input share.
@@ -632,6 +666,7 @@ impl ExecutionPlan for WindowAggregateExec {
             tick: tokio::time::interval(tick_every(self.query.source.event_time.idle_timeout)),
             keys: self.query.aggregation.keys.len(),
             hold_until: None,
+            previous_late: Default::default(),
             floor: None,
             marker_url: marker.url().to_string(),
         };
@@ -687,7 +722,7 @@ struct Driver {
     inputs_done: bool,
     dead_letter: Option<Arc<dyn DeadLetterSink>>,
     /// Late rows written to a dead-letter path: settled once its object is completed.
-    dead_lettered: Held,
+    dead_lettered: Vec<LettersPending>,
     statement: String,
     runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
     tick: tokio::time::Interval,
@@ -695,6 +730,8 @@ struct Driver {
     keys: usize,
     /// After an unclean stop: no window is emitted before this.
     hold_until: Option<Instant>,
+    /// The message ids the previous run's marker names as late (ADR 0068).
+    previous_late: std::collections::HashSet<String>,
     /// The watermark the marker recorded: the watermark starts there.
     floor: Option<i64>,
     /// The marker's URL, for errors.
@@ -776,7 +813,19 @@ impl Driver {
             let mut s = self.run.lock();
             s.watermark = progress.watermark_ns;
             s.recorded_watermark = progress.watermark_ns;
+            // The rows the previous run found late: late here too when they come back.
+            for (id, release) in &progress.late {
+                s.late.insert(
+                    id.clone(),
+                    LateRow {
+                        release: *release,
+                        settled: false,
+                        inherited: true,
+                    },
+                );
+            }
         }
+        self.previous_late = progress.late.iter().map(|(id, _)| id.clone()).collect();
         let open_before = match (progress.watermark_ns, progress.frontier_ns) {
             (Some(w), Some(f)) => w > f,
             (Some(_), None) => true,
@@ -803,7 +852,7 @@ impl Driver {
             );
         }
         marker
-            .claim(progress.frontier_ns, progress.watermark_ns)
+            .claim(progress.frontier_ns, progress.watermark_ns, &progress.late)
             .await?;
         // A second run of the pipeline that started at the same moment has written its own
         // marker by now: the run whose marker is not there gives way, before it reads.
@@ -867,19 +916,35 @@ impl Driver {
         let mut on_time: Vec<u32> = Vec::with_capacity(rows);
         let mut on_time_times: Vec<i64> = Vec::with_capacity(rows);
         let mut releases: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
-        let mut late: Vec<(usize, &'static str)> = Vec::new();
+        let mut late: Vec<(usize, &'static str, Option<i64>)> = Vec::new();
         let mut covered = 0u64;
+        // The rows' message ids, when the previous run left late rows to recognise.
+        let keys = match (&handle, self.previous_late.is_empty()) {
+            (Some(h), false) => h.row_keys(&(0..rows as u32).collect::<Vec<_>>()),
+            _ => None,
+        };
         for (i, t) in times.iter().enumerate() {
             let Some(t) = *t else {
-                late.push((i, "its event time is NULL"));
+                late.push((i, "its event time is NULL", None));
                 continue;
             };
             let release = shape.release(t);
+            if keys
+                .as_ref()
+                .is_some_and(|k| self.previous_late.contains(&k[i]))
+            {
+                late.push((
+                    i,
+                    "late: an earlier run found it late (its progress marker names the message)",
+                    Some(release),
+                ));
+                continue;
+            }
             if release <= self.closed {
                 if self.covered_through.is_some_and(|c| release <= c) {
                     covered += 1;
                 } else {
-                    late.push((i, "late: its windows were already emitted"));
+                    late.push((i, "late: its windows were already emitted", Some(release)));
                 }
                 continue;
             }
@@ -914,27 +979,31 @@ impl Driver {
         Ok(())
     }
 
-    /// Late rows (and rows without an event time) follow the source's failure policy.
+    /// Late rows (and rows without an event time) follow the source's failure policy. Under
+    /// `drop` and `dead_letter`, the late rows' message ids are recorded in the marker first
+    /// ([`Self::record_late`]), so that a later run finds them late too.
     async fn late(
         &mut self,
         batch: &RecordBatch,
-        rows: &[(usize, &'static str)],
+        rows: &[(usize, &'static str, Option<i64>)],
         handle: Option<&Arc<dyn DeliveryHandle>>,
     ) -> Result<()> {
         let n = rows.len() as u64;
         self.run.counters.late.fetch_add(n, Ordering::Relaxed);
+        if matches!(self.source.failure_policy, FailurePolicy::Fail) {
+            let (row, why, _) = rows[0];
+            return Err(Error::Unsupported(format!(
+                "{}: row {row} of a batch is {why} (column '{}'; allowed_lateness {:?}; \
+                 failure_policy = 'fail': set failure_policy = 'drop' or 'dead_letter' to let \
+                 late rows pass; its message is not acknowledged)",
+                self.source.describe,
+                self.window.time_column,
+                self.source.event_time.allowed_lateness
+            )));
+        }
+        let keys = self.record_late(rows, handle).await?;
         match self.source.failure_policy {
-            FailurePolicy::Fail => {
-                let (row, why) = rows[0];
-                Err(Error::Unsupported(format!(
-                    "{}: row {row} of a batch is {why} (column '{}'; allowed_lateness {:?}; \
-                     failure_policy = 'fail': set failure_policy = 'drop' or 'dead_letter' to let \
-                     late rows pass; its message is not acknowledged)",
-                    self.source.describe,
-                    self.window.time_column,
-                    self.source.event_time.allowed_lateness
-                )))
-            }
+            FailurePolicy::Fail => Ok(()),
             FailurePolicy::Drop => {
                 tracing::warn!(
                     source = %self.source.describe,
@@ -943,6 +1012,7 @@ impl Driver {
                     "late row(s) dropped (failure_policy = 'drop'): their windows were already emitted"
                 );
                 // Not retained: the batch's handle counts them as handled, as a filter would.
+                self.late_settled(&keys);
                 Ok(())
             }
             FailurePolicy::DeadLetter => {
@@ -950,7 +1020,7 @@ impl Driver {
                     h.retain(n)?;
                 }
                 let sink = self.dead_letter_sink().await?;
-                for &(row, why) in rows {
+                for &(row, why, _) in rows {
                     sink.write(DeadRow {
                         destination: self.source.describe.clone(),
                         class: DeadClass::Late,
@@ -968,18 +1038,106 @@ impl Driver {
                     .await?;
                 }
                 if let Some(h) = handle {
-                    let indices: Vec<u32> = rows.iter().map(|&(r, _)| r as u32).collect();
+                    let indices: Vec<u32> = rows.iter().map(|&(r, _, _)| r as u32).collect();
                     if matches!(
                         self.source.dead_letter,
                         Some(dead_letter::DeadLetterTarget::Path { .. })
                     ) {
                         // Stored once the object is completed, at the end of the run.
-                        self.dead_lettered.push((h.clone(), indices));
+                        self.dead_lettered.push((h.clone(), indices, keys));
                     } else {
                         h.settle_rows(&indices, Delivery::DeadLettered);
+                        self.late_settled(&keys);
                     }
                 }
                 Ok(())
+            }
+        }
+    }
+
+    /// Records the message ids of the late `rows` (those with an event time) in the marker
+    /// and waits until it is written, before anything of them is stored or acknowledged: a
+    /// run killed after that finds them late again, even when it recomputes their windows
+    /// (without it, the next run could count a late row in a recomputed window, or
+    /// acknowledge it as covered with no letter stored). Returns the ids recorded (none when
+    /// the input names no message ids).
+    async fn record_late(
+        &mut self,
+        rows: &[(usize, &'static str, Option<i64>)],
+        handle: Option<&Arc<dyn DeliveryHandle>>,
+    ) -> Result<Vec<String>> {
+        let timed: Vec<(u32, i64)> = rows
+            .iter()
+            .filter_map(|&(r, _, release)| release.map(|t| (r as u32, t)))
+            .collect();
+        if timed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(keys) =
+            handle.and_then(|h| h.row_keys(&timed.iter().map(|&(r, _)| r).collect::<Vec<_>>()))
+        else {
+            tracing::warn!(
+                source = %self.source.describe,
+                rows = timed.len(),
+                "late row(s) not recorded in the progress marker: the input names no message ids"
+            );
+            return Ok(Vec::new());
+        };
+        tracing::info!(
+            source = %self.source.describe,
+            rows = keys.len(),
+            "late row(s) recorded in the progress marker before their letters and acknowledgements"
+        );
+        let version = {
+            let mut s = self.run.lock();
+            for (key, &(_, release)) in keys.iter().zip(&timed) {
+                s.late.insert(
+                    key.clone(),
+                    LateRow {
+                        release,
+                        settled: false,
+                        inherited: false,
+                    },
+                );
+            }
+            s.late_version += 1;
+            s.late_version
+        };
+        self.run.changed.notify_waiters();
+        loop {
+            let notified = self.run.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let s = self.run.lock();
+                if s.late_recorded >= version {
+                    break;
+                }
+                if let Some(e) = &s.error {
+                    return Err(Error::Progress {
+                        marker: self.marker_url.clone(),
+                        message: e.clone(),
+                    });
+                }
+                if s.finished {
+                    break;
+                }
+            }
+            notified.await;
+        }
+        Ok(keys)
+    }
+
+    /// The late rows of `keys` are settled (their letters stored, or dropped): the marker
+    /// forgets them once their windows are recorded as delivered.
+    fn late_settled(&self, keys: &[String]) {
+        if keys.is_empty() {
+            return;
+        }
+        let mut s = self.run.lock();
+        for key in keys {
+            if let Some(row) = s.late.get_mut(key) {
+                row.settled = true;
             }
         }
     }
@@ -994,9 +1152,12 @@ impl Driver {
         } else if let Some(sink) = &self.dead_letter {
             sink.roll().await?;
         }
-        for (handle, rows) in self.dead_lettered.drain(..) {
+        let mut stored = Vec::new();
+        for (handle, rows, keys) in self.dead_lettered.drain(..) {
             handle.settle_rows(&rows, Delivery::DeadLettered);
+            stored.extend(keys);
         }
+        self.late_settled(&stored);
         Ok(())
     }
 
@@ -1065,6 +1226,16 @@ impl Driver {
     fn advance(&mut self) -> Result<()> {
         if self.hold_until.is_some_and(|until| Instant::now() < until) {
             return Ok(());
+        }
+        if self.hold_until.take().is_some() {
+            // What the previous run found late came back during the hold, if at all: the
+            // marker keeps only what this run found late (again).
+            let mut s = self.run.lock();
+            let before = s.late.len();
+            s.late.retain(|_, row| !row.inherited);
+            if s.late.len() != before {
+                s.late_version += 1;
+            }
         }
         let watermark = match (self.watermark(), self.floor) {
             (Some(w), Some(f)) => w.max(f),
@@ -1201,8 +1372,10 @@ async fn keep(run: Arc<Run>, marker: Marker) {
         let notified = run.changed.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let (target, watermark_only, done) = {
+        let (target, watermark_only, done, late_due) = {
             let s = run.lock();
+            // Late rows wait for the marker to name them: written at once.
+            let late_due = s.late_version > s.late_recorded;
             let target = s.delivered.filter(|d| {
                 s.recorded.is_none_or(|r| *d > r) && s.held.range(..=*d).next().is_some()
             });
@@ -1215,7 +1388,7 @@ async fn keep(run: Arc<Run>, marker: Marker) {
                         .any(|c| c.gated_until().is_some_and(|g| g <= *w))
             });
             let done = s.finished && s.rounds.values().all(|r| r.pending == 0);
-            (target, watermark_only, done)
+            (target, watermark_only, done, late_due)
         };
         // The marker is written at least this often while the run goes, so another run of
         // the pipeline sees it is alive.
@@ -1224,6 +1397,7 @@ async fn keep(run: Arc<Run>, marker: Marker) {
         if target.is_none()
             && !done
             && !refresh
+            && !late_due
             && watermark_only.is_some()
             && let Some(wait) = last_write
                 .map(|at| (at + WATERMARK_WRITES_EVERY).saturating_duration_since(Instant::now()))
@@ -1237,14 +1411,25 @@ async fn keep(run: Arc<Run>, marker: Marker) {
             }
             continue;
         }
-        if target.is_some() || (!done && (watermark_only.is_some() || refresh)) {
+        if target.is_some() || late_due || (!done && (watermark_only.is_some() || refresh)) {
             let frontier = target.or(run.lock().recorded);
             let mut attempt = 0;
             let written = loop {
                 attempt += 1;
-                let watermark = run.lock().watermark;
-                match marker.record(frontier, watermark).await {
-                    Ok(()) => break Ok(watermark),
+                let (watermark, late, late_version) = {
+                    let s = run.lock();
+                    (s.watermark, s.late_for_marker(), s.late_version)
+                };
+                match marker.record(frontier, watermark, &late).await {
+                    Ok(()) => {
+                        {
+                            let mut s = run.lock();
+                            s.late_recorded = s.late_recorded.max(late_version);
+                        }
+                        // Late rows waiting for the marker may go on.
+                        run.changed.notify_waiters();
+                        break Ok(watermark);
+                    }
                     Err(e) if attempt < 5 => {
                         tracing::warn!(marker = %marker.url(), attempt, "the progress marker was not written, trying again: {e}");
                         tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
@@ -1270,6 +1455,9 @@ async fn keep(run: Arc<Run>, marker: Marker) {
             let released = {
                 let mut s = run.lock();
                 s.recorded = Some(frontier);
+                // A settled late row whose windows are recorded comes back covered: forgotten.
+                s.late
+                    .retain(|_, row| !(row.settled && row.release <= frontier));
                 let later = s.held.split_off(&(frontier.saturating_add(1)));
                 std::mem::replace(&mut s.held, later)
             };

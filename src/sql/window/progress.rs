@@ -45,6 +45,10 @@ pub struct Progress {
     /// (a replica) can tell that the marker is kept by another; `None` in markers written
     /// before runs were named.
     pub run: Option<String>,
+    /// Rows found late whose dead letters may not be stored or whose messages may not be
+    /// acknowledged yet, as (message id, release ns): a message named here is late in any
+    /// later run too, even one that recomputes its window (ADR 0068). Usually empty.
+    pub late: Vec<(String, i64)>,
 }
 
 impl Progress {
@@ -57,6 +61,7 @@ impl Progress {
             "clean": self.clean,
             "watermark_ns": self.watermark_ns,
             "run": self.run,
+            "late": self.late.iter().map(|(id, r)| serde_json::json!([id, r])).collect::<Vec<_>>(),
         })
         .to_string()
         .into_bytes()
@@ -94,6 +99,23 @@ impl Progress {
             run: match value.get("run") {
                 None | Some(serde_json::Value::Null) => None,
                 Some(v) => Some(v.as_str().ok_or("'run' is not a string")?.to_string()),
+            },
+            late: match value.get("late") {
+                None | Some(serde_json::Value::Null) => Vec::new(),
+                Some(v) => v
+                    .as_array()
+                    .ok_or("'late' is not a list")?
+                    .iter()
+                    .map(|e| {
+                        match (
+                            e.get(0).and_then(|i| i.as_str()),
+                            e.get(1).and_then(|r| r.as_i64()),
+                        ) {
+                            (Some(id), Some(release)) => Ok((id.to_string(), release)),
+                            _ => Err("an entry of 'late' is not [message id, release]".to_string()),
+                        }
+                    })
+                    .collect::<std::result::Result<_, _>>()?,
             },
         })
     }
@@ -234,7 +256,7 @@ impl Marker {
     pub async fn start(&self) -> Result<Progress> {
         let Some(mut progress) = self.read().await? else {
             if self.may_create {
-                let progress = self.progress(None, None, true);
+                let progress = self.progress(None, None, true, &[]);
                 self.write(&progress).await?;
                 return Ok(progress);
             }
@@ -307,6 +329,7 @@ impl Marker {
         frontier_ns: Option<i64>,
         watermark_ns: Option<i64>,
         clean: bool,
+        late: &[(String, i64)],
     ) -> Progress {
         Progress {
             version: VERSION,
@@ -315,6 +338,7 @@ impl Marker {
             watermark_ns,
             clean,
             run: Some(self.run.clone()),
+            late: late.to_vec(),
             recorded_at: chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now())
                 .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         }
@@ -323,15 +347,28 @@ impl Marker {
     /// Records that every window ending at or before `frontier_ns` was delivered, by a run
     /// still going. Refused when another run of the pipeline wrote the marker since this one
     /// last did ([`confirm`](Self::confirm)).
-    pub async fn record(&self, frontier_ns: Option<i64>, watermark_ns: Option<i64>) -> Result<()> {
+    /// `late` are the late rows whose messages may still come back ([`Progress::late`]).
+    pub async fn record(
+        &self,
+        frontier_ns: Option<i64>,
+        watermark_ns: Option<i64>,
+        late: &[(String, i64)],
+    ) -> Result<()> {
         self.confirm().await?;
-        self.write(&self.progress(frontier_ns, watermark_ns, false))
+        self.write(&self.progress(frontier_ns, watermark_ns, false, late))
             .await
     }
 
     /// Takes the marker for this run as it starts: records what it says, as this run's.
-    pub async fn claim(&self, frontier_ns: Option<i64>, watermark_ns: Option<i64>) -> Result<()> {
-        self.write(&self.progress(frontier_ns, watermark_ns, false))
+    /// `late` are the late rows the previous run left ([`Progress::late`]): kept until this run
+    /// has seen them again or they cannot come back.
+    pub async fn claim(
+        &self,
+        frontier_ns: Option<i64>,
+        watermark_ns: Option<i64>,
+        late: &[(String, i64)],
+    ) -> Result<()> {
+        self.write(&self.progress(frontier_ns, watermark_ns, false, late))
             .await
     }
 
@@ -339,7 +376,7 @@ impl Marker {
     /// `frontier_ns` delivered.
     pub async fn close(&self, frontier_ns: Option<i64>, watermark_ns: Option<i64>) -> Result<()> {
         self.confirm().await?;
-        self.write(&self.progress(frontier_ns, watermark_ns, true))
+        self.write(&self.progress(frontier_ns, watermark_ns, true, &[]))
             .await
     }
 
@@ -373,15 +410,19 @@ mod tests {
 
         let new = Marker::open(&at(dir.path(), true), "p--t--1", None).unwrap();
         assert_eq!(new.start().await.unwrap().frontier_ns, None);
-        new.record(Some(42), Some(50)).await.unwrap();
+        new.record(Some(42), Some(50), &[("m-1".into(), 40)])
+            .await
+            .unwrap();
         // Read as a marker (starting from it would wait for the run that wrote it to go).
         let read = strict.read().await.unwrap().unwrap();
         assert_eq!(
             (read.frontier_ns, read.watermark_ns, read.clean),
             (Some(42), Some(50), false)
         );
+        assert_eq!(read.late, vec![("m-1".to_string(), 40)]);
         let raw = std::fs::read_to_string(dir.path().join("p--t--1.json")).unwrap();
         assert!(raw.contains("\"frontier_ns\":42"), "{raw}");
+        assert!(raw.contains("\"late\":[[\"m-1\",40]]"), "{raw}");
     }
 
     #[tokio::test]
@@ -389,13 +430,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let first = Marker::open(&at(dir.path(), true), "p", None).unwrap();
         first.start().await.unwrap();
-        first.claim(None, None).await.unwrap();
+        first.claim(None, None, &[]).await.unwrap();
         let second = Marker::open(&at(dir.path(), true), "p", None).unwrap();
         assert_ne!(first.run(), second.run());
         let starting = tokio::spawn(async move { second.start().await });
         // The first run refreshes its marker, as its keeper does while it goes.
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        first.record(Some(7), Some(9)).await.unwrap();
+        first.record(Some(7), Some(9), &[]).await.unwrap();
         let refused = starting.await.unwrap().unwrap_err().to_string();
         assert!(
             refused.contains("another run of this pipeline"),
@@ -421,18 +462,18 @@ mod tests {
         let progress = next.start().await.unwrap();
         assert_eq!((progress.frontier_ns, progress.clean), (Some(5), false));
         assert_eq!(progress.run.as_deref(), Some("killed"));
-        next.claim(Some(5), Some(6)).await.unwrap();
+        next.claim(Some(5), Some(6), &[]).await.unwrap();
         next.confirm().await.unwrap();
 
         // Two runs that claimed it at the same moment: the one whose claim was overwritten
         // gives way, and cannot write it again.
         let other = Marker::open(&at(dir.path(), false), "p", None).unwrap();
-        other.claim(Some(5), Some(6)).await.unwrap();
+        other.claim(Some(5), Some(6), &[]).await.unwrap();
         let e = next.confirm().await.unwrap_err().to_string();
         assert!(e.contains(other.run()), "{e}");
-        assert!(next.record(Some(8), None).await.is_err());
+        assert!(next.record(Some(8), None, &[]).await.is_err());
         other.confirm().await.unwrap();
-        other.record(Some(8), None).await.unwrap();
+        other.record(Some(8), None, &[]).await.unwrap();
     }
 
     #[tokio::test]

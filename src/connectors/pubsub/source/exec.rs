@@ -719,12 +719,13 @@ impl PartitionReader {
                     .filter(|_| !self.idle_sent);
                 let holding = !self.held_for_dead_letter.is_empty();
                 let roll_at = self.roll_at();
-                // Idle once nothing came for `stop_after_idle`, and not before a consumer's
-                // recovery hold ended.
+                // Idle once nothing came for `stop_after_idle`, counted from the end of a
+                // consumer's recovery hold if that is later (the consumer emits what the hold
+                // kept back then, and the stream stays for it).
                 let idle_at = idle_after.map(|idle| {
                     let at = std::time::Instant::now() + idle;
                     let at = match *self.read_until.lock().unwrap_or_else(|e| e.into_inner()) {
-                        Some(until) => at.max(until),
+                        Some(until) => at.max(until + idle),
                         None => at,
                     };
                     tokio::time::Instant::from_std(at)
@@ -909,6 +910,9 @@ impl PartitionReader {
         // The rows' messages first, in row order, then the ones that became no row (the ticket's
         // layout: a node may release a row's message on its own).
         let mut ack_ids: Vec<String> = Vec::with_capacity(messages.len());
+        // The rows' message ids, for a consumer that must recognise a message an earlier run
+        // saw (windows: a row found late, ADR 0068).
+        let mut row_keys: Vec<String> = Vec::with_capacity(messages.len());
         let mut handled_ids: Vec<String> = Vec::new();
         let mut bad = decoded.bad.iter().peekable();
         let policy = self.config.options.failure_policy;
@@ -917,6 +921,12 @@ impl PartitionReader {
             let this_bad = bad.next_if(|b| b.index == i);
             let Some(b) = this_bad else {
                 ack_ids.push(m.ack_id.clone());
+                row_keys.push(
+                    m.message
+                        .as_ref()
+                        .map(|m| m.message_id.clone())
+                        .unwrap_or_default(),
+                );
                 continue;
             };
             if outcome.is_err() {
@@ -963,7 +973,8 @@ impl PartitionReader {
         }
         ack_ids.append(&mut handled_ids);
         let rows = decoded.batch.num_rows();
-        let ticket = Arc::new(BatchTicket::new(ack_ids, rows, self.queue.clone()));
+        let ticket =
+            Arc::new(BatchTicket::new(ack_ids, rows, self.queue.clone()).with_row_keys(row_keys));
         if let Some(clock) = self.handle_clock() {
             let handle: Arc<dyn DeliveryHandle> = ticket.clone();
             clock.observe_batch(self.batch_max_event_time(&decoded.batch)?, &handle)?;
