@@ -120,6 +120,10 @@ pub trait DeliveryHandle: Debug + Send + Sync {
         let _ = rows;
         None
     }
+
+    /// The consumer will not ask for [`row_keys`](Self::row_keys) again: a handle it holds
+    /// for minutes may free them. Nothing by default.
+    fn forget_row_keys(&self) {}
 }
 
 /// Where a writer finds the handle of the batch its input produced last, and how it talks to

@@ -73,6 +73,10 @@ impl DeliveryHandle for SubsetHandle {
             .collect::<Option<_>>()?;
         self.inner.row_keys(&mapped)
     }
+
+    fn forget_row_keys(&self) {
+        self.inner.forget_row_keys()
+    }
 }
 
 /// Where a node that keeps a subset of its input's rows publishes the handle of the batch it

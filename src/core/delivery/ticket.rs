@@ -122,7 +122,7 @@ pub struct Ticket<I: DeliveryId> {
     queue: Verdicts<I>,
     /// The stable name of each row's message ([`DeliveryHandle::row_keys`]), when the input
     /// gave them.
-    row_keys: Option<Vec<String>>,
+    row_keys: Mutex<Option<Vec<String>>>,
 }
 
 impl<I: DeliveryId> Ticket<I> {
@@ -141,16 +141,16 @@ impl<I: DeliveryId> Ticket<I> {
             resolved: AtomicBool::new(false),
             held: AtomicBool::new(false),
             queue,
-            row_keys: None,
+            row_keys: Mutex::new(None),
         }
     }
 
     /// The same ticket, naming row *i*'s message `keys[i]` in every delivery of it (for
     /// [`DeliveryHandle::row_keys`]); `keys` has one entry per row (otherwise they are not
     /// kept, and the ticket names no keys).
-    pub fn with_row_keys(mut self, keys: Vec<String>) -> Self {
+    pub fn with_row_keys(self, keys: Vec<String>) -> Self {
         if keys.len() == self.rows {
-            self.row_keys = Some(keys);
+            *self.row_keys.lock().unwrap_or_else(|e| e.into_inner()) = Some(keys);
         }
         self
     }
@@ -326,10 +326,15 @@ impl<I: DeliveryId> DeliveryHandle for Ticket<I> {
     }
 
     fn row_keys(&self, rows: &[u32]) -> Option<Vec<String>> {
-        let keys = self.row_keys.as_ref()?;
+        let keys = self.row_keys.lock().unwrap_or_else(|e| e.into_inner());
+        let keys = keys.as_ref()?;
         rows.iter()
             .map(|&r| keys.get(r as usize).cloned())
             .collect()
+    }
+
+    fn forget_row_keys(&self) {
+        *self.row_keys.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 

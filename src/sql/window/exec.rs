@@ -976,6 +976,10 @@ impl Driver {
         if !late.is_empty() {
             self.late(&batch, &late, handle.as_ref()).await?;
         }
+        if let Some(handle) = &handle {
+            // Held for minutes from here: the message ids are not asked for again.
+            handle.forget_row_keys();
+        }
         Ok(())
     }
 
