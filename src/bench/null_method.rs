@@ -62,6 +62,10 @@ pub struct FeedOptions {
     /// control and the byte counts still reckon every message at `message_size` bytes, so set
     /// that near the payloads' size.
     pub payload: Option<Payload>,
+    /// Message `n`'s publish time is the server's start plus `n` times this (`None`: every
+    /// message has the start), so that windows over the publish time close as a reader goes
+    /// through the backlog.
+    pub publish_time_step: Option<Duration>,
 }
 
 /// What a null subscription's message `n` carries, for a test that needs its own bodies (event
@@ -115,6 +119,7 @@ impl Default for FeedOptions {
             ordering_keys: 0,
             max_ack_deadline: None,
             payload: None,
+            publish_time_step: None,
         }
     }
 }

@@ -63,6 +63,11 @@ pub struct ServeNullArgs {
     /// test knob: a killed reader's messages come back this soon; default: as asked)
     #[arg(long, value_parser = humantime::parse_duration)]
     pub max_ack_deadline: Option<Duration>,
+    /// pubsub-subscribe: message n's publish time is the server's start plus n times this,
+    /// e.g. 1ms (default: every message has the start), so windows over the publish time
+    /// close as a reader goes through the backlog
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub publish_time_step: Option<Duration>,
 }
 
 /// Reads `--message-size`: a number of bytes, at least the JSON object's length.
@@ -87,6 +92,7 @@ impl ServeNullArgs {
             ordering_keys: self.ordering_keys,
             max_ack_deadline: self.max_ack_deadline,
             payload: None,
+            publish_time_step: self.publish_time_step,
         }
     }
 }
@@ -245,6 +251,7 @@ mod tests {
                 message_size: 200,
                 ordering_keys: 0,
                 max_ack_deadline: None,
+                publish_time_step: None,
             }))
         );
     }
@@ -312,6 +319,8 @@ mod tests {
             "8",
             "--max-ack-deadline",
             "2s",
+            "--publish-time-step",
+            "1ms",
         ])
         .unwrap()
         .command
@@ -327,6 +336,7 @@ mod tests {
                 ordering_keys: 8,
                 max_ack_deadline: Some(Duration::from_secs(2)),
                 payload: None,
+                publish_time_step: Some(Duration::from_millis(1)),
             }
         );
         let err = parse(&["serve-null", "--message-size", "37"]).unwrap_err();

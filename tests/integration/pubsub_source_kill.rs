@@ -325,6 +325,7 @@ async fn a_pipeline_killed_ten_times_against_the_in_memory_subscription_loses_no
                 ordering_keys: 0,
                 max_ack_deadline: Some(IN_MEMORY_LEASE),
                 payload: None,
+                publish_time_step: None,
             },
         },
     )

@@ -21,7 +21,7 @@
 //! Message `n` (from 0) has data `{"id":n,"body":"xxx…"}`, padded with `x` to
 //! [`FeedOptions::message_size`] bytes (at least [`MIN_MESSAGE_SIZE`]), or what the feed's
 //! [`FeedOptions::payload`] makes of `n`; message id `n + 1`, the
-//! server's start as its publish time, and, with ordering keys, the key `k{n % keys}`.
+//! server's start as its publish time (plus `n` times [`FeedOptions::publish_time_step`]), and, with ordering keys, the key `k{n % keys}`.
 
 pub mod subscription;
 
@@ -160,7 +160,16 @@ impl Hub {
             message: Some(PubsubMessage {
                 data,
                 message_id: (id + 1).to_string(),
-                publish_time: Some(self.started.into()),
+                publish_time: Some(
+                    match self.feed.publish_time_step {
+                        Some(step) => {
+                            self.started
+                                + step.saturating_mul(u32::try_from(id).unwrap_or(u32::MAX))
+                        }
+                        None => self.started,
+                    }
+                    .into(),
+                ),
                 ordering_key,
                 ..Default::default()
             }),
@@ -589,6 +598,7 @@ mod tests {
             ordering_keys: 0,
             max_ack_deadline: None,
             payload: None,
+            publish_time_step: None,
         }
     }
 

@@ -570,6 +570,7 @@ mod tests {
             ordering_keys: keys,
             max_ack_deadline: None,
             payload: None,
+            publish_time_step: None,
         }
     }
 
