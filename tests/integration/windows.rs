@@ -44,6 +44,35 @@ fn source_sql(f: &Fixture, progress: &std::path::Path, extra: &[(&str, &str)]) -
     f.source_sql("clicks", "user VARCHAR, ts TIMESTAMP, v BIGINT", &options)
 }
 
+/// The Bigtable table `counts` of the per-minute counts ([`COUNTS_INSERT`]) on `table`.
+fn counts_sql(bt: &Bigtable, table: &str) -> String {
+    bt.create_sql(
+        "counts",
+        "k VARCHAR, views VARCHAR, total VARCHAR",
+        table,
+        &[("row_key", "k"), ("column_family", "c")],
+    )
+}
+
+/// Counts and sums per user and minute of `clicks` into `counts`, keyed `user#HH:MM`.
+const COUNTS_INSERT: &str = "INSERT INTO counts
+    SELECT user || '#' || to_char(minute, '%H:%M'), CAST(n AS VARCHAR), CAST(s AS VARCHAR)
+    FROM (SELECT user, date_bin(INTERVAL '1 minute', ts) AS minute, count(*) AS n, sum(v) AS s
+          FROM clicks GROUP BY user, date_bin(INTERVAL '1 minute', ts))";
+
+/// Every dead letter stored under `dead`.
+fn letters(dead: &std::path::Path) -> Vec<serde_json::Value> {
+    let mut letters = Vec::new();
+    for entry in std::fs::read_dir(dead).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        letters.extend(
+            text.lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()),
+        );
+    }
+    letters
+}
+
 /// Reads the Bigtable table back as row key → (count, sum).
 async fn landed(bt: &Bigtable, table: &str) -> BTreeMap<String, (String, String)> {
     let rows = bt.read(table).await;
@@ -101,16 +130,8 @@ async fn tumbling_counts_per_key_equal_a_recomputation_and_late_rows_are_dead_le
     let ids = f.publish(messages).await;
     let closing_id = ids[ids.len() - 3].clone();
 
-    let sink = bt.create_sql(
-        "counts",
-        "k VARCHAR, views VARCHAR, total VARCHAR",
-        &table,
-        &[("row_key", "k"), ("column_family", "c")],
-    );
-    let insert = "INSERT INTO counts
-        SELECT user || '#' || to_char(minute, '%H:%M'), CAST(n AS VARCHAR), CAST(s AS VARCHAR)
-        FROM (SELECT user, date_bin(INTERVAL '1 minute', ts) AS minute, count(*) AS n, sum(v) AS s
-              FROM clicks GROUP BY user, date_bin(INTERVAL '1 minute', ts))";
+    let sink = counts_sql(&bt, &table);
+    let insert = COUNTS_INSERT;
     let dead_url = format!("file://{}", dead.path().display());
     let policy = [
         ("failure_policy", "dead_letter"),
@@ -154,14 +175,7 @@ async fn tumbling_counts_per_key_equal_a_recomputation_and_late_rows_are_dead_le
     );
 
     // The two late rows were dead-lettered with their reason.
-    let mut letters = Vec::new();
-    for entry in std::fs::read_dir(dead.path()).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        letters.extend(
-            text.lines()
-                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()),
-        );
-    }
+    let letters = letters(dead.path());
     assert_eq!(letters.len(), 2, "{letters:?}");
     assert!(
         letters
@@ -225,16 +239,8 @@ async fn a_message_the_marker_names_as_late_is_late_in_the_next_run_wherever_its
     bt.create_table(&table, &["c"]).await;
     let progress = tempfile::tempdir().unwrap();
     let dead = tempfile::tempdir().unwrap();
-    let sink = bt.create_sql(
-        "counts",
-        "k VARCHAR, views VARCHAR, total VARCHAR",
-        &table,
-        &[("row_key", "k"), ("column_family", "c")],
-    );
-    let insert = "INSERT INTO counts
-        SELECT user || '#' || to_char(minute, '%H:%M'), CAST(n AS VARCHAR), CAST(s AS VARCHAR)
-        FROM (SELECT user, date_bin(INTERVAL '1 minute', ts) AS minute, count(*) AS n, sum(v) AS s
-              FROM clicks GROUP BY user, date_bin(INTERVAL '1 minute', ts))";
+    let sink = counts_sql(&bt, &table);
+    let insert = COUNTS_INSERT;
     let dead_url = format!("file://{}", dead.path().display());
     let policy = [
         ("failure_policy", "dead_letter"),
@@ -303,14 +309,7 @@ async fn a_message_the_marker_names_as_late_is_late_in_the_next_run_wherever_its
         Some(&("1".to_string(), "8".to_string())),
         "x is not counted: {landed:?}"
     );
-    let mut letters = Vec::new();
-    for entry in std::fs::read_dir(dead.path()).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        letters.extend(
-            text.lines()
-                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()),
-        );
-    }
+    let letters = letters(dead.path());
     assert_eq!(letters.len(), 1, "{letters:?}");
     let letter = letters[0].to_string();
     assert!(
