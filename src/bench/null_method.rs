@@ -66,6 +66,11 @@ pub struct FeedOptions {
     /// message has the start), so that windows over the publish time close as a reader goes
     /// through the backlog.
     pub publish_time_step: Option<Duration>,
+    /// A fault: the first lease of every `n`-th message (message 0, n, 2n, ...) is lost after
+    /// [`LOST_LEASE`](crate::connectors::pubsub::null_subscribe::subscription::LOST_LEASE)
+    /// whatever the reader extends it to, so the server delivers it again while the reader
+    /// still has the first copy: Pub/Sub's at-least-once duplicate (`None`: no lease is lost).
+    pub lose_lease_every: Option<u64>,
 }
 
 /// What a null subscription's message `n` carries, for a test that needs its own bodies (event
@@ -120,6 +125,7 @@ impl Default for FeedOptions {
             max_ack_deadline: None,
             payload: None,
             publish_time_step: None,
+            lose_lease_every: None,
         }
     }
 }

@@ -68,6 +68,11 @@ pub struct ServeNullArgs {
     /// close as a reader goes through the backlog
     #[arg(long, value_parser = humantime::parse_duration)]
     pub publish_time_step: Option<Duration>,
+    /// pubsub-subscribe: a fault: the first lease of every n-th message is lost after 50 ms
+    /// whatever the client extends it to, so the message is delivered again while the client
+    /// still has it (Pub/Sub's at-least-once duplicate; default: none lost)
+    #[arg(long)]
+    pub lose_lease_every: Option<u64>,
 }
 
 /// Reads `--message-size`: a number of bytes, at least the JSON object's length.
@@ -93,6 +98,7 @@ impl ServeNullArgs {
             max_ack_deadline: self.max_ack_deadline,
             payload: None,
             publish_time_step: self.publish_time_step,
+            lose_lease_every: self.lose_lease_every,
         }
     }
 }
@@ -252,6 +258,7 @@ mod tests {
                 ordering_keys: 0,
                 max_ack_deadline: None,
                 publish_time_step: None,
+                lose_lease_every: None,
             }))
         );
     }
@@ -321,6 +328,8 @@ mod tests {
             "2s",
             "--publish-time-step",
             "1ms",
+            "--lose-lease-every",
+            "100",
         ])
         .unwrap()
         .command
@@ -337,6 +346,7 @@ mod tests {
                 max_ack_deadline: Some(Duration::from_secs(2)),
                 payload: None,
                 publish_time_step: Some(Duration::from_millis(1)),
+                lose_lease_every: Some(100),
             }
         );
         let err = parse(&["serve-null", "--message-size", "37"]).unwrap_err();

@@ -54,6 +54,10 @@ fn pipeline_sql(
 /// The tool on `file`; `quiet` leaves out the summaries.
 pub(crate) fn spawn(home: &std::path::Path, file: &std::path::Path, quiet: bool) -> Child {
     let mut command = tool(home);
+    // The kill tests' children log what this names (a RUST_LOG filter), to trace a failure.
+    if let Some(filter) = std::env::var_os("KILL_TESTS_RUST_LOG") {
+        command.env("RUST_LOG", filter);
+    }
     if quiet {
         command.arg("-q");
     }
@@ -326,6 +330,7 @@ async fn a_pipeline_killed_ten_times_against_the_in_memory_subscription_loses_no
                 max_ack_deadline: Some(IN_MEMORY_LEASE),
                 payload: None,
                 publish_time_step: None,
+                lose_lease_every: None,
             },
         },
     )

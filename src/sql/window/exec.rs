@@ -37,6 +37,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::progress::Marker;
+use super::seen::{self, Seen, SeenMessages};
 use super::state::{Aggregation, Emitted, OpenWindows, WindowShape};
 use crate::connectors::dead_letter::{self, DeadLetterContext};
 use crate::connectors::descriptor::WindowedSource;
@@ -89,6 +90,10 @@ pub struct WindowCounters {
     /// Rows of windows the progress marker already covers, acknowledged without being counted
     /// (redelivered after a restart).
     pub covered: AtomicU64,
+    /// Rows of messages delivered again while this run counted them (a lapsed lease, a lost
+    /// acknowledgement): held with their first copy, or acknowledged as covered once it was
+    /// released, and not counted again.
+    pub copies: AtomicU64,
 }
 
 /// An emission round: the windows closed at one close point, and how many of its output
@@ -129,6 +134,9 @@ struct RunState {
     late_version: u64,
     /// The `late_version` the marker has recorded.
     late_recorded: u64,
+    /// The messages counted and held (and for a while after their release), so that a copy
+    /// delivered again within the run is not counted twice.
+    seen: SeenMessages,
 }
 
 /// Late rows written to the dead-letter object not yet completed: their batch's handle, their
@@ -355,7 +363,11 @@ impl DeliveryInput for WindowInput {
             }
             // What is still held belongs to windows that were not emitted (a stop): dropping
             // the handles hands those messages back.
-            let held = std::mem::take(&mut run.lock().held);
+            let held = {
+                let mut s = run.lock();
+                s.seen.clear();
+                std::mem::take(&mut s.held)
+            };
             let messages: usize = held.values().flatten().map(|(_, rows)| rows.len()).sum();
             if messages > 0 {
                 tracing::info!(
@@ -451,7 +463,10 @@ impl WindowAggregateExec {
         );
         let clocks = inputs.iter().filter_map(|i| i.clock()).collect();
         let run = Arc::new(Run {
-            state: Mutex::new(RunState::default()),
+            state: Mutex::new(RunState {
+                seen: SeenMessages::new(query.source.recovery_hold),
+                ..RunState::default()
+            }),
             changed: Notify::new(),
             clocks,
             inputs,
@@ -598,6 +613,7 @@ impl ExecutionPlan for WindowAggregateExec {
             ("window_rows_emitted", &c.rows),
             ("rows_late", &c.late),
             ("rows_covered_by_progress", &c.covered),
+            ("rows_redelivered_not_recounted", &c.copies),
         ] {
             MetricBuilder::new(&set)
                 .global_counter(name)
@@ -654,6 +670,7 @@ impl ExecutionPlan for WindowAggregateExec {
             inputs_done: false,
             dead_letter: None,
             dead_lettered: Vec::new(),
+            covered_copies: Vec::new(),
             statement: format!(
                 "windows-{}-{}",
                 self.query.pipeline,
@@ -723,6 +740,8 @@ struct Driver {
     dead_letter: Option<Arc<dyn DeadLetterSink>>,
     /// Late rows written to a dead-letter path: settled once its object is completed.
     dead_lettered: Vec<LettersPending>,
+    /// Copies of released messages, settled (acknowledged) once their batches are sealed.
+    covered_copies: Held,
     statement: String,
     runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
     tick: tokio::time::Interval,
@@ -795,7 +814,11 @@ impl Driver {
                     self.finish();
                     return Some(Err(e));
                 }
-                Wake::Input(Some((p, Ok(batch)))) => self.take(p, batch).await,
+                Wake::Input(Some((p, Ok(batch)))) => {
+                    // The streams were polled again: the batches of earlier copies are sealed.
+                    self.settle_covered_copies();
+                    self.take(p, batch).await
+                }
                 Wake::Tick => Ok(()),
             };
             if let Err(e) = step.and_then(|()| self.advance()) {
@@ -887,6 +910,7 @@ impl Driver {
     /// The stream ends: nothing more is emitted, and the marker's keeper may end once every
     /// emitted batch was settled or dropped.
     fn finish(&mut self) {
+        self.settle_covered_copies();
         self.pending.clear();
         self.run
             .current
@@ -895,6 +919,14 @@ impl Driver {
             .take();
         self.run.lock().finished = true;
         self.run.changed.notify_waiters();
+    }
+
+    /// Copies of released messages go: their messages are acknowledged now (or, if a batch
+    /// is not sealed yet, with the rest of it).
+    fn settle_covered_copies(&mut self) {
+        for (handle, rows) in self.covered_copies.drain(..) {
+            handle.settle_rows(&rows, Delivery::Dropped);
+        }
     }
 
     /// Takes one input batch of partition `p`: late rows follow the failure policy, the others
@@ -918,39 +950,116 @@ impl Driver {
         let mut releases: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
         let mut late: Vec<(usize, &'static str, Option<i64>)> = Vec::new();
         let mut covered = 0u64;
-        // The rows' message ids, when the previous run left late rows to recognise.
-        let keys = match (&handle, self.previous_late.is_empty()) {
-            (Some(h), false) => h.row_keys(&(0..rows as u32).collect::<Vec<_>>()),
-            _ => None,
-        };
-        for (i, t) in times.iter().enumerate() {
-            let Some(t) = *t else {
-                late.push((i, "its event time is NULL", None));
-                continue;
-            };
-            let release = shape.release(t);
-            if keys
-                .as_ref()
-                .is_some_and(|k| self.previous_late.contains(&k[i]))
-            {
-                late.push((
+        // The rows' message ids (when the input names them): a copy of a message this run
+        // counted is not counted again, and a message the previous run found late is late.
+        let keys = handle
+            .as_ref()
+            .and_then(|h| h.row_keys(&(0..rows as u32).collect::<Vec<_>>()));
+        let now = Instant::now();
+        // Copies of held messages, by release: held with their originals, not counted.
+        let mut copies: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+        // Copies of messages already released: acknowledged, not counted.
+        let mut covered_rows: Vec<u32> = Vec::new();
+        // Copies of late rows whose letters are not stored yet: settled with them.
+        let mut letter_copies: Vec<u32> = Vec::new();
+        let copied = {
+            let mut s = self.run.lock();
+            for (i, t) in times.iter().enumerate() {
+                let Some(t) = *t else {
+                    late.push((i, "its event time is NULL", None));
+                    continue;
+                };
+                let release = shape.release(t);
+                let key = keys.as_ref().map(|k| &k[i]);
+                // A copy of a message this run found late: its letter is written once.
+                if let Some(row) = key.and_then(|k| s.late.get(k)).filter(|r| !r.inherited) {
+                    if row.settled {
+                        covered_rows.push(i as u32);
+                    } else {
+                        letter_copies.push(i as u32);
+                    }
+                    continue;
+                }
+                if key.is_some_and(|k| self.previous_late.contains(k)) {
+                    late.push((
                     i,
                     "late: an earlier run found it late (its progress marker names the message)",
                     Some(release),
                 ));
-                continue;
-            }
-            if release <= self.closed {
-                if self.covered_through.is_some_and(|c| release <= c) {
-                    covered += 1;
-                } else {
-                    late.push((i, "late: its windows were already emitted", Some(release)));
+                    continue;
                 }
-                continue;
+                let print = key.map(|k| seen::fingerprint(k));
+                match print.map(|p| s.seen.check(release, p, now)) {
+                    Some(Seen::Held) => {
+                        copies.entry(release).or_default().push(i as u32);
+                        continue;
+                    }
+                    Some(Seen::Released) => {
+                        covered_rows.push(i as u32);
+                        continue;
+                    }
+                    Some(Seen::New) | None => {}
+                }
+                if release <= self.closed {
+                    if self.covered_through.is_some_and(|c| release <= c) {
+                        covered += 1;
+                    } else {
+                        late.push((i, "late: its windows were already emitted", Some(release)));
+                    }
+                    continue;
+                }
+                if let (Some(p), Some(_)) = (print, &handle) {
+                    s.seen.hold(release, p);
+                }
+                on_time.push(i as u32);
+                on_time_times.push(t);
+                releases.entry(release).or_default().push(i as u32);
             }
-            on_time.push(i as u32);
-            on_time_times.push(t);
-            releases.entry(release).or_default().push(i as u32);
+            // A copy is held under the same lock that found its original held, so the keeper
+            // cannot release that window between the two.
+            let copied: u64 = copies.values().map(|r| r.len() as u64).sum();
+            if let Some(handle) = &handle
+                && copied > 0
+            {
+                handle.retain(copied)?;
+                for (release, rows) in copies {
+                    s.held
+                        .entry(release)
+                        .or_default()
+                        .push((handle.clone(), rows));
+                }
+            }
+            copied
+        };
+        let letter_copied = letter_copies.len() as u64;
+        if let Some(handle) = &handle
+            && letter_copied > 0
+        {
+            handle.retain(letter_copied)?;
+            self.dead_lettered
+                .push((handle.clone(), letter_copies, Vec::new()));
+        }
+        let copies_covered = covered_rows.len() as u64;
+        if let Some(handle) = &handle
+            && !covered_rows.is_empty()
+        {
+            // Acknowledged as soon as the input seals the batch, not with the batch's held
+            // rows: a copy waiting minutes would lapse and come back again and again.
+            handle.retain(copies_covered)?;
+            self.covered_copies.push((handle.clone(), covered_rows));
+        }
+        if copied + copies_covered + letter_copied > 0 {
+            self.run
+                .counters
+                .copies
+                .fetch_add(copied + copies_covered + letter_copied, Ordering::Relaxed);
+            tracing::debug!(
+                source = %self.source.describe,
+                held = copied,
+                covered = copies_covered,
+                with_their_letters = letter_copied,
+                "message(s) delivered again while this run counted them: not counted again"
+            );
         }
         self.open
             .add(&batch, &on_time, &on_time_times, self.closed)?;
@@ -970,6 +1079,8 @@ impl Driver {
                         .push((handle.clone(), rows));
                 }
                 drop(s);
+            }
+            if held + copied > 0 {
                 handle.hold();
             }
         }
@@ -1459,9 +1570,17 @@ async fn keep(run: Arc<Run>, marker: Marker) {
             let released = {
                 let mut s = run.lock();
                 s.recorded = Some(frontier);
-                // A settled late row whose windows are recorded comes back covered: forgotten.
+                // A settled late row whose windows are recorded comes back covered: forgotten
+                // (a copy within the run is recognised for a while, as a counted row's is).
+                let forgotten: Vec<(i64, u128)> = s
+                    .late
+                    .iter()
+                    .filter(|(_, row)| row.settled && row.release <= frontier)
+                    .map(|(id, row)| (row.release, seen::fingerprint(id)))
+                    .collect();
                 s.late
                     .retain(|_, row| !(row.settled && row.release <= frontier));
+                s.seen.release_through(frontier, Instant::now(), forgotten);
                 let later = s.held.split_off(&(frontier.saturating_add(1)));
                 std::mem::replace(&mut s.held, later)
             };

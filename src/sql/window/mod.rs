@@ -16,12 +16,14 @@
 //! - [`state`]: the open windows' accumulators (DataFusion's own group values and
 //!   accumulators, one set per open window).
 //! - [`progress`]: the progress marker.
+//! - [`seen`]: the messages a run counted, so that a copy delivered again is not counted twice.
 //! - [`udf`]: `tumble(width)` and `hop(slide, width)`, and the analyzer rule that gives them
 //!   the source's event time.
 
 pub mod exec;
 pub mod plan;
 pub mod progress;
+pub mod seen;
 pub mod state;
 pub mod udf;
 

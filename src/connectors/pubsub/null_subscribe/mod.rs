@@ -599,6 +599,7 @@ mod tests {
             max_ack_deadline: None,
             payload: None,
             publish_time_step: None,
+            lose_lease_every: None,
         }
     }
 

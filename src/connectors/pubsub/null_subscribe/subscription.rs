@@ -22,6 +22,8 @@ use crate::bench::null_method::FeedOptions;
 pub const MAX_ACK_DEADLINE_SECONDS: i32 = 600;
 /// Shortest `stream_ack_deadline_seconds` the service takes.
 pub const MIN_STREAM_ACK_DEADLINE_SECONDS: i32 = 10;
+/// How long a lease that [`FeedOptions::lose_lease_every`] loses lasts.
+pub const LOST_LEASE: Duration = Duration::from_millis(50);
 
 /// Where one message stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,6 +284,13 @@ impl Subscription {
         inner.stats
     }
 
+    /// Whether message `id`'s first lease is lost ([`FeedOptions::lose_lease_every`]).
+    fn loses_first_lease(&self, id: u64) -> bool {
+        self.feed
+            .lose_lease_every
+            .is_some_and(|n| n > 0 && id.is_multiple_of(n))
+    }
+
     /// The lease a request for `seconds` gets: at most the server's `max_ack_deadline`.
     fn lease(&self, seconds: i32) -> Duration {
         let asked = Duration::from_secs(u64::from(seconds.unsigned_abs()));
@@ -399,8 +408,10 @@ impl Subscription {
         let mut taken = Vec::new();
         while taken.len() < max && flow.has_room(size) {
             let Some(id) = inner.ready.pop() else { break };
-            let deadline = now + flow.deadline;
             let slot = &mut inner.slots[id as usize];
+            // A lost first lease: delivered again soon, whatever the reader extends it to.
+            let lost = slot.attempts == 0 && self.loses_first_lease(id);
+            let deadline = now + if lost { LOST_LEASE } else { flow.deadline };
             slot.attempts += 1;
             slot.state = State::Leased { stream, deadline };
             let attempt = slot.attempts;
@@ -496,6 +507,10 @@ impl Subscription {
                 inner.stats.stale += 1;
                 continue;
             }
+            if seconds > 0 && d.attempt == 1 && self.loses_first_lease(d.id) {
+                // The fault of `lose_lease_every`: the extension does not take.
+                continue;
+            }
             if seconds == 0 {
                 Self::end_lease(&mut inner, d.id, stream, size);
                 inner.slots[d.id as usize].state = State::Ready;
@@ -571,6 +586,7 @@ mod tests {
             max_ack_deadline: None,
             payload: None,
             publish_time_step: None,
+            lose_lease_every: None,
         }
     }
 
@@ -598,6 +614,30 @@ mod tests {
         let tiny = sub.open_stream(0, 1, 10);
         assert_eq!(ids(&sub.take(tiny, 100)), [6]);
         assert_eq!(sub.stats().outstanding, 6);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_first_lease_delivers_the_message_again_whatever_the_reader_extends() {
+        let sub = Subscription::new(FeedOptions {
+            lose_lease_every: Some(3),
+            ..feed(7, 0)
+        });
+        let s = sub.open_stream(0, 0, 10);
+        let first = sub.take(s, 100);
+        assert_eq!(first.len(), 7);
+        sub.modify_deadline(&acks(&first), 60).unwrap();
+        tokio::time::advance(LOST_LEASE).await;
+        // Messages 0, 3 and 6 lost their first lease; the second one is kept as asked.
+        let again = sub.take(s, 100);
+        assert_eq!(ids(&again), [0, 3, 6]);
+        assert!(again.iter().all(|d| d.attempt == 2));
+        sub.modify_deadline(&acks(&again), 60).unwrap();
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(sub.take(s, 100).is_empty(), "a second lease is not lost");
+        // The first copy's acknowledgement is stale now; the second's takes.
+        assert_eq!(sub.acknowledge(&acks(&first)).unwrap(), 4);
+        assert_eq!(sub.acknowledge(&acks(&again)).unwrap(), 3);
+        assert_eq!(sub.stats().redelivered, 3);
     }
 
     #[tokio::test(start_paused = true)]

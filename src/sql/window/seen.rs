@@ -1,0 +1,191 @@
+//! The messages a window run has counted and not yet let go of, so that a copy Pub/Sub
+//! delivers again inside the run is not counted twice (ADR 0068, "A redelivery during a run").
+//!
+//! Pub/Sub delivers at least once: a message whose lease lapsed (or whose acknowledgement was
+//! lost) comes back with a new ack id and the same message id. A windowed run holds a counted
+//! message until its windows are recorded, then acknowledges it; a copy arriving meanwhile,
+//! or shortly after, belongs to the same windows (its event time is the same), so it is
+//! recognised by its message id and release:
+//!
+//! - while the original is held, the copy is held with it (released with the same windows)
+//!   and not counted;
+//! - once the original was released, the copy is acknowledged as covered, for
+//!   `keep_released` after the release (the time a lapsed lease's redelivery takes to come
+//!   back; after that a copy is treated as any other row of an emitted window).
+//!
+//! A message is kept as a 128-bit fingerprint of its id under its release, not as its id: about
+//! 20-30 bytes a held message, and no string per held message (ADR 0068, "Memory").
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::hash::{DefaultHasher, Hasher};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A message id's fingerprint: two independent 64-bit SipHashes. Two of the ids a run holds at
+/// once collide with a probability of about n² / 2¹²⁹ (1e-27 for a million held messages).
+pub fn fingerprint(id: &str) -> u128 {
+    let mut a = DefaultHasher::new();
+    a.write(id.as_bytes());
+    let mut b = DefaultHasher::new();
+    b.write_u8(0x5b);
+    b.write(id.as_bytes());
+    (u128::from(a.finish()) << 64) | u128::from(b.finish())
+}
+
+/// What a message id is to the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Not counted by this run (or released longer than `keep_released` ago).
+    New,
+    /// Counted and still held under its release: hold the copy with it.
+    Held,
+    /// Counted, and its windows were recorded (its acknowledgement went out) within
+    /// `keep_released`: the copy is covered.
+    Released,
+}
+
+/// The fingerprints of the messages counted, by release, while held and for a while after.
+#[derive(Debug)]
+pub struct SeenMessages {
+    held: BTreeMap<i64, HashSet<u128>>,
+    /// Released sets, oldest first: when they were released, their release, the ids.
+    released: VecDeque<(Instant, i64, HashSet<u128>)>,
+    keep_released: Duration,
+}
+
+impl Default for SeenMessages {
+    fn default() -> Self {
+        SeenMessages::new(Duration::ZERO)
+    }
+}
+
+impl SeenMessages {
+    /// Remembers released messages for `keep_released`.
+    pub fn new(keep_released: Duration) -> SeenMessages {
+        SeenMessages {
+            held: BTreeMap::new(),
+            released: VecDeque::new(),
+            keep_released,
+        }
+    }
+
+    /// Where the message `id` (a [`fingerprint`]) whose windows end at `release` stands. A
+    /// [`Seen::New`] id is not remembered; call [`Self::hold`] for it once counted.
+    pub fn check(&mut self, release: i64, id: u128, now: Instant) -> Seen {
+        if self.held.get(&release).is_some_and(|s| s.contains(&id)) {
+            return Seen::Held;
+        }
+        self.forget_old(now);
+        if self
+            .released
+            .iter()
+            .any(|(_, r, ids)| *r == release && ids.contains(&id))
+        {
+            return Seen::Released;
+        }
+        Seen::New
+    }
+
+    /// The message `id` was counted and is held until `release` is recorded.
+    pub fn hold(&mut self, release: i64, id: u128) {
+        self.held.entry(release).or_default().insert(id);
+    }
+
+    /// Every release at or before `frontier` was recorded: their messages go from held to
+    /// released, with `also` (release and id of messages settled another way, such as late
+    /// rows whose letters are stored).
+    pub fn release_through(
+        &mut self,
+        frontier: i64,
+        now: Instant,
+        also: impl IntoIterator<Item = (i64, u128)>,
+    ) {
+        let later = self.held.split_off(&frontier.saturating_add(1));
+        let mut done = std::mem::replace(&mut self.held, later);
+        for (release, id) in also {
+            done.entry(release).or_default().insert(id);
+        }
+        self.forget_old(now);
+        if self.keep_released.is_zero() {
+            return;
+        }
+        for (release, ids) in done {
+            self.released.push_back((now, release, ids));
+        }
+    }
+
+    /// Nothing is held any more (the run stopped and handed its messages back).
+    pub fn clear(&mut self) {
+        self.held.clear();
+        self.released.clear();
+    }
+
+    /// Messages held now.
+    pub fn held(&self) -> usize {
+        self.held.values().map(HashSet::len).sum()
+    }
+
+    fn forget_old(&mut self, now: Instant) {
+        while self
+            .released
+            .front()
+            .is_some_and(|(at, _, _)| now.saturating_duration_since(*at) >= self.keep_released)
+        {
+            self.released.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_tell_ids_apart_and_repeat_for_the_same_id() {
+        let ids: Vec<String> = (0..100_000u64).map(|n| n.to_string()).collect();
+        let prints: HashSet<u128> = ids.iter().map(|id| fingerprint(id)).collect();
+        assert_eq!(prints.len(), ids.len());
+        assert_eq!(fingerprint("17"), fingerprint("17"));
+        assert_ne!(fingerprint(""), fingerprint("0"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_copy_is_held_while_its_original_is_then_covered_for_a_while() {
+        let mut seen = SeenMessages::new(Duration::from_secs(25));
+        let (a, b) = (fingerprint("a"), fingerprint("b"));
+        let now = Instant::now();
+        assert_eq!(seen.check(60, a, now), Seen::New);
+        seen.hold(60, a);
+        seen.hold(120, b);
+        assert_eq!(seen.check(60, a, now), Seen::Held);
+        // The same id under another release is another message's business (its event time
+        // differs, so it is not a copy).
+        assert_eq!(seen.check(120, a, now), Seen::New);
+        assert_eq!(seen.held(), 2);
+
+        seen.release_through(60, now, [(30, fingerprint("late"))]);
+        assert_eq!(seen.check(30, fingerprint("late"), now), Seen::Released);
+        assert_eq!(seen.held(), 1);
+        assert_eq!(seen.check(60, a, now), Seen::Released);
+        assert_eq!(seen.check(120, b, now), Seen::Held);
+        tokio::time::advance(Duration::from_secs(24)).await;
+        assert_eq!(seen.check(60, a, Instant::now()), Seen::Released);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(seen.check(60, a, Instant::now()), Seen::New);
+
+        seen.clear();
+        assert_eq!(seen.check(120, b, Instant::now()), Seen::New);
+        assert_eq!(seen.held(), 0);
+    }
+
+    #[test]
+    fn without_a_retention_released_messages_are_forgotten_at_once() {
+        let mut seen = SeenMessages::default();
+        let a = fingerprint("a");
+        let now = Instant::now();
+        seen.hold(5, a);
+        seen.release_through(10, now, []);
+        assert_eq!(seen.check(5, a, now), Seen::New);
+    }
+}
