@@ -14,7 +14,8 @@
 //!   back; after that a copy is treated as any other row of an emitted window).
 //!
 //! A message is kept as a 128-bit fingerprint of its id under its release, not as its id: about
-//! 20-30 bytes a held message, and no string per held message (ADR 0068, "Memory").
+//! 20-30 bytes a held message, and no string per held message (docs/benchmarks.md, "Memory per
+//! held message in open windows").
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::hash::{DefaultHasher, Hasher};
