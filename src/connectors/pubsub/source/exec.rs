@@ -543,7 +543,11 @@ impl Start {
                 )
                 .with_exactly_once(exactly_once.clone()),
             ),
-            settler_config(opts.max_lease_duration, opts.stream_ack_deadline),
+            settler_config(
+                opts.max_lease_duration,
+                opts.stream_ack_deadline,
+                opts.max_outstanding_messages,
+            ),
             acks,
             outstanding.clone(),
             inner.counters.clone(),
