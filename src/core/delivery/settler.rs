@@ -640,13 +640,17 @@ mod tests {
         settler.await.unwrap();
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn an_acknowledged_id_leaves_flow_control_before_its_call_is_sent() {
+    /// A settler of `outstanding` against a [`Fake`] service, with its counters and queue.
+    #[allow(clippy::type_complexity)]
+    fn settle_with_fake(
+        outstanding: &Arc<Outstanding<String>>,
+    ) -> (
+        Arc<Fake>,
+        Arc<DeliveryCounters>,
+        mpsc::UnboundedSender<Verdict<String>>,
+        tokio::task::JoinHandle<()>,
+    ) {
         let fake = Arc::new(Fake::default());
-        let outstanding = Arc::new(Outstanding::<String>::new(2, 100));
-        outstanding.add("a".to_string(), 1);
-        outstanding.add("b".to_string(), 1);
-        assert!(!outstanding.has_room());
         let counters = Arc::new(DeliveryCounters::default());
         let (tx, rx) = mpsc::unbounded_channel::<Verdict<String>>();
         let settler = tokio::spawn(run_settler(
@@ -656,6 +660,16 @@ mod tests {
             outstanding.clone(),
             counters.clone(),
         ));
+        (fake, counters, tx, settler)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_acknowledged_id_leaves_flow_control_before_its_call_is_sent() {
+        let outstanding = Arc::new(Outstanding::<String>::new(2, 100));
+        outstanding.add("a".to_string(), 1);
+        outstanding.add("b".to_string(), 1);
+        assert!(!outstanding.has_room());
+        let (fake, counters, tx, settler) = settle_with_fake(&outstanding);
         tx.send(ack(&["a"])).unwrap();
         tx.send(Verdict::Nack(vec!["b".to_string()])).unwrap();
         tokio::time::sleep(GATHER / 2).await;
@@ -675,18 +689,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn held_ids_are_extended_each_tick_until_their_lease_is_let_go() {
-        let fake = Arc::new(Fake::default());
         let outstanding = Arc::new(Outstanding::<String>::new(10, 100));
         outstanding.add("held".to_string(), 1);
-        let counters = Arc::new(DeliveryCounters::default());
-        let (tx, rx) = mpsc::unbounded_channel::<Verdict<String>>();
-        let settler = tokio::spawn(run_settler(
-            fake.clone(),
-            config(10),
-            rx,
-            outstanding.clone(),
-            counters.clone(),
-        ));
+        let (fake, counters, tx, settler) = settle_with_fake(&outstanding);
         // Ticks at 20 s and 40 s extend; at 60 s the lease is let go.
         tokio::time::sleep(Duration::from_secs(61)).await;
         let extends: Vec<Duration> = fake
