@@ -67,8 +67,7 @@ pub struct FeedOptions {
     /// through the backlog.
     pub publish_time_step: Option<Duration>,
     /// A fault: the first lease of every `n`-th message (message 0, n, 2n, ...) is lost after
-    /// [`LOST_LEASE`](crate::connectors::pubsub::null_subscribe::subscription::LOST_LEASE)
-    /// whatever the reader extends it to, so the server delivers it again while the reader
+    /// 50 ms (the subscription server's `LOST_LEASE`) whatever the reader extends it to, so the server delivers it again while the reader
     /// still has the first copy: Pub/Sub's at-least-once duplicate (`None`: no lease is lost).
     pub lose_lease_every: Option<u64>,
 }
