@@ -43,6 +43,10 @@ pub struct NullMethod {
     pub routes: fn(state: Arc<NullState>) -> tonic::service::Routes,
 }
 
+/// The smallest message a null subscription makes: `{"id":N,"body":""}` with the longest `N`
+/// ([`FeedOptions::message_size`] is at least this).
+pub const MIN_MESSAGE_SIZE: usize = 38;
+
 /// What a null server that serves messages (`pubsub-subscribe`) hands out: every subscription
 /// name it is asked for gets its own backlog of `messages` canned messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,8 +71,9 @@ pub struct FeedOptions {
     /// through the backlog.
     pub publish_time_step: Option<Duration>,
     /// A fault: the first lease of every `n`-th message (message 0, n, 2n, ...) is lost after
-    /// 50 ms (the subscription server's `LOST_LEASE`) whatever the reader extends it to, so the server delivers it again while the reader
-    /// still has the first copy: Pub/Sub's at-least-once duplicate (`None`: no lease is lost).
+    /// 50 ms (the subscription server's `LOST_LEASE`) whatever the reader extends it to, so
+    /// the server delivers it again while the reader still has the first copy: Pub/Sub's
+    /// at-least-once duplicate (`None` or `Some(0)`: no lease is lost).
     pub lose_lease_every: Option<u64>,
 }
 

@@ -25,10 +25,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::bench::ResourceUsage;
+use crate::bench::null_method::MIN_MESSAGE_SIZE;
 use crate::bench::null_server::{
     FeedOptions, NullServer, NullServerOptions, NullService, NullTotals, format_totals,
 };
-use crate::connectors::pubsub::null_subscribe::MIN_MESSAGE_SIZE;
 use crate::connectors::registry;
 
 /// Arguments of `gcp-sql serve-null`.
@@ -70,8 +70,8 @@ pub struct ServeNullArgs {
     pub publish_time_step: Option<Duration>,
     /// pubsub-subscribe: a fault: the first lease of every n-th message is lost after 50 ms
     /// whatever the client extends it to, so the message is delivered again while the client
-    /// still has it (Pub/Sub's at-least-once duplicate; default: none lost)
-    #[arg(long)]
+    /// still has it (Pub/Sub's at-least-once duplicate; at least 1; default: none lost)
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub lose_lease_every: Option<u64>,
 }
 
@@ -351,6 +351,9 @@ mod tests {
         );
         let err = parse(&["serve-null", "--message-size", "37"]).unwrap_err();
         assert_contains_all(&err.to_string(), &["--message-size", "at least 38 bytes"]);
+        // Every 0th message is no message: refused rather than read as "none lost".
+        let err = parse(&["serve-null", "--lose-lease-every", "0"]).unwrap_err();
+        assert_contains_all(&err.to_string(), &["--lose-lease-every", "0"]);
     }
 
     #[test]

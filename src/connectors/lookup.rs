@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use datafusion::physical_plan::ExecutionPlan;
 
+use crate::core::delivery::UpstreamOf;
 use crate::core::delivery::subset::SubsetSlot;
 
 /// What [`LookupPlanner::rewrite`] answers: `Ok(Some(node))`, `Ok(None)` or `Err(why)`.
@@ -21,8 +22,9 @@ pub type PassThrough = (Arc<dyn ExecutionPlan>, Arc<SubsetSlot>);
 pub struct LookupPlanner {
     /// `Ok(Some(node))`: the join as a lookup node with the same output; `Ok(None)`: not a
     /// join with one of this connector's tables; `Err(why)`: one that cannot be a lookup, why
-    /// (and what to write instead).
-    pub rewrite: fn(&Arc<dyn ExecutionPlan>) -> Rewritten,
+    /// (and what to write instead). The node finds its input's delivery handles through the
+    /// given [`UpstreamOf`].
+    pub rewrite: fn(&Arc<dyn ExecutionPlan>, UpstreamOf) -> Rewritten,
     /// For a lookup node of this connector: its input, and the slot of output partition
     /// `partition`; `None` for any other node.
     pub pass_through: fn(&dyn ExecutionPlan, usize) -> Option<PassThrough>,

@@ -61,13 +61,15 @@ pub static CONNECTORS: [Registered; 3] = [
 pub static LOOKUPS: [&crate::connectors::lookup::LookupPlanner; 1] = [&bigtable::lookup::PLANNER];
 
 /// A join as a lookup node of the connector whose table it reads (see
-/// [`crate::connectors::lookup::LookupPlanner::rewrite`]).
+/// [`crate::connectors::lookup::LookupPlanner::rewrite`]), finding its input's delivery
+/// handles through `upstream_of`.
 pub fn lookup_join(
     plan: &std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    upstream_of: crate::core::delivery::UpstreamOf,
 ) -> std::result::Result<Option<std::sync::Arc<dyn datafusion::physical_plan::ExecutionPlan>>, String>
 {
     for planner in LOOKUPS {
-        if let Some(node) = (planner.rewrite)(plan)? {
+        if let Some(node) = (planner.rewrite)(plan, upstream_of)? {
             return Ok(Some(node));
         }
     }

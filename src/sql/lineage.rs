@@ -117,8 +117,8 @@ pub fn connect(plan: Arc<dyn ExecutionPlan>, table: &str) -> Result<Arc<dyn Exec
             input,
         )?));
     }
-    if let Some(lookup) =
-        registry::lookup_join(&plan).map_err(|why| lookup_refusal(&plan, table, &why))?
+    if let Some(lookup) = registry::lookup_join(&plan, delivery_input)
+        .map_err(|why| lookup_refusal(&plan, table, &why))?
     {
         return connect(lookup, table);
     }

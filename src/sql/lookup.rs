@@ -25,7 +25,7 @@ impl PhysicalOptimizerRule for LookupJoinRule {
         _config: &ConfigOptions,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         plan.transform_up(|node| {
-            Ok(match rewrite(&node) {
+            Ok(match rewrite(&node, super::lineage::delivery_input) {
                 Ok(Some(lookup)) => Transformed::yes(lookup),
                 // Not a lookup: a bounded query joins as DataFusion plans it.
                 Ok(None) | Err(_) => Transformed::no(node),

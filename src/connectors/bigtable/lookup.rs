@@ -43,7 +43,7 @@ use super::scan::exec::Source;
 use super::scan::keys::{KeyRange, KeySet, PartKind};
 use crate::connectors::lookup::LookupPlanner;
 use crate::core::delivery::subset::{SubsetHandle, SubsetSlot};
-use crate::core::delivery::{DeliveryHandle, DeliveryInput};
+use crate::core::delivery::{DeliveryHandle, DeliveryInput, UpstreamOf};
 use crate::plan::node::{name_and_properties, with_new_children_by_replace};
 
 /// The lookup cache's settings: at most `rows` keys, each kept for `ttl`.
@@ -231,8 +231,12 @@ fn input_of(join: &HashJoinExec, table_first: bool) -> Arc<dyn ExecutionPlan> {
 
 /// `plan` as a lookup join when it is a join with a Bigtable table that can be one;
 /// `Ok(None)` when it is not a join with a Bigtable table; an error saying why not and what to
-/// write instead when it is one that cannot be a lookup.
-pub fn rewrite(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>, String> {
+/// write instead when it is one that cannot be a lookup. The node finds the delivery handles
+/// of its input's batches through `upstream_of`.
+pub fn rewrite(
+    plan: &Arc<dyn ExecutionPlan>,
+    upstream_of: UpstreamOf,
+) -> Result<Option<Arc<dyn ExecutionPlan>>, String> {
     let Some(p) = plan_of(plan)? else {
         return Ok(None);
     };
@@ -246,6 +250,7 @@ pub fn rewrite(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Execution
         input,
         plan.schema(),
         cache,
+        upstream_of,
     ))))
 }
 
@@ -312,6 +317,8 @@ pub struct LookupJoinExec {
     cache: Arc<Mutex<Cache>>,
     /// Per partition, the handle of the batch emitted last.
     slots: Arc<[Arc<SubsetSlot>]>,
+    /// Where a partition finds the delivery handle of the input batch it joins.
+    upstream_of: UpstreamOf,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -329,6 +336,7 @@ impl LookupJoinExec {
         input: Arc<dyn ExecutionPlan>,
         schema: SchemaRef,
         cache_settings: Option<CacheSettings>,
+        upstream_of: UpstreamOf,
     ) -> Self {
         let props = input.properties();
         let partitions = props.partitioning.partition_count();
@@ -348,6 +356,7 @@ impl LookupJoinExec {
             slots: (0..partitions)
                 .map(|_| Arc::new(SubsetSlot::default()))
                 .collect(),
+            upstream_of,
             metrics: ExecutionPlanMetricsSet::new(),
         }
     }
@@ -359,6 +368,7 @@ impl LookupJoinExec {
             self.input.clone(),
             self.schema.clone(),
             cache,
+            self.upstream_of,
         )
     }
 
@@ -441,6 +451,7 @@ impl ExecutionPlan for LookupJoinExec {
             input,
             self.schema.clone(),
             self.cache_settings,
+            self.upstream_of,
         )))
     }
 
@@ -455,7 +466,7 @@ impl ExecutionPlan for LookupJoinExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> DFResult<SendableRecordBatchStream> {
-        let upstream = crate::sql::lineage::delivery_input(&self.input, partition);
+        let upstream = (self.upstream_of)(&self.input, partition);
         let slot = self.slots.get(partition).cloned();
         let input = self.input.execute(partition, context.clone())?;
         let counter =

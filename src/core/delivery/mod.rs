@@ -126,6 +126,13 @@ pub trait DeliveryHandle: Debug + Send + Sync {
     fn forget_row_keys(&self) {}
 }
 
+/// How a plan node finds the [`DeliveryInput`] of output partition `partition` of its input
+/// plan. The SQL layer's lineage answers it (it knows every node that passes handles on); a
+/// connector's node that keeps a subset of its input's rows (a lookup join) is given it when
+/// it is planned, so it reaches the lineage without naming the SQL layer.
+pub type UpstreamOf =
+    fn(&Arc<dyn datafusion::physical_plan::ExecutionPlan>, usize) -> Option<Arc<dyn DeliveryInput>>;
+
 /// Where a writer finds the handle of the batch its input produced last, and how it talks to
 /// the input behind it.
 pub trait DeliveryInput: Debug + Send + Sync {

@@ -46,7 +46,8 @@ use tonic::{Status, Streaming};
 
 use self::subscription::{Delivery, Invalid, Subscription, SubscriptionStats};
 use crate::bench::null_method::{
-    FeedOptions, MAX_REQUEST_BYTES, NullDetails, NullMethod, NullService, NullState,
+    FeedOptions, MAX_REQUEST_BYTES, MIN_MESSAGE_SIZE, NullDetails, NullMethod, NullService,
+    NullState,
 };
 
 /// The gRPC path of `StreamingPull`.
@@ -56,8 +57,6 @@ pub const MAX_BATCH: usize = 1000;
 /// Most data bytes in one StreamingPull response (beyond one message): under the 4 MiB a
 /// client decodes by default.
 pub const MAX_BATCH_BYTES: usize = 3 * 1024 * 1024;
-/// The smallest message the server makes: `{"id":N,"body":""}` with the longest `N`.
-pub const MIN_MESSAGE_SIZE: usize = 38;
 
 /// This service's null method, as its descriptor carries it.
 pub static NULL_METHOD: NullMethod = NullMethod {
