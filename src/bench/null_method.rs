@@ -51,7 +51,7 @@ pub const MIN_MESSAGE_SIZE: usize = 38;
 /// name it is asked for gets its own backlog of `messages` canned messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeedOptions {
-    /// Messages in each subscription's backlog.
+    /// Messages in each subscription's backlog; for `bigtable-read`, rows in every table.
     pub messages: u64,
     /// Data bytes of each message.
     pub message_size: usize,

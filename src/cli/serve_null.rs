@@ -5,7 +5,7 @@
 //! ```
 //!
 //! `S` is one of the registry's null services (`connectors::registry::null_services`: `pubsub`,
-//! the default, `pubsub-subscribe`, `cloud-tasks`, `bigtable`). It listens on `127.0.0.1:P`
+//! the default, `pubsub-subscribe`, `cloud-tasks`, `bigtable`, `bigtable-read`). It listens on `127.0.0.1:P`
 //! (loopback only), acknowledges every request of the service's one method (`Publish`,
 //! `CreateTask`, `MutateRows`) at once or after `--latency`, and prints what it receives; see
 //! [`crate::bench::null_server`]. Point a table of that connector at it with
@@ -19,6 +19,11 @@
 //! shortens them), nacks and ordering keys (`--ordering-keys`); its figures count
 //! acknowledgements, and its `total:` line adds the deliveries, redeliveries and lapsed leases
 //! (`connectors::pubsub::null_subscribe`).
+//!
+//! `bigtable-read` is Bigtable's reading side: every table name holds the same `--rows` rows
+//! (key `user-0000000`…, cells `cf:name` and `cf:visits`), which `ReadRows` streams by the
+//! request's keys and ranges and `SampleRowKeys` samples; its figures count the rows sent
+//! (`connectors::bigtable::null_read`).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
@@ -48,8 +53,8 @@ pub struct ServeNullArgs {
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     pub report_interval: Duration,
     /// pubsub-subscribe: messages in each subscription's backlog (every subscription name
-    /// asked for gets its own)
-    #[arg(long, default_value_t = FeedOptions::default().messages)]
+    /// asked for gets its own); bigtable-read: rows in every table (--rows)
+    #[arg(long, visible_alias = "rows", default_value_t = FeedOptions::default().messages)]
     pub messages: u64,
     /// pubsub-subscribe: data bytes of each message (a JSON object {"id":N,"body":"xx..."}
     /// padded to this size; at least 38)
@@ -293,7 +298,7 @@ mod tests {
         let err = parse(&["serve-null", "--service", "spanner"]).unwrap_err();
         let text = err.to_string();
         assert!(
-            text.contains("pubsub, pubsub-subscribe, cloud-tasks, bigtable"),
+            text.contains("pubsub, pubsub-subscribe, cloud-tasks, bigtable, bigtable-read"),
             "{text}"
         );
     }
@@ -302,7 +307,7 @@ mod tests {
     fn the_service_help_names_each_service_and_its_method() {
         assert_eq!(
             service_help(),
-            "The service to stand in for: pubsub (Publish), pubsub-subscribe (StreamingPull), cloud-tasks (CreateTask) or bigtable (MutateRows)"
+            "The service to stand in for: pubsub (Publish), pubsub-subscribe (StreamingPull), cloud-tasks (CreateTask), bigtable (MutateRows) or bigtable-read (ReadRows)"
         );
         let help = <Args as clap::CommandFactory>::command()
             .find_subcommand_mut("serve-null")

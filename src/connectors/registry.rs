@@ -53,7 +53,7 @@ pub static CONNECTORS: [Registered; 3] = [
         #[cfg(any(test, feature = "testing"))]
         testing: &bigtable::testing::TESTING,
         #[cfg(any(test, feature = "testing"))]
-        null_sources: &[],
+        null_sources: &bigtable::testing::NULL_SOURCES,
     },
 ];
 

@@ -304,6 +304,127 @@ async fn a_broken_stream_resumes_after_the_last_row_with_none_twice_and_none_mis
     assert!(metrics.1 >= 1, "a resume: {metrics:?}");
 }
 
+/// What the null `ReadRows` server has done so far: `(ReadRows calls, rows sent)`.
+fn null_reads(server: &gcp_sql::bench::null_server::NullServer) -> (u64, u64) {
+    let details = server.details().expect("the read server keeps its counts");
+    let reads = details
+        .as_any()
+        .downcast_ref::<gcp_sql::connectors::bigtable::null_read::Reads>()
+        .expect("the read server's counts");
+    (reads.read_rows_calls(), reads.rows_sent())
+}
+
+/// The scan against `serve-null --service bigtable-read` (a table of canned rows in memory):
+/// every row read once with its values, and a key predicate costs the server exactly the rows
+/// it names, counted on the server's side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_null_read_server_sends_every_row_once_and_a_key_range_only_its_rows() {
+    use gcp_sql::bench::null_server::{FeedOptions, NullServer, NullServerOptions, NullService};
+    const ROWS: u64 = 200_000;
+    let server = NullServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        NullServerOptions {
+            service: NullService::BigtableRead,
+            latency: std::time::Duration::ZERO,
+            feed: FeedOptions {
+                messages: ROWS,
+                ..FeedOptions::default()
+            },
+        },
+    )
+    .await
+    .expect("the null ReadRows server starts");
+    let ctx = context(2);
+    exec(
+        &ctx,
+        &format!(
+            "CREATE TABLE big (k VARCHAR NOT NULL, visits BIGINT, name VARCHAR) WITH ( \
+             connector = 'bigtable', emulator_host = '{}', instance = 'projects/p/instances/i', \
+             table = 'big', row_key = 'k', column_family = 'cf')",
+            server.addr()
+        ),
+    )
+    .await;
+    let sum = |from: u64, to: u64| (from..to).map(|n| n as i64 * 10).sum::<i64>();
+    let whole = rows(
+        &ctx,
+        "SELECT count(*), sum(visits), count(name), min(k), max(k) FROM big",
+    )
+    .await;
+    let b = &whole[0];
+    assert_eq!(
+        b.column(0).as_primitive::<Int64Type>().value(0),
+        ROWS as i64
+    );
+    assert_eq!(
+        b.column(1).as_primitive::<Int64Type>().value(0),
+        sum(0, ROWS)
+    );
+    assert_eq!(
+        b.column(2).as_primitive::<Int64Type>().value(0),
+        ROWS as i64
+    );
+    assert_eq!(strings(&whole, 3), ["user-0000000"]);
+    assert_eq!(strings(&whole, 4), ["user-0199999"]);
+    // Two partitions from the server's samples, each one call; every row sent once.
+    assert_eq!(null_reads(&server), (2, ROWS));
+
+    let before = null_reads(&server);
+    let range = rows(
+        &ctx,
+        "SELECT count(*), sum(visits) FROM big WHERE k BETWEEN 'user-0100000' AND 'user-0100999'",
+    )
+    .await;
+    assert_eq!(count(&range), 1000);
+    assert_eq!(
+        range[0].column(1).as_primitive::<Int64Type>().value(0),
+        sum(100_000, 101_000)
+    );
+    let after = null_reads(&server);
+    assert_eq!(after.1 - before.1, 1000, "rows sent for a 1,000-key range");
+    assert_eq!(
+        after.0 - before.0,
+        1,
+        "one ReadRows call for a range inside one partition"
+    );
+
+    let before = after;
+    let prefix = rows(&ctx, "SELECT count(*) FROM big WHERE k LIKE 'user-00123%'").await;
+    assert_eq!(count(&prefix), 100);
+    assert_eq!(
+        null_reads(&server).1 - before.1,
+        100,
+        "rows sent for a prefix"
+    );
+
+    let before = null_reads(&server);
+    let points = rows(
+        &ctx,
+        "SELECT k, name, visits FROM big WHERE k IN ('user-0123456', 'user-0000007', 'user-9') \
+         ORDER BY k",
+    )
+    .await;
+    assert_eq!(strings(&points, 0), ["user-0000007", "user-0123456"]);
+    assert_eq!(strings(&points, 1), ["name-7", "name-123456"]);
+    let visits = points[0].column(2).as_primitive::<Int64Type>();
+    assert_eq!((visits.value(0), visits.value(1)), (70, 1_234_560));
+    assert_eq!(
+        null_reads(&server).1 - before.1,
+        2,
+        "rows sent for two keys"
+    );
+
+    // An exact LIMIT is the request's rows limit: each partition stops at it.
+    let before = null_reads(&server);
+    let limited = rows(&ctx, "SELECT k FROM big LIMIT 5").await;
+    assert_eq!(limited.iter().map(|b| b.num_rows()).sum::<usize>(), 5);
+    let sent = null_reads(&server).1 - before.1;
+    assert!(
+        sent <= 10,
+        "{sent} rows sent for LIMIT 5 over two partitions"
+    );
+}
+
 /// `(read_rows_calls, resumes)` of the plan's scan.
 fn scan_metrics(plan: &Arc<dyn ExecutionPlan>) -> (usize, usize) {
     if plan.name() == "BigtableScanExec" {

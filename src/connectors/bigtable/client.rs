@@ -106,6 +106,8 @@ pub const DEFAULT_ADMIN_ENDPOINT: &str = "https://bigtableadmin.googleapis.com";
 pub const ADMIN_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub(crate) const MUTATE_ROWS_PATH: &str = "/google.bigtable.v2.Bigtable/MutateRows";
+/// The gRPC path of `ReadRows`.
+pub(crate) const READ_ROWS_PATH: &str = "/google.bigtable.v2.Bigtable/ReadRows";
 /// Appended to the status of an add (`increment`, `add_to_cell`) that failed in a way other
 /// writes retry.
 const NOT_RETRIED: &str = " (an add to a counter is not retried: it is not idempotent, and \

@@ -17,6 +17,9 @@ pub mod names;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod null;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod null_read;
 pub mod options;
 pub mod scan;
 #[cfg(any(test, feature = "testing"))]

@@ -1,6 +1,6 @@
 //! What the tests and the benchmarks need of the Bigtable connector (feature `testing`): how its
 //! emulator is found, started and probed ([`EMULATOR`]) and the null method its null server
-//! answers ([`super::null`]), as the registry lists them beside the descriptor. Production code
+//! answers ([`super::null`]; [`super::null_read`] for reading), as the registry lists them beside the descriptor. Production code
 //! never reads this part.
 
 use gcloud_sdk::google::bigtable::admin::v2::ListTablesRequest;
@@ -23,6 +23,9 @@ pub static TESTING: TestingPart = TestingPart {
         insert: "INSERT INTO profiles VALUES ('k1', 'n1'), ('k2', 'n2')",
     },
 };
+
+/// The null servers of the reading side: the `ReadRows` server of [`super::null_read`].
+pub static NULL_SOURCES: [NullService; 1] = [NullService::BigtableRead];
 
 /// The Bigtable emulator (`cbtemulator`) of the Google Cloud CLI, as the launcher runs it.
 pub static EMULATOR: EmulatorSpec = EmulatorSpec {
