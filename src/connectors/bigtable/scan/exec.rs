@@ -11,7 +11,6 @@
 //! attempts in a row without a committed row, with a doubling delay from 10 ms to 2 s; then the
 //! scan fails naming `ReadRows`, the table and the last status.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,14 +29,15 @@ use datafusion::physical_plan::metrics::{
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use gcloud_sdk::google::bigtable::v2::bigtable_client::BigtableClient;
-use gcloud_sdk::google::bigtable::v2::read_rows_response::CellChunk;
-use gcloud_sdk::google::bigtable::v2::read_rows_response::cell_chunk::RowStatus;
-use gcloud_sdk::google::bigtable::v2::{ReadRowsRequest, ReadRowsResponse, RowFilter};
+use gcloud_sdk::google::bigtable::v2::{ReadRowsRequest, RowFilter};
+use prost::bytes::Bytes;
 use tonic::Code;
+use tonic::codegen::http;
 
+use super::chunks::{ChunkRef, ReadRowsCodec, for_each_chunk};
 use super::decode::{RawColumn, decode_cells, decode_key_part, struct_of};
 use super::keys::{KeySet, show_key};
-use crate::connectors::bigtable::client::ClientSettings;
+use crate::connectors::bigtable::client::{ClientSettings, READ_ROWS_PATH};
 use crate::error::{Error, Result};
 use crate::google::{Connection, GrpcChannel, ROUTING_HEADER, routing_value, with_deadline};
 use crate::plan::node::{name_and_properties, no_expressions};
@@ -312,33 +312,47 @@ impl ExecutionPlan for BigtableScanExec {
     }
 }
 
+/// A family read, with its qualifiers read and their cell indexes.
+type FamilyCells = (Vec<u8>, Vec<(Vec<u8>, usize)>);
+
 /// The rows of the batch being built, and the row being merged from chunks.
 struct Rows {
-    cells: HashMap<String, HashMap<Vec<u8>, usize>>,
+    /// Per family read, its qualifiers read with their cell index. Searched in order: a scan
+    /// reads the few cells its columns name, where hashing every chunk's names costs more.
+    cells: Vec<FamilyCells>,
     keys: RawColumn,
     raw: Vec<RawColumn>,
     timestamps: Vec<i64>,
     count: usize,
     // The row being merged.
     row_key: Vec<u8>,
-    family: String,
-    qualifier: Vec<u8>,
+    /// The key of the row committed last.
+    committed: Vec<u8>,
+    /// The current chunk's family, and its index in `cells` when it is read.
+    family: Vec<u8>,
+    family_index: Option<usize>,
+    /// The cell the current chunks belong to, when it is read.
+    cell: Option<usize>,
     timestamp: i64,
+    /// A value split over chunks, gathered.
     value: Vec<u8>,
     in_value: bool,
-    row: Vec<Option<Vec<u8>>>,
+    /// The row's cell values, one after another; `row[i]` is cell `i`'s start and length.
+    arena: Vec<u8>,
+    row: Vec<Option<(usize, usize)>>,
     row_timestamp: i64,
     row_open: bool,
 }
 
 impl Rows {
     fn new(spec: &ScanSpec) -> Self {
-        let mut cells: HashMap<String, HashMap<Vec<u8>, usize>> = HashMap::new();
+        let mut cells: Vec<FamilyCells> = Vec::new();
         for (i, (family, qualifier)) in spec.cells.iter().enumerate() {
-            cells
-                .entry(family.clone())
-                .or_default()
-                .insert(qualifier.clone(), i);
+            let family = family.as_bytes();
+            match cells.iter_mut().find(|(f, _)| f == family) {
+                Some((_, qualifiers)) => qualifiers.push((qualifier.clone(), i)),
+                None => cells.push((family.to_vec(), vec![(qualifier.clone(), i)])),
+            }
         }
         Rows {
             cells,
@@ -347,11 +361,14 @@ impl Rows {
             timestamps: Vec::new(),
             count: 0,
             row_key: Vec::new(),
-            family: String::new(),
-            qualifier: Vec::new(),
+            committed: Vec::new(),
+            family: Vec::new(),
+            family_index: None,
+            cell: None,
             timestamp: 0,
             value: Vec::new(),
             in_value: false,
+            arena: Vec::new(),
             row: vec![None; spec.cells.len()],
             row_timestamp: i64::MIN,
             row_open: false,
@@ -366,78 +383,101 @@ impl Rows {
         self.row_open = false;
         self.in_value = false;
         self.value.clear();
+        self.arena.clear();
         self.row.iter_mut().for_each(|c| *c = None);
         self.row_timestamp = i64::MIN;
     }
 
-    /// Takes one chunk; returns the key of the row it committed, if any.
-    fn push(&mut self, chunk: CellChunk) -> Result<Option<Vec<u8>>> {
+    /// Takes one chunk; returns whether it committed a row (whose key is then
+    /// [`committed`](Self::committed)).
+    fn push(&mut self, chunk: ChunkRef<'_>) -> Result<bool> {
         if !self.in_value {
             if !chunk.row_key.is_empty() {
-                if self.row_open && chunk.row_key != self.row_key {
+                if self.row_open && chunk.row_key != self.row_key.as_slice() {
                     return Err(Self::protocol(
                         "a new row began before the last was committed",
                     ));
                 }
-                self.row_key = chunk.row_key;
-                self.row_open = true;
+                if !self.row_open {
+                    self.row_key.clear();
+                    self.row_key.extend_from_slice(chunk.row_key);
+                    self.row_open = true;
+                }
             } else if !self.row_open {
                 return Err(Self::protocol("a row's first chunk has no row key"));
             }
-            if let Some(family) = chunk.family_name {
-                self.family = family;
+            if let Some(family) = chunk.family {
+                if family != self.family.as_slice() {
+                    self.family.clear();
+                    self.family.extend_from_slice(family);
+                    self.family_index = self.cells.iter().position(|(f, _)| f == family);
+                }
                 if chunk.qualifier.is_none() {
                     return Err(Self::protocol("a new family came without a qualifier"));
                 }
             }
             if let Some(qualifier) = chunk.qualifier {
-                self.qualifier = qualifier;
+                self.cell = self.family_index.and_then(|f| {
+                    self.cells[f]
+                        .1
+                        .iter()
+                        .find(|(q, _)| q == qualifier)
+                        .map(|(_, i)| *i)
+                });
             }
             self.timestamp = chunk.timestamp_micros;
             self.value.clear();
         }
-        self.value.extend_from_slice(&chunk.value);
+        // A value in one chunk (the usual case) goes straight from the response to the row.
+        let split = self.in_value || chunk.value_size > 0;
+        if split {
+            self.value.extend_from_slice(chunk.value);
+        }
         self.in_value = chunk.value_size > 0;
-        if !self.in_value && !matches!(chunk.row_status, Some(RowStatus::ResetRow(true))) {
+        if !self.in_value && !chunk.reset_row {
             self.row_timestamp = self.row_timestamp.max(self.timestamp);
-            if let Some(i) = self
-                .cells
-                .get(self.family.as_str())
-                .and_then(|q| q.get(self.qualifier.as_slice()))
-            {
+            if let Some(i) = self.cell {
                 // The row marker (an empty copy of a row's first cell) never replaces a value.
-                let slot = &mut self.row[*i];
-                if slot.as_ref().is_none_or(|v| v.is_empty()) {
-                    *slot = Some(std::mem::take(&mut self.value));
-                }
-            }
-        }
-        match chunk.row_status {
-            Some(RowStatus::ResetRow(true)) => {
-                self.reset_row();
-                Ok(None)
-            }
-            Some(RowStatus::CommitRow(true)) => {
-                if self.in_value {
-                    return Err(Self::protocol(
-                        "a row was committed in the middle of a value",
-                    ));
-                }
-                self.keys.append_value(&self.row_key);
-                for (raw, cell) in self.raw.iter_mut().zip(self.row.iter_mut()) {
-                    match cell.take() {
-                        Some(v) => raw.append_value(v),
-                        None => raw.append_null(),
+                if self.row[i].is_none_or(|(_, len)| len == 0) {
+                    let start = self.arena.len();
+                    if split {
+                        self.arena.extend_from_slice(&self.value);
+                    } else {
+                        self.arena.extend_from_slice(chunk.value);
                     }
+                    self.row[i] = Some((start, self.arena.len() - start));
                 }
-                self.timestamps.push(self.row_timestamp);
-                self.count += 1;
-                let key = std::mem::take(&mut self.row_key);
-                self.reset_row();
-                Ok(Some(key))
             }
-            _ => Ok(None),
         }
+        if chunk.reset_row {
+            self.reset_row();
+            return Ok(false);
+        }
+        if !chunk.commit_row {
+            return Ok(false);
+        }
+        if self.in_value {
+            return Err(Self::protocol(
+                "a row was committed in the middle of a value",
+            ));
+        }
+        self.keys.append_value(&self.row_key);
+        for (raw, cell) in self.raw.iter_mut().zip(self.row.iter_mut()) {
+            match cell.take() {
+                Some((start, len)) => raw.append_value(&self.arena[start..start + len]),
+                None => raw.append_null(),
+            }
+        }
+        self.timestamps.push(self.row_timestamp);
+        self.count += 1;
+        std::mem::swap(&mut self.committed, &mut self.row_key);
+        self.reset_row();
+        Ok(true)
+    }
+
+    /// The key of the row committed last.
+    fn committed(&self) -> &[u8] {
+        &self.committed
     }
 
     /// Drops a row left open by a broken stream.
@@ -568,8 +608,8 @@ struct PartitionReader {
     keys: KeySet,
     limit: Option<u64>,
     batch_size: usize,
-    client: Option<(BigtableClient<GrpcChannel>, bool)>,
-    stream: Option<tonic::Streaming<ReadRowsResponse>>,
+    client: Option<(GrpcChannel, bool)>,
+    stream: Option<tonic::Streaming<Bytes>>,
     rows: Rows,
     last_key: Option<Vec<u8>>,
     failures: u32,
@@ -577,6 +617,25 @@ struct PartitionReader {
     calls: Count,
     rows_read: Count,
     resumes: Count,
+}
+
+/// Opens one `ReadRows` stream on `channel`, its responses kept as the bytes received and read
+/// in place ([`super::chunks`]).
+async fn read_rows(
+    channel: GrpcChannel,
+    request: tonic::Request<ReadRowsRequest>,
+) -> std::result::Result<tonic::Streaming<Bytes>, tonic::Status> {
+    let mut grpc = crate::google::ready(channel)
+        .await?
+        .max_decoding_message_size(MAX_RESPONSE_BYTES);
+    let response = grpc
+        .server_streaming(
+            request,
+            http::uri::PathAndQuery::from_static(READ_ROWS_PATH),
+            ReadRowsCodec,
+        )
+        .await?;
+    Ok(response.into_inner())
 }
 
 fn retryable(status: &tonic::Status) -> bool {
@@ -652,23 +711,24 @@ impl PartitionReader {
             };
             match message {
                 Ok(Some(response)) => {
-                    for chunk in response.chunks {
-                        if let Some(key) = self.rows.push(chunk)? {
-                            self.failures = 0;
-                            self.rows_read.add(1);
-                            if let Some(l) = self.limit.as_mut() {
-                                *l = l.saturating_sub(1);
-                            }
-                            self.last_key = Some(key);
+                    let rows = &mut self.rows;
+                    let mut committed = 0u64;
+                    let last_scanned = for_each_chunk(&response, |chunk| {
+                        committed += u64::from(rows.push(chunk)?);
+                        Ok(())
+                    })?;
+                    if committed > 0 {
+                        self.failures = 0;
+                        self.rows_read.add(committed as usize);
+                        if let Some(l) = self.limit.as_mut() {
+                            *l = l.saturating_sub(committed);
                         }
+                        self.last_key = Some(self.rows.committed().to_vec());
                     }
-                    if !response.last_scanned_row_key.is_empty()
-                        && self
-                            .last_key
-                            .as_ref()
-                            .is_none_or(|k| response.last_scanned_row_key > *k)
+                    if !last_scanned.is_empty()
+                        && self.last_key.as_deref().is_none_or(|k| last_scanned > k)
                     {
-                        self.last_key = Some(response.last_scanned_row_key);
+                        self.last_key = Some(last_scanned.to_vec());
                     }
                     if self.limit == Some(0) {
                         self.stream = None;
@@ -688,14 +748,16 @@ impl PartitionReader {
     }
 
     /// Opens the stream, retrying a failed open like a broken stream.
-    async fn open_or_retry(&mut self) -> Result<Option<tonic::Streaming<ReadRowsResponse>>> {
+    async fn open_or_retry(&mut self) -> Result<Option<tonic::Streaming<Bytes>>> {
         loop {
             let keys = self.remaining();
             if keys.is_empty() || self.limit == Some(0) {
                 return Ok(None);
             }
             if self.client.is_none() {
-                self.client = Some(self.spec.client().await?);
+                let channel = self.spec.channel().await?;
+                let google = channel.is_google();
+                self.client = Some((channel, google));
             }
             let (client, google) = self.client.as_mut().expect("a client");
             let request = ReadRowsRequest {
@@ -710,8 +772,8 @@ impl PartitionReader {
             };
             let request = self.spec.request(request, *google, None)?;
             self.calls.add(1);
-            match client.read_rows(request).await {
-                Ok(response) => return Ok(Some(response.into_inner())),
+            match read_rows(client.clone(), request).await {
+                Ok(response) => return Ok(Some(response)),
                 Err(status) => self.failed(status).await?,
             }
         }
@@ -722,8 +784,28 @@ impl PartitionReader {
 mod tests {
     use datafusion::arrow::array::AsArray;
     use datafusion::arrow::datatypes::{Field, Int64Type, Schema};
+    use gcloud_sdk::google::bigtable::v2::ReadRowsResponse;
+    use gcloud_sdk::google::bigtable::v2::read_rows_response::CellChunk;
+    use gcloud_sdk::google::bigtable::v2::read_rows_response::cell_chunk::RowStatus;
+    use prost::Message as _;
 
     use super::*;
+
+    /// Feeds `chunk` to `rows` as the scan does: serialized in a response and read in place.
+    /// Returns the key of the row it committed, if any.
+    fn push(rows: &mut Rows, chunk: CellChunk) -> Result<Option<Vec<u8>>> {
+        let bytes = ReadRowsResponse {
+            chunks: vec![chunk],
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut committed = false;
+        for_each_chunk(&bytes, |c| {
+            committed |= rows.push(c)?;
+            Ok(())
+        })?;
+        Ok(committed.then(|| rows.committed().to_vec()))
+    }
 
     fn spec() -> ScanSpec {
         ScanSpec {
@@ -779,21 +861,39 @@ mod tests {
         let commit = Some(RowStatus::CommitRow(true));
         // A row whose value is split over two chunks, then its marker (an empty copy).
         assert_eq!(
-            rows.push(chunk("a#1", Some(("cf", "name")), 2_000, "An", 3, None))
-                .unwrap(),
+            push(
+                &mut rows,
+                chunk("a#1", Some(("cf", "name")), 2_000, "An", 3, None)
+            )
+            .unwrap(),
             None
         );
-        assert_eq!(rows.push(chunk("", None, 0, "n", 0, None)).unwrap(), None);
-        let key = rows.push(chunk("", Some(("cf", "name")), 2_000, "", 0, commit));
+        assert_eq!(
+            push(&mut rows, chunk("", None, 0, "n", 0, None)).unwrap(),
+            None
+        );
+        let key = push(
+            &mut rows,
+            chunk("", Some(("cf", "name")), 2_000, "", 0, commit),
+        );
         assert_eq!(key.unwrap(), Some(b"a#1".to_vec()));
         // A reset row is dropped; the next row has only a foreign cell: the row counts, its
         // cell is null, its version is the cell's.
-        rows.push(chunk("b#2", Some(("cf", "name")), 1, "lost", 0, None))
-            .unwrap();
-        rows.push(chunk("", None, 0, "", 0, Some(RowStatus::ResetRow(true))))
-            .unwrap();
-        rows.push(chunk("c#3", Some(("other", "q")), 5_000, "", 0, commit))
-            .unwrap();
+        push(
+            &mut rows,
+            chunk("b#2", Some(("cf", "name")), 1, "lost", 0, None),
+        )
+        .unwrap();
+        push(
+            &mut rows,
+            chunk("", None, 0, "", 0, Some(RowStatus::ResetRow(true))),
+        )
+        .unwrap();
+        push(
+            &mut rows,
+            chunk("c#3", Some(("other", "q")), 5_000, "", 0, commit),
+        )
+        .unwrap();
         let batch = rows.finish(&spec).unwrap();
         assert_eq!(batch.num_rows(), 2);
         let k: Vec<_> = batch.column(0).as_string::<i32>().iter().collect();
@@ -810,14 +910,17 @@ mod tests {
     fn a_key_with_fewer_parts_than_row_key_is_an_error_without_the_key() {
         let spec = spec();
         let mut rows = Rows::new(&spec);
-        rows.push(chunk(
-            "secretkey",
-            Some(("cf", "name")),
-            1,
-            "v",
-            0,
-            Some(RowStatus::CommitRow(true)),
-        ))
+        push(
+            &mut rows,
+            chunk(
+                "secretkey",
+                Some(("cf", "name")),
+                1,
+                "v",
+                0,
+                Some(RowStatus::CommitRow(true)),
+            ),
+        )
         .unwrap();
         let e = rows.finish(&spec).unwrap_err().to_string();
         assert!(e.contains("fewer than the 2 parts"), "{e}");
@@ -828,12 +931,17 @@ mod tests {
     fn a_new_row_before_a_commit_is_a_protocol_error() {
         let spec = spec();
         let mut rows = Rows::new(&spec);
-        rows.push(chunk("a#1", Some(("cf", "name")), 1, "v", 0, None))
-            .unwrap();
-        let e = rows
-            .push(chunk("b#2", Some(("cf", "name")), 1, "v", 0, None))
-            .unwrap_err()
-            .to_string();
+        push(
+            &mut rows,
+            chunk("a#1", Some(("cf", "name")), 1, "v", 0, None),
+        )
+        .unwrap();
+        let e = push(
+            &mut rows,
+            chunk("b#2", Some(("cf", "name")), 1, "v", 0, None),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("before the last was committed"), "{e}");
     }
 }
