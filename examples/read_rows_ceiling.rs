@@ -10,8 +10,9 @@
 //! streams to read in parallel (default 2, as a scan on two cores splits), and what to do with
 //! each response:
 //!
-//! - `bytes` (the default): nothing; it is taken as the bytes received and dropped. This is the
-//!   ceiling: what the server and the transport deliver.
+//! - `bytes` (the default): nothing; it is taken as the bytes received (the scan's own codec,
+//!   which does no more than that) and dropped. This is the ceiling: what the server and the
+//!   transport deliver.
 //! - `generated`: decode it into the generated `ReadRowsResponse` (prost) and count the rows
 //!   committed, the least a client built on the generated types does.
 //!
@@ -22,9 +23,7 @@
 
 use std::time::Instant;
 
-use prost::bytes::{Buf, Bytes};
-use tonic::Status;
-use tonic::codec::{Codec, DecodeBuf, Decoder};
+use gcp_sql::connectors::bigtable::scan::chunks::ReadRowsCodec;
 
 use gcloud_sdk::google::bigtable::v2::bigtable_client::BigtableClient;
 use gcloud_sdk::google::bigtable::v2::read_rows_response::cell_chunk::RowStatus;
@@ -44,36 +43,6 @@ fn cpu_seconds() -> f64 {
         .map(|f| f.iter().filter_map(|v| v.parse::<f64>().ok()).sum())
         .unwrap_or(0.0);
     ticks / 100.0
-}
-
-/// Takes each response as the bytes received.
-struct BytesDecoder;
-
-impl Decoder for BytesDecoder {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
-}
-
-/// `ReadRows` with each response kept as its bytes.
-struct BytesCodec;
-
-impl Codec for BytesCodec {
-    type Encode = ReadRowsRequest;
-    type Decode = Bytes;
-    type Encoder = tonic_prost::ProstEncoder<ReadRowsRequest>;
-    type Decoder = BytesDecoder;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        tonic_prost::ProstCodec::<ReadRowsRequest, ReadRowsRequest>::default().encoder()
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        BytesDecoder
-    }
 }
 
 /// What one stream received: responses, bytes, rows committed (counted with `generated`).
@@ -127,7 +96,7 @@ async fn read(
             tonic::codegen::http::uri::PathAndQuery::from_static(
                 "/google.bigtable.v2.Bigtable/ReadRows",
             ),
-            BytesCodec,
+            ReadRowsCodec,
         )
         .await
         .expect("ReadRows opens")

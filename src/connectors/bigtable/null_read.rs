@@ -352,8 +352,17 @@ impl NullDetails for Reads {
     }
 }
 
-/// Refuses a name that is not `projects/P/instances/I/tables/T`.
-fn check_table(name: &str) -> Result<(), Status> {
+/// Refuses a request whose table (or the table of its authorized view) is not named
+/// `projects/P/instances/I/tables/T`.
+fn check_table(table_name: &str, authorized_view_name: &str) -> Result<(), Status> {
+    let name = if authorized_view_name.is_empty() {
+        table_name
+    } else {
+        authorized_view_name
+            .split("/authorizedViews/")
+            .next()
+            .unwrap_or_default()
+    };
     let parts: Vec<&str> = name.split('/').collect();
     match parts.as_slice() {
         ["projects", p, "instances", i, "tables", t]
@@ -430,12 +439,7 @@ impl tonic::server::ServerStreamingService<ReadRowsRequest> for ReadRows {
         let reads = self.reads.clone();
         Box::pin(async move {
             let request = request.into_inner();
-            let name = if request.authorized_view_name.is_empty() {
-                &request.table_name
-            } else {
-                &request.authorized_view_name
-            };
-            check_table(name.split("/authorizedViews/").next().unwrap_or_default())?;
+            check_table(&request.table_name, &request.authorized_view_name)?;
             if request.reversed {
                 return Err(Status::unimplemented(
                     "the null ReadRows server does not read in reverse",
@@ -492,12 +496,7 @@ impl tonic::server::ServerStreamingService<SampleRowKeysRequest> for SampleRowKe
         let reads = self.reads.clone();
         Box::pin(async move {
             let request = request.into_inner();
-            let name = if request.authorized_view_name.is_empty() {
-                &request.table_name
-            } else {
-                &request.authorized_view_name
-            };
-            check_table(name.split("/authorizedViews/").next().unwrap_or_default())?;
+            check_table(&request.table_name, &request.authorized_view_name)?;
             reads.samples.fetch_add(1, Ordering::Relaxed);
             let samples = reads.table.samples().into_iter().map(Ok);
             Ok(tonic::Response::new(
