@@ -18,12 +18,12 @@
 //! fast as the reader's flow control allows, with the service's leases (`--max-ack-deadline`
 //! shortens them), nacks and ordering keys (`--ordering-keys`); its figures count
 //! acknowledgements, and its `total:` line adds the deliveries, redeliveries and lapsed leases
-//! (`connectors::pubsub::null_subscribe`).
+//! (the Pub/Sub connector's `null_subscribe`).
 //!
 //! `bigtable-read` is Bigtable's reading side: every table name holds the same `--rows` rows
 //! (key `user-0000000`…, cells `cf:name` and `cf:visits`), which `ReadRows` streams by the
 //! request's keys and ranges and `SampleRowKeys` samples; its figures count the rows sent
-//! (`connectors::bigtable::null_read`).
+//! (the Bigtable connector's `null_read`).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
