@@ -46,9 +46,10 @@ class NullServer:
 @contextlib.contextmanager
 def null_server(service: str, latency_ms: int = 0) -> Iterator[NullServer]:
     """Runs a null server while the block runs, for ``service``
-    (``pubsub``, ``pubsub-subscribe``, ``cloud-tasks`` or ``bigtable``); each request is
-    answered after ``latency_ms`` milliseconds (``pubsub-subscribe`` serves its default backlog
-    of 100,000 messages of 200 bytes to every subscription asked for)."""
+    (``pubsub``, ``pubsub-subscribe``, ``cloud-tasks``, ``bigtable`` or ``bigtable-read``); each
+    request is answered after ``latency_ms`` milliseconds (``pubsub-subscribe`` serves its
+    default backlog of 100,000 messages of 200 bytes to every subscription asked for, and
+    ``bigtable-read`` the same 100,000 rows from every table)."""
     server = NullServer(_native.start_null_server(service, latency_ms))
     try:
         yield server
