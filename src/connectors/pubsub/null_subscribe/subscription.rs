@@ -336,6 +336,12 @@ impl Subscription {
         }
     }
 
+    /// How many streams are open now: a stream is open until its client ends or resets it
+    /// (or the connection closes).
+    pub fn open_streams(&self) -> usize {
+        self.lock().streams.len()
+    }
+
     /// The stream closed (or its client went away): it gets nothing more. What it holds stays
     /// leased until each lease lapses, as at the service.
     pub fn close_stream(&self, stream: u64) {

@@ -7,6 +7,10 @@
 //! read is recorded in the partition's [`Outstanding`] set before it is handed on, and no
 //! response is read while that set is full.
 //!
+//! A stream the puller leaves (the source stops or goes idle, or the stream is opened again)
+//! has its request side ended, so that the client resets it: otherwise it would stay open at
+//! the service, which would go on sending it messages.
+//!
 //! A stream that ends, or fails with a transient status ([`retryable_pull_status`]), is opened
 //! again after the core's backoff ([`RECONNECT`], [`Backoff::jittered`]: 100 ms doubling up to
 //! 10 s, each wait between half of that and all of it), for as long as the source runs; the
@@ -211,6 +215,12 @@ impl Puller {
                 futures::stream::once(async move { initial }),
                 heartbeats,
             );
+            // The request side ends when this attempt is left, whatever the way: only then
+            // does the client reset the stream. A stream whose requests never end stays open
+            // at the service after its responses are dropped, and the service keeps sending it
+            // messages that nobody reads until their lease lapses.
+            let (requests, end_requests) = futures::stream::abortable(requests);
+            let _end_requests = EndOnDrop(end_requests);
             let mut request = tonic::Request::new(requests);
             if let Ok(value) = routing_value(&[("subscription", &self.subscription)]) {
                 request.metadata_mut().insert(ROUTING_HEADER, value);
@@ -314,9 +324,92 @@ impl Puller {
     }
 }
 
+/// Ends a request stream when dropped.
+struct EndOnDrop(futures::stream::AbortHandle);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::null_method::FeedOptions;
+    use crate::bench::null_server::{NullServer, NullServerOptions, NullService};
+    use crate::connectors::pubsub::null_subscribe::Hub;
+
+    /// A stream the puller leaves (here for idleness) ends at the server at once, although the
+    /// channel stays open for the partition's acknowledgements: its request side ends, so the
+    /// client resets it. Left open, the service would go on sending it messages that nobody
+    /// reads, each held there until its lease lapses.
+    #[tokio::test]
+    async fn a_stream_left_for_idleness_ends_at_the_server_while_the_channel_lives() {
+        const SUB: &str = "projects/p/subscriptions/left";
+        let server = NullServer::start(
+            "127.0.0.1:0".parse().unwrap(),
+            NullServerOptions {
+                service: NullService::PubSubSubscribe,
+                latency: Duration::ZERO,
+                feed: FeedOptions {
+                    messages: 10,
+                    message_size: 64,
+                    ..FeedOptions::default()
+                },
+            },
+        )
+        .await
+        .unwrap();
+        let address = server.addr().to_string();
+        let channel = crate::google::plaintext_channel(&address).await.unwrap();
+        let details = server.details().unwrap();
+        let subscription = details
+            .as_any()
+            .downcast_ref::<Hub>()
+            .unwrap()
+            .subscription(SUB);
+        let (returns, _verdicts) =
+            AckQueue::new(Arc::new(std::sync::atomic::AtomicBool::new(false)));
+        let puller = Puller {
+            channel: GrpcChannel::Plaintext(channel.clone()),
+            reach: Reachability::emulator(address.clone(), "test"),
+            subscription: SUB.into(),
+            client_id: "left".into(),
+            max_outstanding_messages: 1000,
+            max_outstanding_bytes: 1 << 20,
+            held_capacity: 0,
+            ack_deadline: Duration::from_secs(10),
+            returns,
+            exactly_once: Default::default(),
+        };
+        let (out, mut pulled) = mpsc::unbounded_channel();
+        let (_stop_tx, stop) = watch::channel(None);
+        let (idle_tx, idle) = watch::channel(false);
+        let task = tokio::spawn(puller.run(
+            out,
+            Arc::new(Outstanding::new(1000, 1 << 20)),
+            Arc::new(DeliveryCounters::default()),
+            stop,
+            idle,
+        ));
+        assert!(matches!(pulled.recv().await, Some(Pulled::Messages(_))));
+        assert_eq!(subscription.open_streams(), 1);
+
+        idle_tx.send(true).unwrap();
+        task.await.unwrap();
+        let mut waited = Duration::ZERO;
+        while subscription.open_streams() > 0 && waited < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            waited += Duration::from_millis(20);
+        }
+        assert_eq!(
+            subscription.open_streams(),
+            0,
+            "the stream is still open at the server {waited:?} after the puller left it"
+        );
+        drop(channel);
+    }
 
     #[test]
     fn reconnects_back_off_from_100_ms_to_10_s() {
