@@ -596,13 +596,18 @@ pub(crate) fn sql_context(batch_size: usize) -> SessionContext {
 }
 
 impl Fixture {
-    /// The `WITH` form declaring this fixture's subscription as table `name`.
+    /// The `WITH` form declaring this fixture's subscription as table `name`: a 2 s
+    /// `stop_after_idle` and a 10 s `ack_deadline` unless `options` name their own.
     pub(crate) fn source_sql(&self, name: &str, columns: &str, options: &[(&str, &str)]) -> String {
         let mut with = format!(
-            "connector = 'pubsub', subscription = '{}', emulator_host = '{}', \
-             stop_after_idle = '2s', ack_deadline = '10s'",
+            "connector = 'pubsub', subscription = '{}', emulator_host = '{}'",
             self.subscription, self.host
         );
+        for (k, v) in [("stop_after_idle", "2s"), ("ack_deadline", "10s")] {
+            if !options.iter().any(|(name, _)| *name == k) {
+                with.push_str(&format!(", {k} = '{v}'"));
+            }
+        }
         for (k, v) in options {
             with.push_str(&format!(", {k} = '{v}'"));
         }

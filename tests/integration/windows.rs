@@ -240,7 +240,15 @@ async fn a_message_the_marker_names_as_late_is_late_in_the_next_run_wherever_its
     let progress = tempfile::tempdir().unwrap();
     let dead = tempfile::tempdir().unwrap();
     let sink = counts_sql(&bt, &table);
-    let insert = COUNTS_INSERT;
+    // `zed`'s events only move the watermark: filtered out after the source saw their event
+    // time, they are acknowledged, so neither run hands a message back. The emulator offers a
+    // message handed back at the end of a run again only in its own time (up to a lease plus
+    // a minute, docs/service_facts.md): the second run would meet it at an unknown point, in
+    // its window or late.
+    let insert = COUNTS_INSERT.replace(
+        "FROM clicks GROUP BY",
+        "FROM clicks WHERE user <> 'zed' GROUP BY",
+    );
     let dead_url = format!("file://{}", dead.path().display());
     let policy = [
         ("failure_policy", "dead_letter"),
@@ -293,11 +301,17 @@ async fn a_message_the_marker_names_as_late_is_late_in_the_next_run_wherever_its
     );
     std::fs::write(&marker_path, marker.to_string()).unwrap();
 
+    // The emulator hands messages published after a windowed run to the next stream on the
+    // subscription only 10 to 20 s later on a quiet machine, and later than the 25 s hold of a
+    // 10 s ack deadline under CI's load. `x` must be read during the hold (that is where the
+    // marker's entry applies), so this run leases for 30 s: a hold of 65 s.
+    let mut second = vec![("ack_deadline", "30s")];
+    second.extend(policy);
     gcp_sql::sql::run(
         &crate::pubsub_source::sql_context(50),
         &format!(
             "{}; {sink}; {insert}",
-            source_sql(&f, progress.path(), &policy)
+            source_sql(&f, progress.path(), &second)
         ),
     )
     .await
@@ -323,9 +337,11 @@ async fn a_message_the_marker_names_as_late_is_late_in_the_next_run_wherever_its
         (&serde_json::json!([]), &serde_json::json!(true)),
         "{marker}"
     );
+    // Past the second run's 30 s leases: anything it left unacknowledged is back by then.
+    tokio::time::sleep(Duration::from_secs(20)).await;
     assert!(
-        f.left_over_after_deadline().await.len() <= 1,
-        "x was acknowledged once its letter was stored (only the open window's message may be back)"
+        f.left_over_after_deadline().await.is_empty(),
+        "x was acknowledged once its letter was stored, y once its window landed, zed's as filtered"
     );
 }
 
