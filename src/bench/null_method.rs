@@ -1,5 +1,6 @@
 //! What every null server shares, and what one service's null method is made of (feature
-//! `testing`): the counting request type, the write-only answers, the generic gRPC handler, and
+//! `testing`): the counting request type, the write-only answers, the generic gRPC handler,
+//! the router every null service goes through ([`NullRoutes`], [`Routed`]), and
 //! [`NullMethod`], the description each connector's folder gives of its method
 //! (`connectors::<name>::null`, which its testing part hands to the registry). The server itself
 //! is in [`crate::bench::null_server`]; the list of services is the registry's
@@ -550,11 +551,6 @@ impl<M> Clone for NullGrpc<M> {
     }
 }
 
-/// The gRPC service name of the answer type (tonic routes on `NamedService::NAME`).
-impl<M: NullAnswer> NamedService for NullGrpc<M> {
-    const NAME: &'static str = M::SERVICE;
-}
-
 impl<M: NullAnswer> NullGrpc<M> {
     fn new(state: Arc<NullState>) -> Self {
         let method = state.method;
@@ -572,39 +568,101 @@ impl<M: NullAnswer> NullGrpc<M> {
 /// The routes of a server that answers `M`'s method over `state`, and `UNIMPLEMENTED` to every
 /// other method of its service: what a connector's [`NullMethod::routes`] is.
 pub fn routes<M: NullAnswer>(state: Arc<NullState>) -> tonic::service::Routes {
-    tonic::service::Routes::new(NullGrpc::<M>::new(state))
+    tonic::service::Routes::new(Routed(NullGrpc::<M>::new(state)))
 }
 
-impl<M: NullAnswer> Service<http::Request<tonic::body::Body>> for NullGrpc<M> {
-    type Response = http::Response<tonic::body::Body>;
+impl<M: NullAnswer> NullRoutes for NullGrpc<M> {
+    const NAME: &'static str = M::SERVICE;
+    const SERVER: &'static str = "null server";
+
+    fn route(
+        &self,
+        method: &str,
+        request: GrpcRequest,
+    ) -> Option<BoxFuture<'static, GrpcResponse>> {
+        if Some(method) != self.method_path.rsplit('/').next() {
+            return None;
+        }
+        let call = self.call.clone();
+        let mut grpc = grpc::<Answer<M>, CountedRequest>(self.max_request_bytes);
+        Some(Box::pin(async move {
+            if M::STREAMING {
+                grpc.server_streaming(call, request).await
+            } else {
+                grpc.unary(call, request).await
+            }
+        }))
+    }
+
+    fn refusal(&self, path: &str) -> String {
+        format!(
+            "the null server answers only {}, not {path}",
+            self.method_path
+        )
+    }
+}
+
+/// A request as a gRPC service receives it.
+pub type GrpcRequest = http::Request<tonic::body::Body>;
+/// A response as a gRPC service sends it.
+pub type GrpcResponse = http::Response<tonic::body::Body>;
+
+/// One gRPC service of a null server: its name, and its answer to each method it serves.
+/// [`Routed`] makes it a tonic service, which answers every other method `UNIMPLEMENTED`.
+pub trait NullRoutes: Clone + Send + 'static {
+    /// The service's full name (`google.pubsub.v1.Subscriber`): tonic routes on it.
+    const NAME: &'static str;
+    /// What the server is called in the answer to a method it does not serve.
+    const SERVER: &'static str;
+
+    /// The answer to a call of `method` (the last part of the request's path), or `None` when
+    /// the service does not serve it.
+    fn route(&self, method: &str, request: GrpcRequest)
+    -> Option<BoxFuture<'static, GrpcResponse>>;
+
+    /// The message of the `UNIMPLEMENTED` answer to a call of `path`, which it does not serve.
+    fn refusal(&self, path: &str) -> String {
+        format!("the {} does not answer {path}", Self::SERVER)
+    }
+}
+
+/// A [`NullRoutes`] as a tonic service.
+#[derive(Clone)]
+pub struct Routed<R>(pub R);
+
+impl<R: NullRoutes> NamedService for Routed<R> {
+    const NAME: &'static str = R::NAME;
+}
+
+impl<R: NullRoutes> Service<GrpcRequest> for Routed<R> {
+    type Response = GrpcResponse;
     type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+    type Future = BoxFuture<'static, Result<GrpcResponse, Infallible>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
-        if request.uri().path() != self.method_path {
-            let status = tonic::Status::unimplemented(format!(
-                "the null server answers only {}, not {}",
-                self.method_path,
-                request.uri().path()
-            ));
-            return Box::pin(async move { Ok(status.into_http()) });
+    fn call(&mut self, request: GrpcRequest) -> Self::Future {
+        let path = request.uri().path().to_string();
+        let method = path.rsplit('/').next().unwrap_or_default();
+        match self.0.route(method, request) {
+            Some(answer) => Box::pin(async move { Ok(answer.await) }),
+            None => {
+                let status = tonic::Status::unimplemented(self.0.refusal(&path));
+                Box::pin(async move { Ok(status.into_http()) })
+            }
         }
-        let call = self.call.clone();
-        let limit = self.max_request_bytes;
-        Box::pin(async move {
-            let codec = tonic_prost::ProstCodec::<Answer<M>, CountedRequest>::default();
-            let mut grpc = tonic::server::Grpc::new(codec).max_decoding_message_size(limit);
-            Ok(if M::STREAMING {
-                grpc.server_streaming(call, request).await
-            } else {
-                grpc.unary(call, request).await
-            })
-        })
     }
+}
+
+/// tonic's server side of one method with prost's codec, refusing requests over `limit` bytes.
+pub fn grpc<Resp, Req>(limit: usize) -> tonic::server::Grpc<tonic_prost::ProstCodec<Resp, Req>>
+where
+    Resp: prost::Message + Send + 'static,
+    Req: prost::Message + Default + Send + 'static,
+{
+    tonic::server::Grpc::new(tonic_prost::ProstCodec::default()).max_decoding_message_size(limit)
 }
 
 /// Requests of the three services, for the tests of the null servers.

@@ -28,11 +28,9 @@
 //! [`Reads::report`](crate::bench::null_server::NullDetails::report) adds the calls and rows so
 //! far and the `SampleRowKeys` calls.
 
-use std::convert::Infallible;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
@@ -44,11 +42,10 @@ use gcloud_sdk::google::bigtable::v2::{
 use prost::bytes::BufMut;
 use prost::encoding::WireType;
 use tonic::Status;
-use tonic::codegen::{Service, http};
-use tonic::server::NamedService;
 
 use crate::bench::null_method::{
-    Answer, MAX_REQUEST_BYTES, NullDetails, NullMethod, NullService, NullState, WriteOnly,
+    Answer, GrpcRequest, GrpcResponse, MAX_REQUEST_BYTES, NullDetails, NullMethod, NullRoutes,
+    NullService, NullState, Routed, WriteOnly, grpc,
 };
 
 /// Most bytes in one `ReadRows` response (beyond one row): a quarter of the 4 MiB a gRPC
@@ -89,7 +86,7 @@ fn routes(state: Arc<NullState>) -> tonic::service::Routes {
         samples: AtomicU64::new(0),
     });
     state.set_details(reads.clone());
-    tonic::service::Routes::new(BigtableGrpc { reads })
+    tonic::service::Routes::new(Routed(BigtableGrpc { reads }))
 }
 
 /// The rows every table of the server holds.
@@ -512,46 +509,28 @@ struct BigtableGrpc {
     reads: Arc<Reads>,
 }
 
-impl NamedService for BigtableGrpc {
+impl NullRoutes for BigtableGrpc {
     const NAME: &'static str = "google.bigtable.v2.Bigtable";
-}
+    const SERVER: &'static str = "null ReadRows server";
 
-impl Service<http::Request<tonic::body::Body>> for BigtableGrpc {
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+    fn route(
+        &self,
+        method: &str,
+        request: GrpcRequest,
+    ) -> Option<BoxFuture<'static, GrpcResponse>> {
         let reads = self.reads.clone();
-        Box::pin(async move {
-            let path = request.uri().path().to_string();
-            Ok(match path.rsplit('/').next().unwrap_or_default() {
-                "ReadRows" => {
-                    let codec =
-                        tonic_prost::ProstCodec::<Answer<Encoded>, ReadRowsRequest>::default();
-                    let mut grpc = tonic::server::Grpc::new(codec)
-                        .max_decoding_message_size(MAX_REQUEST_BYTES);
-                    grpc.server_streaming(ReadRows { reads }, request).await
-                }
-                "SampleRowKeys" => {
-                    let codec = tonic_prost::ProstCodec::<
-                        SampleRowKeysResponse,
-                        SampleRowKeysRequest,
-                    >::default();
-                    let mut grpc = tonic::server::Grpc::new(codec)
-                        .max_decoding_message_size(MAX_REQUEST_BYTES);
-                    grpc.server_streaming(SampleRowKeys { reads }, request)
-                        .await
-                }
-                _ => Status::unimplemented(format!(
-                    "the null ReadRows server does not answer {path}"
-                ))
-                .into_http(),
-            })
+        Some(match method {
+            "ReadRows" => Box::pin(async move {
+                grpc::<Answer<Encoded>, ReadRowsRequest>(MAX_REQUEST_BYTES)
+                    .server_streaming(ReadRows { reads }, request)
+                    .await
+            }),
+            "SampleRowKeys" => Box::pin(async move {
+                grpc::<SampleRowKeysResponse, SampleRowKeysRequest>(MAX_REQUEST_BYTES)
+                    .server_streaming(SampleRowKeys { reads }, request)
+                    .await
+            }),
+            _ => return None,
         })
     }
 }

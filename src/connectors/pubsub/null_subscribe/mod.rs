@@ -26,9 +26,7 @@
 pub mod subscription;
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use futures::future::BoxFuture;
@@ -40,14 +38,12 @@ use gcloud_sdk::google::pubsub::v1::{
     Subscription as SubscriptionResource, Topic,
 };
 use prost::Message as _;
-use tonic::codegen::{Service, http};
-use tonic::server::NamedService;
 use tonic::{Status, Streaming};
 
 use self::subscription::{Delivery, Invalid, Subscription, SubscriptionStats};
 use crate::bench::null_method::{
-    FeedOptions, MAX_REQUEST_BYTES, MIN_MESSAGE_SIZE, NullDetails, NullMethod, NullService,
-    NullState,
+    FeedOptions, GrpcRequest, GrpcResponse, MAX_REQUEST_BYTES, MIN_MESSAGE_SIZE, NullDetails,
+    NullMethod, NullRoutes, NullService, NullState, Routed, grpc,
 };
 
 /// The gRPC path of `StreamingPull`.
@@ -77,8 +73,8 @@ impl NullService {
 fn routes(state: Arc<NullState>) -> tonic::service::Routes {
     let hub = Arc::new(Hub::new(state.clone()));
     state.set_details(hub.clone());
-    tonic::service::Routes::new(SubscriberGrpc { hub: hub.clone() })
-        .add_service(PublisherGrpc { hub })
+    tonic::service::Routes::new(Routed(SubscriberGrpc { hub: hub.clone() }))
+        .add_service(Routed(PublisherGrpc { hub }))
 }
 
 /// The server's subscriptions, each made on first use.
@@ -428,16 +424,16 @@ impl<Req: Send + 'static, Resp: Send + 'static> tonic::server::UnaryService<Req>
 /// Serves `request` with the unary `answer`.
 async fn unary<Req, Resp>(
     hub: Arc<Hub>,
-    request: http::Request<tonic::body::Body>,
+    request: GrpcRequest,
     answer: fn(&Hub, Req) -> Result<Resp, Status>,
-) -> http::Response<tonic::body::Body>
+) -> GrpcResponse
 where
     Req: prost::Message + Default + Send + 'static,
     Resp: prost::Message + Send + 'static,
 {
-    let codec = tonic_prost::ProstCodec::<Resp, Req>::default();
-    let mut grpc = tonic::server::Grpc::new(codec).max_decoding_message_size(MAX_REQUEST_BYTES);
-    grpc.unary(Unary { hub, answer }, request).await
+    grpc::<Resp, Req>(MAX_REQUEST_BYTES)
+        .unary(Unary { hub, answer }, request)
+        .await
 }
 
 fn acknowledge(hub: &Hub, request: AcknowledgeRequest) -> Result<(), Status> {
@@ -479,52 +475,32 @@ fn get_topic(_hub: &Hub, request: GetTopicRequest) -> Result<Topic, Status> {
     })
 }
 
-/// `UNIMPLEMENTED`, naming the method.
-fn unimplemented(path: &str) -> http::Response<tonic::body::Body> {
-    Status::unimplemented(format!(
-        "the null subscription server does not answer {path}"
-    ))
-    .into_http()
-}
-
 /// The Subscriber service.
 #[derive(Clone)]
 struct SubscriberGrpc {
     hub: Arc<Hub>,
 }
 
-impl NamedService for SubscriberGrpc {
+impl NullRoutes for SubscriberGrpc {
     const NAME: &'static str = "google.pubsub.v1.Subscriber";
-}
+    const SERVER: &'static str = "null subscription server";
 
-impl Service<http::Request<tonic::body::Body>> for SubscriberGrpc {
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+    fn route(
+        &self,
+        method: &str,
+        request: GrpcRequest,
+    ) -> Option<BoxFuture<'static, GrpcResponse>> {
         let hub = self.hub.clone();
-        Box::pin(async move {
-            let path = request.uri().path().to_string();
-            Ok(match path.rsplit('/').next().unwrap_or_default() {
-                "StreamingPull" => {
-                    let codec = tonic_prost::ProstCodec::<
-                        StreamingPullResponse,
-                        StreamingPullRequest,
-                    >::default();
-                    let mut grpc = tonic::server::Grpc::new(codec)
-                        .max_decoding_message_size(MAX_REQUEST_BYTES);
-                    grpc.streaming(Pull { hub }, request).await
-                }
-                "Acknowledge" => unary(hub, request, acknowledge).await,
-                "ModifyAckDeadline" => unary(hub, request, modify_ack_deadline).await,
-                "GetSubscription" => unary(hub, request, get_subscription).await,
-                _ => unimplemented(&path),
-            })
+        Some(match method {
+            "StreamingPull" => Box::pin(async move {
+                grpc::<StreamingPullResponse, StreamingPullRequest>(MAX_REQUEST_BYTES)
+                    .streaming(Pull { hub }, request)
+                    .await
+            }),
+            "Acknowledge" => Box::pin(unary(hub, request, acknowledge)),
+            "ModifyAckDeadline" => Box::pin(unary(hub, request, modify_ack_deadline)),
+            "GetSubscription" => Box::pin(unary(hub, request, get_subscription)),
+            _ => return None,
         })
     }
 }
@@ -535,29 +511,17 @@ struct PublisherGrpc {
     hub: Arc<Hub>,
 }
 
-impl NamedService for PublisherGrpc {
+impl NullRoutes for PublisherGrpc {
     const NAME: &'static str = "google.pubsub.v1.Publisher";
-}
+    const SERVER: &'static str = "null subscription server";
 
-impl Service<http::Request<tonic::body::Body>> for PublisherGrpc {
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
-        let hub = self.hub.clone();
-        Box::pin(async move {
-            let path = request.uri().path().to_string();
-            Ok(if path == "/google.pubsub.v1.Publisher/GetTopic" {
-                unary(hub, request, get_topic).await
-            } else {
-                unimplemented(&path)
-            })
-        })
+    fn route(
+        &self,
+        method: &str,
+        request: GrpcRequest,
+    ) -> Option<BoxFuture<'static, GrpcResponse>> {
+        (method == "GetTopic")
+            .then(|| Box::pin(unary(self.hub.clone(), request, get_topic)) as BoxFuture<'static, _>)
     }
 }
 
@@ -594,11 +558,7 @@ mod tests {
         FeedOptions {
             messages,
             message_size: 64,
-            ordering_keys: 0,
-            max_ack_deadline: None,
-            payload: None,
-            publish_time_step: None,
-            lose_lease_every: None,
+            ..FeedOptions::default()
         }
     }
 
