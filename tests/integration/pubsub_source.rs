@@ -72,6 +72,29 @@ impl Fixture {
         }
     }
 
+    /// A second subscription of the same topic (named after this one with `suffix`), which
+    /// gets what is published from now on.
+    pub(crate) async fn subscribe_again(&self, suffix: &str) -> Fixture {
+        let subscription = format!("{}-{suffix}", self.subscription);
+        self.subscriber
+            .clone()
+            .create_subscription(Subscription {
+                name: subscription.clone(),
+                topic: self.topic.clone(),
+                ack_deadline_seconds: ACK_DEADLINE.as_secs() as i32,
+                ..Default::default()
+            })
+            .await
+            .expect("CreateSubscription");
+        Fixture {
+            host: self.host.clone(),
+            topic: self.topic.clone(),
+            subscription,
+            publisher: self.publisher.clone(),
+            subscriber: self.subscriber.clone(),
+        }
+    }
+
     pub(crate) async fn publish(&self, messages: Vec<PubsubMessage>) -> Vec<String> {
         let mut ids = Vec::new();
         for chunk in messages.chunks(500) {
