@@ -124,7 +124,8 @@ pub(crate) fn decode_with_python(
     args: &[&str],
     messages: &[PubsubMessage],
 ) -> Vec<Value> {
-    let mut child = Command::new("python3")
+    let python = crate::support::python::python_with(crate::support::python::SCHEMA_DECODERS);
+    let mut child = Command::new(&python)
         .arg("-c")
         .arg(script)
         .args(args)
@@ -132,7 +133,7 @@ pub(crate) fn decode_with_python(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("python3 runs (the schema tests decode with fastavro and google.protobuf)");
+        .unwrap_or_else(|e| panic!("{} runs: {e}", python.display()));
     {
         let mut stdin = child.stdin.take().expect("stdin");
         for m in messages {
@@ -147,7 +148,8 @@ pub(crate) fn decode_with_python(
     let out = child.wait_with_output().expect("python output");
     assert!(
         out.status.success(),
-        "the Python decoder failed (is `pip install fastavro protobuf` done? .ci/run does it):\n{}",
+        "the Python decoder ({}) failed:\n{}",
+        python.display(),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout)

@@ -4,8 +4,8 @@
 //! a killed reader's messages back in blocks of 100 every 15-60 s, longer than the hold after an
 //! unclean stop: `windows::a_windowed_pipeline_killed_with_sigkill_twice_ends_with_exact_windows`
 //! shows what that does.) The output is the real Bigtable emulator, read back with the test's
-//! own Bigtable client; the expected windows are a batch recomputation of the same input in
-//! DataFusion.
+//! own Bigtable client and with Google's Python client, which must agree; the expected windows
+//! are a batch recomputation of the same input in DataFusion.
 //!
 //! Two pipelines run side by side, each on its own subscription of the same events: one-minute
 //! tumbling counts and sums per user, and five-minute windows every minute (`hop`). Both are
@@ -446,6 +446,12 @@ async fn windows_survive_kills(
         }
     }
     let now = landed(&bt, &table).await;
+    // What is checked below is also what Google's own client reads.
+    assert_eq!(
+        bt.read_with_python(&table),
+        bt.read(&table).await,
+        "Google's Python Bigtable client reads the table as the test's client does"
+    );
     for side in &sides {
         let stats = in_memory_stats(&server, &side.subscription);
         assert_eq!(

@@ -40,6 +40,25 @@ pub fn cell(family: &str, qualifier: &str, timestamp: i64, value: impl Into<Vec<
 /// Every row of a table by key, each with its cells sorted.
 pub type Rows = BTreeMap<Vec<u8>, Vec<Cell>>;
 
+/// Reads the table named by its first argument with Google's Python client (from
+/// `BIGTABLE_EMULATOR_HOST`) and prints one line per cell version: row key, family, qualifier,
+/// timestamp in microseconds and value, bytes in hex.
+const PYTHON_READ_TABLE: &str = r#"
+import sys
+from datetime import datetime, timedelta, timezone
+from google.cloud import bigtable
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_, project, _, instance, _, table_id = sys.argv[1].split("/")
+table = bigtable.Client(project=project, admin=False).instance(instance).table(table_id)
+for row in table.read_rows():
+    for family, columns in row.cells.items():
+        for qualifier, versions in columns.items():
+            for cell in versions:
+                micros = (cell.timestamp - EPOCH) // timedelta(microseconds=1)
+                print(row.row_key.hex(), family, qualifier.hex(), micros, cell.value.hex())
+"#;
+
 /// The emulator through the generated clients.
 pub struct Bigtable {
     /// The emulator address, for `emulator_host`.
@@ -141,6 +160,50 @@ impl Bigtable {
                     rows.entry(key.clone()).or_default().push(done);
                 }
             }
+        }
+        for cells in rows.values_mut() {
+            cells.sort();
+        }
+        rows
+    }
+
+    /// The whole table as Google's Python Bigtable client reads it (every version of every
+    /// cell), in [`Bigtable::read`]'s shape: an independent reader of what landed. The client
+    /// is installed once into the tests' own Python environment ([`super::python`]).
+    pub fn read_with_python(&self, table: &str) -> Rows {
+        let python = super::python::python_with(super::python::BIGTABLE_CLIENT);
+        let out = std::process::Command::new(&python)
+            .arg("-c")
+            .arg(PYTHON_READ_TABLE)
+            .arg(table)
+            .env("BIGTABLE_EMULATOR_HOST", &self.host)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{} runs: {e}", python.display()));
+        assert!(
+            out.status.success(),
+            "Google's Python Bigtable client ({}) could not read {table}:\n{}",
+            python.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let hex = |s: &str| -> Vec<u8> {
+            (0..s.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+                .collect()
+        };
+        let mut rows = Rows::new();
+        for line in String::from_utf8(out.stdout).expect("UTF-8").lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let [key, family, qualifier, timestamp, value] = fields[..] else {
+                panic!("a line of the Python reader: {line}");
+            };
+            rows.entry(hex(key)).or_default().push(Cell {
+                family: family.to_string(),
+                qualifier: hex(qualifier),
+                timestamp: timestamp.parse().expect("timestamp"),
+                value: hex(value),
+            });
         }
         for cells in rows.values_mut() {
             cells.sort();

@@ -25,6 +25,7 @@ use tonic::transport::Channel;
 
 pub mod bigtable;
 pub mod proxy;
+pub mod python;
 
 /// A name no other test of this process uses: `<prefix>-<pid>-<n>`. Pub/Sub ids are 3 to 255
 /// characters and start with a letter (the `Topic.name` comment of googleapis'
