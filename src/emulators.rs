@@ -97,7 +97,9 @@ pub use crate::google::{plaintext_channel, plaintext_endpoint};
 pub use discover::locate_program;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-pub use install::{CACHE_DIR_VAR, NO_INSTALL_VAR, cache_dir, install_privately, private_venv};
+pub use install::{
+    CACHE_DIR_VAR, NO_INSTALL_VAR, cache_dir, install_privately, private_venv, python_environment,
+};
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub use kind::EmulatorKind;

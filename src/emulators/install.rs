@@ -10,6 +10,9 @@
 //! second waits, then finds the finished environment. An environment counts as finished only
 //! once a marker file is written after `pip` succeeded, so an install that was killed half-way
 //! is removed and redone by the next run rather than used.
+//!
+//! [`python_environment`] makes such environments for other pinned packages the same way: the
+//! Python libraries the tests read back with.
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
@@ -113,16 +116,16 @@ pub fn install_privately(
             "gcp-sql installs only a Python package privately, and this emulator is none",
         ));
     };
-    let cannot_install = |why: String, fix: &str| cannot_install(kind, why, fix);
     let pip_fix = kind.install_hint();
+    let cannot = |why: String, fix: &str| cannot_install(kind, why, fix);
     if env(NO_INSTALL_VAR).is_some_and(|v| v == "1") {
-        return Err(cannot_install(
+        return Err(cannot(
             format!("{NO_INSTALL_VAR}=1 turns the private install off"),
             pip_fix,
         ));
     }
     let Some(cache) = cache_dir(&env) else {
-        return Err(cannot_install(
+        return Err(cannot(
             format!("none of {CACHE_DIR_VAR}, XDG_CACHE_HOME or HOME is set"),
             &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
         ));
@@ -130,85 +133,17 @@ pub fn install_privately(
     if let Some(program) = installed_program(kind, package, &cache) {
         return Ok(program);
     }
-    std::fs::create_dir_all(&cache).map_err(|e| {
-        cannot_install(
-            format!("cannot create the cache folder '{}': {e}", cache.display()),
-            &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
-        )
-    })?;
-    let venv = private_venv(package, &cache);
-    let _lock = lock(
-        kind,
-        &cache.join(format!("{}-{}.lock", package.name, package.version)),
-    )?;
-    // Another process may have finished it while this one waited for the lock.
-    if let Some(program) = installed_program(kind, package, &cache) {
-        return Ok(program);
-    }
-    if venv.exists() {
-        // A half-done install (killed before its marker): start again.
-        std::fs::remove_dir_all(&venv).map_err(|e| {
-            cannot_install(
-                format!(
-                    "cannot remove the unfinished install '{}': {e}",
-                    venv.display()
-                ),
-                &format!("rm -rf '{}'", venv.display()),
-            )
-        })?;
-    }
-    eprintln!(
-        "Installing {} {} (not on PATH) into {} (once; later runs reuse it)...",
-        package.name,
-        package.version,
-        venv.display()
-    );
-    let python = env("PATH")
-        .and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|d| d.join("python3"))
-                .find(|p| super::discover::is_executable_file(p))
-        })
-        .ok_or_else(|| {
-            cannot_install(
-                "'python3' is not on PATH".into(),
-                "apt-get install python3 python3-venv",
-            )
-        })?;
-    run_quietly(
-        kind,
-        Command::new(&python).arg("-m").arg("venv").arg(&venv),
-        "python3 -m venv",
-        "apt-get install python3-venv",
-    )
-    .inspect_err(|_| {
-        let _ = std::fs::remove_dir_all(&venv);
-    })?;
-    run_quietly(
-        kind,
-        Command::new(venv.join("bin").join("python"))
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .arg(format!("{}=={}", package.name, package.version)),
-        "pip install",
+    let pin = format!("{}=={}", package.name, package.version);
+    let venv = make_environment(
+        &private_venv(package, &cache),
+        &[pin.as_str()],
+        &format!("{} {} (not on PATH)", package.name, package.version),
         pip_fix,
-    )
-    .inspect_err(|_| {
-        let _ = std::fs::remove_dir_all(&venv);
-    })?;
-    File::create(venv.join(COMPLETE_MARKER)).map_err(|e| {
-        cannot_install(
-            format!("cannot write into '{}': {e}", venv.display()),
-            &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
-        )
-    })?;
+        &env,
+        &cannot,
+    )?;
     installed_program(kind, package, &cache).ok_or_else(|| {
-        cannot_install(
+        cannot(
             format!(
                 "pip succeeded but '{}' has no bin/{}",
                 venv.display(),
@@ -219,12 +154,150 @@ pub fn install_privately(
     })
 }
 
+/// The Python of a private virtual environment with the pinned `packages` (`name==version`),
+/// made under the cache folder once, as [`install_privately`] makes the Cloud Tasks
+/// emulator's (a lock, a marker once `pip` succeeded, an unfinished one made again): for tests
+/// that check what landed with an independent Python library. Its folder is `<prefix>-<hash>`,
+/// the hash of the pins, so other pins make another one.
+///
+/// It blocks while it installs (tens of seconds, once), and prints one line to stderr first.
+/// Errors name the one command that fixes the machine (`apt-get install python3-venv`, or the
+/// `pip install` of the packages).
+pub fn python_environment(
+    prefix: &str,
+    packages: &[&str],
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Result<PathBuf> {
+    let fix = format!("pip install {}", packages.join(" "));
+    let cannot = |why: String, fix: &str| {
+        Error::Io(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "the Python environment with {} cannot be made: {why}; fix: {fix}",
+                packages.join(" ")
+            ),
+        ))
+    };
+    let Some(cache) = cache_dir(&env) else {
+        return Err(cannot(
+            format!("none of {CACHE_DIR_VAR}, XDG_CACHE_HOME or HOME is set"),
+            &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
+        ));
+    };
+    // FNV-1a: the same folder from every build.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in packages.join("\n").bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    let venv = cache.join(format!("{prefix}-{hash:016x}"));
+    let venv = make_environment(&venv, packages, &packages.join(" "), &fix, &env, &cannot)?;
+    Ok(venv.join("bin").join("python"))
+}
+
+/// Makes the virtual environment `venv` (in the cache folder) with `packages` unless a finished
+/// one is there, under an exclusive lock next to it; returns `venv`. `announce` names what is
+/// installed in the one line printed before; errors are made by `cannot` (why, fix), `pip_fix`
+/// being the fix when `pip` fails.
+fn make_environment(
+    venv: &Path,
+    packages: &[&str],
+    announce: &str,
+    pip_fix: &str,
+    env: &dyn Fn(&str) -> Option<OsString>,
+    cannot: &dyn Fn(String, &str) -> Error,
+) -> Result<PathBuf> {
+    let finished = |venv: &Path| venv.join(COMPLETE_MARKER).is_file();
+    if finished(venv) {
+        return Ok(venv.to_path_buf());
+    }
+    let cache = venv.parent().unwrap_or(venv);
+    std::fs::create_dir_all(cache).map_err(|e| {
+        cannot(
+            format!("cannot create the cache folder '{}': {e}", cache.display()),
+            &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
+        )
+    })?;
+    let name = venv.file_name().unwrap_or_default().to_string_lossy();
+    let _lock = lock(&cache.join(format!("{name}.lock")), cannot)?;
+    // Another process may have finished it while this one waited for the lock.
+    if finished(venv) {
+        return Ok(venv.to_path_buf());
+    }
+    if venv.exists() {
+        // A half-done install (killed before its marker): start again.
+        std::fs::remove_dir_all(venv).map_err(|e| {
+            cannot(
+                format!(
+                    "cannot remove the unfinished install '{}': {e}",
+                    venv.display()
+                ),
+                &format!("rm -rf '{}'", venv.display()),
+            )
+        })?;
+    }
+    eprintln!(
+        "Installing {announce} into {} (once; later runs reuse it)...",
+        venv.display()
+    );
+    let python = env("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join("python3"))
+                .find(|p| super::discover::is_executable_file(p))
+        })
+        .ok_or_else(|| {
+            cannot(
+                "'python3' is not on PATH".into(),
+                "apt-get install python3 python3-venv",
+            )
+        })?;
+    run_quietly(
+        Command::new(&python).arg("-m").arg("venv").arg(venv),
+        "python3 -m venv",
+        "apt-get install python3-venv",
+        cannot,
+    )
+    .inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(venv);
+    })?;
+    run_quietly(
+        Command::new(venv.join("bin").join("python"))
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(packages),
+        "pip install",
+        pip_fix,
+        cannot,
+    )
+    .inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(venv);
+    })?;
+    File::create(venv.join(COMPLETE_MARKER)).map_err(|e| {
+        cannot(
+            format!("cannot write into '{}': {e}", venv.display()),
+            &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
+        )
+    })?;
+    Ok(venv.to_path_buf())
+}
+
 /// Runs `command` with its output captured; a failure carries the tail of that output.
-fn run_quietly(kind: EmulatorKind, command: &mut Command, what: &str, fix: &str) -> Result<()> {
+fn run_quietly(
+    command: &mut Command,
+    what: &str,
+    fix: &str,
+    cannot: &dyn Fn(String, &str) -> Error,
+) -> Result<()> {
     let output = command
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| cannot_install(kind, format!("cannot run {what}: {e}"), fix))?;
+        .map_err(|e| cannot(format!("cannot run {what}: {e}"), fix))?;
     if output.status.success() {
         return Ok(());
     }
@@ -232,23 +305,21 @@ fn run_quietly(kind: EmulatorKind, command: &mut Command, what: &str, fix: &str)
     text.push_str(&String::from_utf8_lossy(&output.stderr));
     let lines: Vec<&str> = text.lines().collect();
     let tail = lines[lines.len().saturating_sub(PIP_TAIL_LINES)..].join("\n");
-    Err(cannot_install(
-        kind,
+    Err(cannot(
         format!("{what} failed ({}):\n{tail}\n", output.status),
         fix,
     ))
 }
 
 /// An exclusive `flock` on `path`, released when the file is closed.
-fn lock(kind: EmulatorKind, path: &Path) -> Result<File> {
+fn lock(path: &Path, cannot: &dyn Fn(String, &str) -> Error) -> Result<File> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(path)
         .map_err(|e| {
-            cannot_install(
-                kind,
+            cannot(
                 format!("cannot open the lock file '{}': {e}", path.display()),
                 &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
             )
@@ -260,8 +331,7 @@ fn lock(kind: EmulatorKind, path: &Path) -> Result<File> {
         }
         let error = io::Error::last_os_error();
         if error.kind() != io::ErrorKind::Interrupted {
-            return Err(cannot_install(
-                kind,
+            return Err(cannot(
                 format!("cannot lock '{}': {error}", path.display()),
                 &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
             ));
