@@ -17,14 +17,55 @@ use tokio::time::Instant;
 
 use super::DeliveryId;
 
+/// One held message, in 16 bytes: a window may hold hundreds of thousands of them.
 #[derive(Debug)]
 struct Held {
-    bytes: u64,
-    received: Instant,
-    /// Held by a node that waits for a window to close: not counted by flow control.
-    parked: bool,
-    /// When the service says the message was published.
-    published: Option<SystemTime>,
+    /// When the service says it was published: milliseconds since the Unix epoch, or
+    /// [`UNKNOWN`] when it does not say.
+    published: i64,
+    /// When it was received: milliseconds after the set's [`Outstanding::base`], modulo 2^32
+    /// (49.7 days). Ages are taken with wrapping arithmetic, which is exact for anything held
+    /// less than that: the settler lets a lease go after its `max_lease` (a Pub/Sub source's
+    /// `max_lease_duration` is at most 7 days).
+    received: u32,
+    /// Its data bytes in the low 31 bits (a message is far below 2 GiB; a larger count is kept
+    /// as [`MAX_BYTES`]), and in the top bit whether a node that waits for a window to close
+    /// holds it ([`PARKED`]): then flow control does not count it.
+    bytes_parked: u32,
+}
+
+/// [`Held::published`] of a message whose publication time is not known.
+const UNKNOWN: i64 = i64::MIN;
+/// The flag bit of [`Held::bytes_parked`].
+const PARKED: u32 = 1 << 31;
+/// The largest byte count [`Held::bytes_parked`] keeps.
+const MAX_BYTES: u32 = PARKED - 1;
+
+impl Held {
+    fn bytes(&self) -> u64 {
+        u64::from(self.bytes_parked & MAX_BYTES)
+    }
+
+    fn parked(&self) -> bool {
+        self.bytes_parked & PARKED != 0
+    }
+
+    fn park(&mut self) {
+        self.bytes_parked |= PARKED;
+    }
+
+    /// Milliseconds since it was received, `now` being [`Outstanding::millis`] of now.
+    fn age(&self, now: u32) -> u32 {
+        now.wrapping_sub(self.received)
+    }
+}
+
+/// Milliseconds since the Unix epoch of `at` (negative before it).
+fn epoch_millis(at: SystemTime) -> i64 {
+    match at.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_millis()).unwrap_or(i64::MAX),
+    }
 }
 
 #[derive(Debug)]
@@ -40,6 +81,8 @@ struct State<I> {
 #[derive(Debug)]
 pub struct Outstanding<I: DeliveryId> {
     state: Mutex<State<I>>,
+    /// What [`Held::received`] counts from.
+    base: Instant,
     changed: Notify,
     max_messages: u64,
     max_bytes: u64,
@@ -48,10 +91,10 @@ pub struct Outstanding<I: DeliveryId> {
 impl<I> State<I> {
     /// Takes a message that left out of the totals.
     fn forget(&mut self, old: &Held) {
-        if old.parked {
+        if old.parked() {
             self.parked -= 1;
         } else {
-            self.bytes -= old.bytes;
+            self.bytes -= old.bytes();
         }
     }
 }
@@ -65,6 +108,7 @@ impl<I: DeliveryId> Outstanding<I> {
                 bytes: 0,
                 parked: 0,
             }),
+            base: Instant::now(),
             changed: Notify::new(),
             max_messages,
             max_bytes,
@@ -75,6 +119,11 @@ impl<I: DeliveryId> Outstanding<I> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `at` as milliseconds after [`base`](Self::base), modulo 2^32 ([`Held::received`]).
+    fn millis(&self, at: Instant) -> u32 {
+        at.saturating_duration_since(self.base).as_millis() as u32
+    }
+
     /// Records a received message of `bytes` data bytes.
     pub fn add(&self, id: I, bytes: u64) {
         self.add_published(id, bytes, None);
@@ -83,13 +132,13 @@ impl<I: DeliveryId> Outstanding<I> {
     /// Records a received message of `bytes` data bytes, published at `published` when the
     /// service says.
     pub fn add_published(&self, id: I, bytes: u64, published: Option<SystemTime>) {
-        let mut s = self.lock();
         let held = Held {
-            bytes,
-            received: Instant::now(),
-            parked: false,
-            published,
+            published: published.map_or(UNKNOWN, epoch_millis),
+            received: self.millis(Instant::now()),
+            bytes_parked: u32::try_from(bytes).unwrap_or(MAX_BYTES).min(MAX_BYTES),
         };
+        let bytes = held.bytes();
+        let mut s = self.lock();
         if let Some(old) = s.messages.insert(id, held) {
             s.forget(&old);
         }
@@ -106,10 +155,10 @@ impl<I: DeliveryId> Outstanding<I> {
             let mut parked = 0;
             for id in ids {
                 if let Some(held) = s.messages.get_mut(id)
-                    && !held.parked
+                    && !held.parked()
                 {
-                    held.parked = true;
-                    freed += held.bytes;
+                    held.park();
+                    freed += held.bytes();
                     parked += 1;
                 }
             }
@@ -150,11 +199,15 @@ impl<I: DeliveryId> Outstanding<I> {
 
     /// When the oldest id held was received (`None` when nothing is held).
     pub fn oldest(&self) -> Option<Instant> {
-        self.lock()
+        let now = Instant::now();
+        let millis = self.millis(now);
+        let age = self
+            .lock()
             .messages
             .values()
-            .map(|held| held.received)
-            .min()
+            .map(|held| held.age(millis))
+            .max();
+        age.map(|age| now - Duration::from_millis(u64::from(age)))
     }
 
     /// Data bytes held in flight.
@@ -166,15 +219,17 @@ impl<I: DeliveryId> Outstanding<I> {
     /// it was received; `None` when nothing is held. Walks the whole set: for a scrape, not for
     /// the hot path.
     pub fn oldest_age(&self) -> Option<Duration> {
-        let (now, wall) = (Instant::now(), SystemTime::now());
-        self.lock()
+        let (now, wall) = (self.millis(Instant::now()), epoch_millis(SystemTime::now()));
+        let oldest = self
+            .lock()
             .messages
             .values()
             .map(|held| match held.published {
-                Some(at) => wall.duration_since(at).unwrap_or_default(),
-                None => now.duration_since(held.received),
+                UNKNOWN => u64::from(held.age(now)),
+                at => u64::try_from(wall.saturating_sub(at)).unwrap_or(0),
             })
-            .max()
+            .max();
+        oldest.map(Duration::from_millis)
     }
 
     /// Whether another response may be read: the messages in flight (held, not parked) below
@@ -200,19 +255,22 @@ impl<I: DeliveryId> Outstanding<I> {
     /// The messages whose lease to extend now, and those held for `max_lease` or longer,
     /// which are dropped from the set (their lease is left to lapse).
     pub fn due(&self, max_lease: Duration) -> (Vec<I>, Vec<I>) {
-        let now = Instant::now();
-        let mut extend = Vec::new();
+        let now = self.millis(Instant::now());
+        let max_lease = u64::try_from(max_lease.as_millis()).unwrap_or(u64::MAX);
         let mut expired = Vec::new();
-        {
+        let extend = {
             let mut s = self.lock();
+            // Sized once: grown by doubling, the copy of half a million ids would briefly
+            // take half as much again.
+            let mut extend = Vec::with_capacity(s.messages.len());
             let (mut freed, mut unparked) = (0, 0);
             s.messages.retain(|id, held| {
-                if now.duration_since(held.received) >= max_lease {
+                if u64::from(held.age(now)) >= max_lease {
                     expired.push(id.clone());
-                    if held.parked {
+                    if held.parked() {
                         unparked += 1;
                     } else {
-                        freed += held.bytes;
+                        freed += held.bytes();
                     }
                     false
                 } else {
@@ -222,7 +280,8 @@ impl<I: DeliveryId> Outstanding<I> {
             });
             s.bytes -= freed;
             s.parked -= unparked;
-        }
+            extend
+        };
         if !expired.is_empty() {
             self.changed.notify_waiters();
         }
@@ -233,6 +292,48 @@ impl<I: DeliveryId> Outstanding<I> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_held_message_costs_16_bytes_beside_its_id() {
+        // Its receipt and publication times as milliseconds, its size and parking in 32 bits:
+        // a window that holds half a million messages keeps this many entries
+        // (docs/benchmarks.md, "Memory per held message").
+        assert_eq!(std::mem::size_of::<Held>(), 16);
+        let o = Outstanding::<u32>::new(10, 100);
+        o.add(1, u64::from(u32::MAX) + 10);
+        assert_eq!(
+            o.bytes(),
+            u64::from(MAX_BYTES),
+            "a count past 31 bits is kept whole"
+        );
+        o.park(&[1]);
+        assert_eq!(
+            (o.bytes(), o.parked()),
+            (0, 1),
+            "parking frees the whole count"
+        );
+        o.add(2, 7);
+        o.remove(&[1, 2]);
+        assert_eq!(
+            (o.bytes(), o.parked()),
+            (0, 0),
+            "and removing takes away what was counted"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ages_stay_exact_when_the_millisecond_clock_wraps() {
+        let o = Outstanding::<u32>::new(10, 100);
+        // Just before the 32-bit millisecond count wraps (49.7 days after the set was made).
+        tokio::time::advance(Duration::from_millis(u64::from(u32::MAX) - 1_000)).await;
+        o.add(1, 1);
+        tokio::time::advance(Duration::from_secs(3)).await;
+        o.add(2, 1);
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert_eq!(o.oldest(), Some(Instant::now() - Duration::from_secs(7)));
+        let (extend, expired) = o.due(Duration::from_secs(5));
+        assert_eq!((extend, expired), (vec![2], vec![1]));
+    }
 
     #[test]
     fn room_follows_both_bounds() {

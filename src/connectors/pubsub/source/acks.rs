@@ -30,6 +30,7 @@ use gcloud_sdk::google::pubsub::v1::{AcknowledgeRequest, ModifyAckDeadlineReques
 use gcloud_sdk::google::rpc::{ErrorInfo, Status as RpcStatus};
 use prost::Message as _;
 
+use super::AckId;
 use super::lease::{ack_deadline_seconds, lease_interval};
 pub use crate::connectors::pubsub::client::retryable_ack_status;
 use crate::core::RetrySettings;
@@ -148,11 +149,11 @@ impl AckClient {
         request
     }
 
-    async fn modify(&self, ids: &[String], seconds: i32) -> Result<(), tonic::Status> {
+    async fn modify(&self, ids: &[AckId], seconds: i32) -> Result<(), tonic::Status> {
         SubscriberClient::new(self.channel.clone())
             .modify_ack_deadline(self.request(ModifyAckDeadlineRequest {
                 subscription: self.subscription.clone(),
-                ack_ids: ids.to_vec(),
+                ack_ids: ids.iter().map(|id| id.to_string()).collect(),
                 ack_deadline_seconds: seconds,
             }))
             .await
@@ -161,22 +162,22 @@ impl AckClient {
 }
 
 #[async_trait]
-impl Acknowledger<String> for AckClient {
-    async fn ack(&self, ids: &[String]) -> Result<(), tonic::Status> {
+impl Acknowledger<AckId> for AckClient {
+    async fn ack(&self, ids: &[AckId]) -> Result<(), tonic::Status> {
         SubscriberClient::new(self.channel.clone())
             .acknowledge(self.request(AcknowledgeRequest {
                 subscription: self.subscription.clone(),
-                ack_ids: ids.to_vec(),
+                ack_ids: ids.iter().map(|id| id.to_string()).collect(),
             }))
             .await
             .map(drop)
     }
 
-    async fn nack(&self, ids: &[String]) -> Result<(), tonic::Status> {
+    async fn nack(&self, ids: &[AckId]) -> Result<(), tonic::Status> {
         self.modify(ids, 0).await
     }
 
-    async fn extend(&self, ids: &[String]) -> Result<(), tonic::Status> {
+    async fn extend(&self, ids: &[AckId]) -> Result<(), tonic::Status> {
         self.modify(ids, self.lease_seconds).await
     }
 
@@ -189,14 +190,14 @@ impl Acknowledger<String> for AckClient {
         self.exactly_once.load(Ordering::Acquire)
     }
 
-    fn per_id(&self, status: &tonic::Status, ids: &[String]) -> Option<PerId<String>> {
+    fn per_id(&self, status: &tonic::Status, ids: &[AckId]) -> Option<PerId<AckId>> {
         let failures = ack_failures(status)?;
         let mut split = PerId {
             transient: Vec::new(),
             refused: Vec::new(),
         };
         for id in ids {
-            match failures.get(id) {
+            match failures.get(&**id) {
                 Some(f) if f.starts_with(TRANSIENT_FAILURE_PREFIX) => {
                     split.transient.push(id.clone())
                 }
@@ -264,15 +265,16 @@ mod tests {
             "projects/p/subscriptions/s",
             Duration::from_secs(60),
         );
-        let ids: Vec<String> = ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
+        let ids: Vec<AckId> = ["a", "b", "c", "d"].into_iter().map(AckId::from).collect();
         let status = exactly_once_failure(&[
             ("a", "PERMANENT_FAILURE_INVALID_ACK_ID"),
             ("b", "TRANSIENT_FAILURE_UNORDERED_ACK_ID"),
             ("c", "PERMANENT_FAILURE_OTHER"),
         ]);
         let split = client.per_id(&status, &ids).unwrap();
-        assert_eq!(split.transient, ["b"]);
-        assert_eq!(split.refused, ["a", "c"]);
+        let names = |ids: &[AckId]| ids.iter().map(|id| id.to_string()).collect::<Vec<_>>();
+        assert_eq!(names(&split.transient), ["b"]);
+        assert_eq!(names(&split.refused), ["a", "c"]);
         // Not resent as a whole: the ids are answered one by one.
         assert!(!client.retryable(&status));
         // A status without the details fails as a whole, and is retried by its code.

@@ -42,9 +42,9 @@ use tokio::task::JoinHandle;
 use super::acks::{AckClient, settler_config};
 use super::decode::{BadMessage, MessageDecoder};
 use super::options::{PayloadSource, PubSubSourceOptions};
-use super::pull::{Pulled, Puller};
+use super::pull::{Pulled, Puller, Received};
 use super::revisions::Revisions;
-use super::{AckQueue, BatchTicket, SourceSlot};
+use super::{AckId, AckQueue, BatchTicket, SourceSlot};
 use crate::connectors::dead_letter::{self, DeadLetterContext};
 use crate::connectors::pubsub::client::{ClientSettings, PubSubTransport, open_channel};
 use crate::core::dead_letter::{DeadClass, DeadLetterSink, DeadPayload, DeadRow};
@@ -87,7 +87,7 @@ struct HandleInner {
     /// Each partition's event-time clock (with an event-time column).
     clocks: Vec<Arc<EventClock>>,
     /// What each started partition holds (the backlog age, the held gauges).
-    outstanding: Mutex<Vec<Arc<Outstanding<String>>>>,
+    outstanding: Mutex<Vec<Arc<Outstanding<AckId>>>>,
     /// `start_at`: `None` until the first partition applied it (or found it recorded); then
     /// whether that succeeded. Every partition waits for it before it opens its stream.
     replay: tokio::sync::Mutex<Option<bool>>,
@@ -651,7 +651,7 @@ struct PartitionReader {
     runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
     queue: AckQueue,
     pulled: mpsc::UnboundedReceiver<Pulled>,
-    pending: VecDeque<ReceivedMessage>,
+    pending: VecDeque<Received>,
     failure: Option<Error>,
     stop: watch::Receiver<Option<StopKind>>,
     idle: watch::Sender<bool>,
@@ -661,7 +661,7 @@ struct PartitionReader {
     /// Ack ids of messages dead-lettered to an object (a path): stored only once the object is
     /// completed (at a writer's flush point, on [`roll_bound`], or at the end of the
     /// partition), so acknowledged then (ADR 0071).
-    held_for_dead_letter: Vec<String>,
+    held_for_dead_letter: Vec<AckId>,
     /// When the oldest of `held_for_dead_letter` was held.
     held_since: Option<tokio::time::Instant>,
     /// Signalled at each flush point of a writer this partition feeds.
@@ -780,8 +780,12 @@ impl PartitionReader {
                 }
             }
             let take = self.pending.len().min(self.batch_size);
-            let messages: Vec<ReceivedMessage> = self.pending.drain(..take).collect();
-            match self.make_batch(messages).await {
+            let (ids, messages): (Vec<AckId>, Vec<ReceivedMessage>) = self
+                .pending
+                .drain(..take)
+                .map(|m| (m.id, m.message))
+                .unzip();
+            match self.make_batch(ids, messages).await {
                 Ok(Some(batch)) => return Some(Ok(batch)),
                 Ok(None) => continue,
                 Err(e) => return Some(Err(self.fail(e))),
@@ -798,10 +802,10 @@ impl PartitionReader {
     }
 
     fn release_unemitted(&mut self) {
-        let mut ids: Vec<String> = self.pending.drain(..).map(|m| m.ack_id).collect();
+        let mut ids: Vec<AckId> = self.pending.drain(..).map(|m| m.id).collect();
         while let Ok(p) = self.pulled.try_recv() {
             if let Pulled::Messages(m) = p {
-                ids.extend(m.into_iter().map(|m| m.ack_id));
+                ids.extend(m.into_iter().map(|m| m.id));
             }
         }
         ids.append(&mut self.held_for_dead_letter);
@@ -881,6 +885,7 @@ impl PartitionReader {
     /// (every message dropped or dead-lettered: their ticket is settled at once).
     async fn make_batch(
         &mut self,
+        ids: Vec<AckId>,
         messages: Vec<ReceivedMessage>,
     ) -> crate::Result<Option<RecordBatch>> {
         let decoded = match &mut self.revisions {
@@ -906,25 +911,24 @@ impl PartitionReader {
         let decoded = match decoded {
             Ok(d) => d,
             Err(e) => {
-                self.queue
-                    .nack(messages.into_iter().map(|m| m.ack_id).collect());
+                self.queue.nack(ids);
                 return Err(e);
             }
         };
         // The rows' messages first, in row order, then the ones that became no row (the ticket's
         // layout: a node may release a row's message on its own).
-        let mut ack_ids: Vec<String> = Vec::with_capacity(messages.len());
+        let mut ack_ids: Vec<AckId> = Vec::with_capacity(messages.len());
         // The rows' message ids, for a consumer that must recognise a message an earlier run
         // saw (windows: a row found late, ADR 0068).
         let mut row_keys: Vec<String> = Vec::with_capacity(messages.len());
-        let mut handled_ids: Vec<String> = Vec::new();
+        let mut handled_ids: Vec<AckId> = Vec::new();
         let mut bad = decoded.bad.iter().peekable();
         let policy = self.config.options.failure_policy;
         let mut outcome: crate::Result<()> = Ok(());
-        for (i, m) in messages.iter().enumerate() {
+        for (i, (m, id)) in messages.iter().zip(&ids).enumerate() {
             let this_bad = bad.next_if(|b| b.index == i);
             let Some(b) = this_bad else {
-                ack_ids.push(m.ack_id.clone());
+                ack_ids.push(id.clone());
                 row_keys.push(
                     m.message
                         .as_ref()
@@ -953,7 +957,7 @@ impl PartitionReader {
                         b.describe()
                     );
                     DeliveryCounters::add(&self.counters.dropped, 1);
-                    handled_ids.push(m.ack_id.clone());
+                    handled_ids.push(id.clone());
                 }
                 FailurePolicy::DeadLetter => match self.write_dead_letter(m, b).await {
                     Ok(stored) => {
@@ -961,9 +965,9 @@ impl PartitionReader {
                         if !stored {
                             self.held_since
                                 .get_or_insert_with(tokio::time::Instant::now);
-                            self.held_for_dead_letter.push(m.ack_id.clone());
+                            self.held_for_dead_letter.push(id.clone());
                         } else {
-                            handled_ids.push(m.ack_id.clone());
+                            handled_ids.push(id.clone());
                         }
                     }
                     Err(e) => outcome = Err(e),
@@ -971,8 +975,7 @@ impl PartitionReader {
             }
         }
         if let Err(e) = outcome {
-            self.queue
-                .nack(messages.into_iter().map(|m| m.ack_id).collect());
+            self.queue.nack(ids);
             return Err(e);
         }
         ack_ids.append(&mut handled_ids);

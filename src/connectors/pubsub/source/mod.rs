@@ -43,13 +43,17 @@ pub mod table;
 pub use exec::{PubSubSourceExec, SourceHandle};
 pub use table::PubSubSourceTable;
 
+/// A message's ack id, as the source keeps it: one shared block for the partition's lease table
+/// and the ticket of the batch the message went into (the service's ack ids are about 150
+/// bytes, and a window may hold a message for minutes).
+pub type AckId = std::sync::Arc<str>;
 /// The handle of one emitted batch: a ticket naming its messages' ack ids
 /// ([`crate::core::delivery::ticket`]).
-pub type BatchTicket = Ticket<String>;
+pub type BatchTicket = Ticket<AckId>;
 /// Where a partition's tickets send their verdicts (ack ids).
-pub type AckQueue = Verdicts<String>;
+pub type AckQueue = Verdicts<AckId>;
 /// The handoff slot of one partition: the ticket of the batch it emitted last.
-pub type SourceSlot = TicketSlot<String>;
+pub type SourceSlot = TicketSlot<AckId>;
 
 /// The source, as the connector's descriptor lists it.
 pub static SOURCE: SourceDescriptor = SourceDescriptor {

@@ -26,9 +26,9 @@ use tokio::sync::mpsc::error::SendError;
 use tokio::sync::{mpsc, watch};
 use tonic::Code;
 
-use super::AckQueue;
 use super::acks::{ACK_RETRY, AckClient};
 use super::lease::ack_deadline_seconds;
+use super::{AckId, AckQueue};
 pub use crate::connectors::pubsub::client::retryable_pull_status;
 use crate::core::delivery::DeliveryCounters;
 use crate::core::delivery::lease::Outstanding;
@@ -51,11 +51,28 @@ pub const RECONNECT: Backoff = Backoff {
 /// only keeps tonic's 4 MiB default from refusing a full response of large messages).
 pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 
+/// A message read from the stream: its ack id, shared with the partition's lease table, and
+/// the rest of the message (whose own `ack_id` is left empty).
+#[derive(Debug)]
+pub struct Received {
+    /// The message's ack id.
+    pub id: AckId,
+    /// The message as the service sent it, without its ack id.
+    pub message: ReceivedMessage,
+}
+
+impl From<ReceivedMessage> for Received {
+    fn from(mut message: ReceivedMessage) -> Self {
+        let id = AckId::from(std::mem::take(&mut message.ack_id));
+        Received { id, message }
+    }
+}
+
 /// What the puller hands to the partition stream.
 #[derive(Debug)]
 pub enum Pulled {
     /// Messages of one response, already recorded as outstanding.
-    Messages(Vec<ReceivedMessage>),
+    Messages(Vec<Received>),
     /// The stream failed permanently.
     Failed(Error),
 }
@@ -124,7 +141,10 @@ impl Puller {
             self.subscription.clone(),
             self.ack_deadline,
         );
-        let ids: Vec<String> = messages.iter().map(|m| m.ack_id.clone()).collect();
+        let ids: Vec<AckId> = messages
+            .iter()
+            .map(|m| AckId::from(m.ack_id.as_str()))
+            .collect();
         let (result, _) = retry(
             &ACK_RETRY,
             |status: &tonic::Status| client.retryable(status),
@@ -150,7 +170,7 @@ impl Puller {
         DeliveryCounters::add(&counters.ack_refused, refused.len() as u64);
         messages
             .into_iter()
-            .filter(|m| !refused.contains(&m.ack_id))
+            .filter(|m| !refused.iter().any(|id| **id == *m.ack_id))
             .collect()
     }
 
@@ -174,7 +194,7 @@ impl Puller {
     pub async fn run(
         self,
         out: mpsc::UnboundedSender<Pulled>,
-        outstanding: Arc<Outstanding<String>>,
+        outstanding: Arc<Outstanding<AckId>>,
         counters: Arc<DeliveryCounters>,
         mut stop: watch::Receiver<Option<StopKind>>,
         mut idle: watch::Receiver<bool>,
@@ -272,11 +292,13 @@ impl Puller {
                                         continue;
                                     }
                                 }
+                                let messages: Vec<Received> =
+                                    messages.into_iter().map(Received::from).collect();
                                 for m in &messages {
                                     outstanding.add_published(
-                                        m.ack_id.clone(),
-                                        message_bytes(m),
-                                        published(m),
+                                        m.id.clone(),
+                                        message_bytes(&m.message),
+                                        published(&m.message),
                                     );
                                 }
                                 DeliveryCounters::add(&counters.read, messages.len() as u64);
@@ -285,8 +307,8 @@ impl Puller {
                                 {
                                     // The reader went away meanwhile (its statement ended):
                                     // these go back at once (unless the source was aborted).
-                                    let ids: Vec<String> =
-                                        messages.into_iter().map(|m| m.ack_id).collect();
+                                    let ids: Vec<AckId> =
+                                        messages.into_iter().map(|m| m.id).collect();
                                     outstanding.remove(&ids);
                                     self.returns.nack(ids);
                                     return;
