@@ -50,6 +50,32 @@ pub(crate) use writer::tests::config as test_flow_config;
 pub(crate) use writer::write_stream;
 pub use writer::{FlowWriter, SourceRow};
 
+/// A 64-bit FNV-1a hash: the same value from every build and platform, unlike the standard
+/// library's hasher, for names that must stay put across releases (a progress marker's
+/// pipeline, a cached environment's folder).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StableHash(u64);
+
+impl StableHash {
+    /// The hash of nothing yet.
+    pub(crate) fn new() -> Self {
+        StableHash(0xcbf2_9ce4_8422_2325)
+    }
+
+    /// Hashes `bytes` in.
+    pub(crate) fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 ^= u64::from(byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    /// The hash of what was written.
+    pub(crate) fn finish(self) -> u64 {
+        self.0
+    }
+}
+
 /// A destination: the full resource name of a topic, queue or table.
 pub type Destination = Arc<str>;
 
@@ -312,5 +338,28 @@ pub trait Transport: Send + Sync + 'static {
     /// rate down accordingly (see [`rate`]). By default the service never asks.
     fn take_load_hint(&self) -> Option<LoadHint> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StableHash;
+
+    #[test]
+    fn the_stable_hash_is_fnv_1a_and_never_changes() {
+        // Published FNV-1a 64-bit values: a changed hash would rename every progress marker
+        // (a restarted pipeline would start over) and every cached environment.
+        let of = |text: &str| {
+            let mut h = StableHash::new();
+            h.write(text.as_bytes());
+            h.finish()
+        };
+        assert_eq!(of(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(of("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(of("foobar"), 0x8594_4171_f739_67e8);
+        let mut parts = StableHash::new();
+        parts.write(b"foo");
+        parts.write(b"bar");
+        assert_eq!(parts.finish(), of("foobar"), "written in parts or at once");
     }
 }

@@ -184,12 +184,10 @@ pub fn python_environment(
             &format!("export {CACHE_DIR_VAR}=/some/writable/folder"),
         ));
     };
-    // FNV-1a: the same folder from every build.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in packages.join("\n").bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
+    // The same folder from every build.
+    let mut hash = crate::core::StableHash::new();
+    hash.write(packages.join("\n").as_bytes());
+    let hash = hash.finish();
     let venv = cache.join(format!("{prefix}-{hash:016x}"));
     let venv = make_environment(&venv, packages, &packages.join(" "), &fix, &env, &cannot)?;
     Ok(venv.join("bin").join("python"))

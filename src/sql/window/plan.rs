@@ -410,13 +410,11 @@ fn pipeline_name(
     window: &str,
     aggregation: &Aggregation,
 ) -> String {
-    // FNV-1a: the same name from every build, unlike the standard library's hasher.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    // The same name from every build: each part ends with a zero byte.
+    let mut hash = crate::core::StableHash::new();
     let mut eat = |text: &str| {
-        for byte in text.bytes().chain([0]) {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
+        hash.write(text.as_bytes());
+        hash.write(&[0]);
     };
     eat(window);
     for key in &aggregation.keys {
@@ -440,6 +438,6 @@ fn pipeline_name(
         "{}--{}--{:08x}",
         safe(&source.key),
         safe(table),
-        hash as u32
+        hash.finish() as u32
     )
 }
