@@ -79,6 +79,28 @@ pub struct NullServerOptions {
     pub feed: FeedOptions,
 }
 
+impl NullServerOptions {
+    /// An in-memory subscription (`pubsub-subscribe`) that answers at once and serves `feed`:
+    /// what the source's tests and kill runs start.
+    ///
+    /// ```
+    /// use gcp_sql::bench::null_server::{FeedOptions, NullServerOptions, NullService};
+    ///
+    /// let options = NullServerOptions::subscription(FeedOptions {
+    ///     messages: 1_000,
+    ///     ..FeedOptions::default()
+    /// });
+    /// assert_eq!(options.service, NullService::PubSubSubscribe);
+    /// ```
+    pub fn subscription(feed: FeedOptions) -> Self {
+        NullServerOptions {
+            service: NullService::PubSubSubscribe,
+            latency: Duration::ZERO,
+            feed,
+        }
+    }
+}
+
 /// A running null server; stops when dropped.
 #[derive(Debug)]
 pub struct NullServer {

@@ -21,9 +21,7 @@ use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray, TimestampNa
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
-use gcp_sql::bench::null_server::{
-    FeedOptions, NullServer, NullServerOptions, NullService, Payload,
-};
+use gcp_sql::bench::null_server::{FeedOptions, NullServer, NullServerOptions, Payload};
 
 use crate::a_pubsub_source_kill::{in_memory_stats, kill, spawn};
 use crate::support::bigtable::Bigtable;
@@ -305,17 +303,13 @@ async fn windows_survive_kills(
 ) -> Vec<u64> {
     let server = NullServer::start(
         "127.0.0.1:0".parse().unwrap(),
-        NullServerOptions {
-            service: NullService::PubSubSubscribe,
-            latency: Duration::ZERO,
-            feed: FeedOptions {
-                messages: total,
-                max_ack_deadline: Some(LEASE),
-                lose_lease_every,
-                payload: Some(Payload::new(move |n| payload(n, total))),
-                ..FeedOptions::default()
-            },
-        },
+        NullServerOptions::subscription(FeedOptions {
+            messages: total,
+            max_ack_deadline: Some(LEASE),
+            lose_lease_every,
+            payload: Some(Payload::new(move |n| payload(n, total))),
+            ..FeedOptions::default()
+        }),
     )
     .await
     .unwrap();

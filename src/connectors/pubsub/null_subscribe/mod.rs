@@ -527,7 +527,6 @@ impl NullRoutes for PublisherGrpc {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use futures::channel::mpsc;
     use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
@@ -540,11 +539,7 @@ mod tests {
     async fn start(feed: FeedOptions) -> (NullServer, SubscriberClient<tonic::transport::Channel>) {
         let server = NullServer::start(
             "127.0.0.1:0".parse().unwrap(),
-            NullServerOptions {
-                service: NullService::PubSubSubscribe,
-                latency: Duration::ZERO,
-                feed,
-            },
+            NullServerOptions::subscription(feed),
         )
         .await
         .unwrap();
