@@ -80,21 +80,17 @@ pub struct NullServerOptions {
 }
 
 impl NullServerOptions {
-    /// An in-memory subscription (`pubsub-subscribe`) that answers at once and serves `feed`:
-    /// what the source's tests and kill runs start.
+    /// `service`, answering at once (no latency), serving `feed` if it serves messages.
     ///
     /// ```
     /// use gcp_sql::bench::null_server::{FeedOptions, NullServerOptions, NullService};
     ///
-    /// let options = NullServerOptions::subscription(FeedOptions {
-    ///     messages: 1_000,
-    ///     ..FeedOptions::default()
-    /// });
-    /// assert_eq!(options.service, NullService::PubSubSubscribe);
+    /// let options = NullServerOptions::new(NullService::Bigtable, FeedOptions::default());
+    /// assert!(options.latency.is_zero());
     /// ```
-    pub fn subscription(feed: FeedOptions) -> Self {
+    pub fn new(service: NullService, feed: FeedOptions) -> Self {
         NullServerOptions {
-            service: NullService::PubSubSubscribe,
+            service,
             latency: Duration::ZERO,
             feed,
         }

@@ -8,7 +8,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use gcp_sql::bench::null_server::{FeedOptions, NullServer, NullServerOptions, Payload};
+use gcp_sql::bench::null_server::{
+    FeedOptions, NullServer, NullServerOptions, NullService, Payload,
+};
 
 use crate::a_pubsub_source_kill::{in_memory_stats, kill, spawn};
 use crate::support::bigtable::Bigtable;
@@ -61,15 +63,18 @@ fn pipeline(
 async fn lookups_survive_kills(messages: u64, profiles: u64, kills: usize) {
     let server = NullServer::start(
         "127.0.0.1:0".parse().unwrap(),
-        NullServerOptions::subscription(FeedOptions {
-            messages,
-            message_size: 40,
-            max_ack_deadline: Some(LEASE),
-            payload: Some(Payload::new(move |n| {
-                format!("{{\"id\":{n},\"user\":\"{}\"}}", user(n, profiles)).into_bytes()
-            })),
-            ..FeedOptions::default()
-        }),
+        NullServerOptions::new(
+            NullService::PubSubSubscribe,
+            FeedOptions {
+                messages,
+                message_size: 40,
+                max_ack_deadline: Some(LEASE),
+                payload: Some(Payload::new(move |n| {
+                    format!("{{\"id\":{n},\"user\":\"{}\"}}", user(n, profiles)).into_bytes()
+                })),
+                ..FeedOptions::default()
+            },
+        ),
     )
     .await
     .unwrap();

@@ -316,19 +316,22 @@ pub(crate) fn in_memory_stats(
 /// and acknowledged on the server; what was delivered more than once is counted and printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_killed_ten_times_against_the_in_memory_subscription_loses_nothing() {
-    use gcp_sql::bench::null_server::{FeedOptions, NullServer, NullServerOptions};
+    use gcp_sql::bench::null_server::{FeedOptions, NullServer, NullServerOptions, NullService};
 
     let server = NullServer::start(
         "127.0.0.1:0".parse().unwrap(),
-        NullServerOptions::subscription(FeedOptions {
-            messages: IN_MEMORY_MESSAGES,
-            message_size: IN_MEMORY_MESSAGE_SIZE,
-            ordering_keys: 0,
-            max_ack_deadline: Some(IN_MEMORY_LEASE),
-            payload: None,
-            publish_time_step: None,
-            lose_lease_every: None,
-        }),
+        NullServerOptions::new(
+            NullService::PubSubSubscribe,
+            FeedOptions {
+                messages: IN_MEMORY_MESSAGES,
+                message_size: IN_MEMORY_MESSAGE_SIZE,
+                ordering_keys: 0,
+                max_ack_deadline: Some(IN_MEMORY_LEASE),
+                payload: None,
+                publish_time_step: None,
+                lose_lease_every: None,
+            },
+        ),
     )
     .await
     .unwrap();

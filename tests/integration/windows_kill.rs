@@ -21,7 +21,9 @@ use datafusion::arrow::array::{Int64Array, RecordBatch, StringArray, TimestampNa
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
-use gcp_sql::bench::null_server::{FeedOptions, NullServer, NullServerOptions, Payload};
+use gcp_sql::bench::null_server::{
+    FeedOptions, NullServer, NullServerOptions, NullService, Payload,
+};
 
 use crate::a_pubsub_source_kill::{in_memory_stats, kill, spawn};
 use crate::support::bigtable::Bigtable;
@@ -303,13 +305,16 @@ async fn windows_survive_kills(
 ) -> Vec<u64> {
     let server = NullServer::start(
         "127.0.0.1:0".parse().unwrap(),
-        NullServerOptions::subscription(FeedOptions {
-            messages: total,
-            max_ack_deadline: Some(LEASE),
-            lose_lease_every,
-            payload: Some(Payload::new(move |n| payload(n, total))),
-            ..FeedOptions::default()
-        }),
+        NullServerOptions::new(
+            NullService::PubSubSubscribe,
+            FeedOptions {
+                messages: total,
+                max_ack_deadline: Some(LEASE),
+                lose_lease_every,
+                payload: Some(Payload::new(move |n| payload(n, total))),
+                ..FeedOptions::default()
+            },
+        ),
     )
     .await
     .unwrap();

@@ -532,14 +532,14 @@ mod tests {
     use gcloud_sdk::google::pubsub::v1::subscriber_client::SubscriberClient;
 
     use super::*;
-    use crate::bench::null_server::{NullServer, NullServerOptions};
+    use crate::bench::null_server::{NullServer, NullServerOptions, NullService};
 
     const SUB: &str = "projects/p/subscriptions/null-sub";
 
     async fn start(feed: FeedOptions) -> (NullServer, SubscriberClient<tonic::transport::Channel>) {
         let server = NullServer::start(
             "127.0.0.1:0".parse().unwrap(),
-            NullServerOptions::subscription(feed),
+            NullServerOptions::new(NullService::PubSubSubscribe, feed),
         )
         .await
         .unwrap();

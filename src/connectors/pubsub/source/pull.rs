@@ -359,7 +359,7 @@ impl Drop for EndOnDrop {
 mod tests {
     use super::*;
     use crate::bench::null_method::FeedOptions;
-    use crate::bench::null_server::{NullServer, NullServerOptions};
+    use crate::bench::null_server::{NullServer, NullServerOptions, NullService};
     use crate::connectors::pubsub::null_subscribe::Hub;
 
     /// A stream the puller leaves (here for idleness) ends at the server at once, although the
@@ -371,11 +371,14 @@ mod tests {
         const SUB: &str = "projects/p/subscriptions/left";
         let server = NullServer::start(
             "127.0.0.1:0".parse().unwrap(),
-            NullServerOptions::subscription(FeedOptions {
-                messages: 10,
-                message_size: 64,
-                ..FeedOptions::default()
-            }),
+            NullServerOptions::new(
+                NullService::PubSubSubscribe,
+                FeedOptions {
+                    messages: 10,
+                    message_size: 64,
+                    ..FeedOptions::default()
+                },
+            ),
         )
         .await
         .unwrap();
