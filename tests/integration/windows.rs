@@ -197,6 +197,7 @@ async fn tumbling_counts_per_key_equal_a_recomputation_and_late_rows_are_dead_le
     let markers: Vec<_> = std::fs::read_dir(progress.path())
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     assert_eq!(markers.len(), 1, "{markers:?}");
     let marker: serde_json::Value =
@@ -204,26 +205,67 @@ async fn tumbling_counts_per_key_equal_a_recomputation_and_late_rows_are_dead_le
     let frontier = marker["frontier_ns"].as_i64().unwrap();
     assert_eq!(frontier, (T0 + 20 * 60 - 20) * 1_000_000_000, "{marker}");
 
-    // A second run (the marker exists; no progress_start) meets rows of windows the marker
-    // covers, as a redelivery after a kill would bring them: they are acknowledged without
-    // being counted, and Bigtable is unchanged.
-    f.publish(vec![event("ann", 61, 5), event("cy", 300, 5)])
+    // A second run (the marker exists; no progress_start), as after a kill that interrupted
+    // acknowledgements of recorded windows. It meets `ann`@61 and `cy`@300, stood in for by
+    // new messages that a covered set beside the marker names (as the first run would have
+    // stored them, in the format ADR 0068 gives), and `bob`@180, a row of a recorded window
+    // that no set names. The two are acknowledged without being counted; the third is late,
+    // not taken for a redelivery: dead-lettered. Bigtable is unchanged.
+    let again = f
+        .publish(vec![
+            event("ann", 61, 5),
+            event("cy", 300, 5),
+            event("bob", 180, 6),
+        ])
         .await;
+    let end_ns = |s: i64| (T0 + s - s.rem_euclid(60) + 60) * 1_000_000_000;
+    let mut set = b"GSQLCOV1".to_vec();
+    for (id, at) in [(&again[0], 61), (&again[1], 300)] {
+        set.extend_from_slice(&end_ns(at).to_le_bytes());
+        set.extend_from_slice(&1u32.to_le_bytes());
+        set.extend_from_slice(&gcp_sql::sql::window::seen::fingerprint(id).to_le_bytes());
+    }
+    let sets = markers[0].with_extension("covered");
+    std::fs::create_dir_all(&sets).unwrap();
+    std::fs::write(sets.join(format!("{frontier}.bin")), set).unwrap();
+    let mut marker = marker;
+    marker["covered"] = serde_json::json!([frontier]);
+    std::fs::write(&markers[0], marker.to_string()).unwrap();
+    let dead_again = tempfile::tempdir().unwrap();
+    let dead_again_url = format!("file://{}", dead_again.path().display());
     let ctx = crate::pubsub_source::sql_context(50);
     gcp_sql::sql::run(
         &ctx,
-        &format!("{}; {sink}; {insert}", source_sql(&f, progress.path(), &[])),
+        &format!(
+            "{}; {sink}; {insert}",
+            source_sql(
+                &f,
+                progress.path(),
+                &[
+                    ("failure_policy", "dead_letter"),
+                    ("dead_letter_path", dead_again_url.as_str()),
+                ]
+            )
+        ),
     )
     .await
     .expect("the second run");
     assert_eq!(
         landed(&bt, &table).await,
         want,
-        "covered rows changed nothing"
+        "covered and late rows changed nothing"
+    );
+    let late_again = self::letters(dead_again.path());
+    assert_eq!(late_again.len(), 1, "{late_again:?}");
+    assert!(
+        late_again[0]["error_class"] == "late"
+            && late_again[0]["row"]["user"] == "bob"
+            && late_again[0]["row"]["v"] == 6,
+        "only the row no covered set names is late: {late_again:?}"
     );
     assert!(
         f.left_over_after_deadline().await.is_empty(),
-        "the covered rows were acknowledged"
+        "the covered rows and the late one were acknowledged"
     );
 }
 
@@ -301,6 +343,11 @@ async fn a_message_the_marker_names_as_late_is_late_in_the_next_run_wherever_its
     let pipeline = marker["pipeline"].as_str().unwrap().replace(old_id, new_id);
     marker["pipeline"] = serde_json::json!(pipeline);
     std::fs::remove_file(&old_marker).unwrap();
+    // The covered sets the marker lists go with it.
+    let old_sets = old_marker.with_extension("covered");
+    if old_sets.exists() {
+        std::fs::rename(&old_sets, marker_path.with_extension("covered")).unwrap();
+    }
 
     // Minute 25: `x` (v 7) and `y` (v 8), then minute 40 to close it.
     let ids = f
@@ -567,7 +614,9 @@ async fn hopping_and_tumbling_windows_over_two_streams_are_not_stalled_by_flow_c
         .collect();
     let marker = std::fs::read_dir(progress.path())
         .unwrap()
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
         .collect::<Vec<_>>();
     assert_eq!(
         rows.len(),
@@ -620,7 +669,9 @@ async fn hopping_and_tumbling_windows_over_two_streams_are_not_stalled_by_flow_c
     let rows = bt.read(&table).await;
     let markers = std::fs::read_dir(progress.path())
         .unwrap()
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
         .collect::<Vec<_>>();
     assert_eq!(rows.len(), table_rows_before + minutes.len(), "{markers:?}");
     for ((user, start), n) in &minutes {

@@ -4,7 +4,7 @@
 //! emits each window's rows once the watermark passes its end plus the allowed lateness
 //! (ADR 0068).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,7 +36,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::progress::Marker;
+use super::progress::{CoveredSet, Listed, Marker};
 use super::seen::{self, Seen, SeenMessages};
 use super::state::{Aggregation, Emitted, OpenWindows, WindowShape};
 use crate::connectors::dead_letter::{self, DeadLetterContext};
@@ -137,6 +137,48 @@ struct RunState {
     /// The messages counted and held (and for a while after their release), so that a copy
     /// delivered again within the run is not counted twice.
     seen: SeenMessages,
+    /// The frontiers whose covered sets this run stored beside the marker, and since when
+    /// (oldest first): listed in every marker written until `keep_covered` has passed (the
+    /// acknowledgements of a live run go out well within it).
+    covered_sets: VecDeque<(Instant, i64)>,
+    /// How long a covered set this run stored is kept (the source's recovery hold, as `seen`
+    /// keeps released messages).
+    keep_covered: Duration,
+    /// The covered sets earlier runs left, kept (and listed, with the wall-clock time) until
+    /// the instant given: a killed run's messages come back as the subscription's backlog
+    /// allows, which can take far longer than the hold.
+    inherited_sets: Vec<i64>,
+    inherited_until: Option<(Instant, i64)>,
+}
+
+impl RunState {
+    /// The covered sets older than `keep_covered` leave the list (their objects are deleted
+    /// once a marker without them was written); returns them.
+    fn expire_covered(&mut self, now: Instant) -> Vec<i64> {
+        let mut expired = Vec::new();
+        if self.inherited_until.is_some_and(|(until, _)| now >= until) {
+            expired.append(&mut self.inherited_sets);
+            self.inherited_until = None;
+        }
+        while let Some((at, f)) = self.covered_sets.front().copied() {
+            if now.saturating_duration_since(at) < self.keep_covered {
+                break;
+            }
+            self.covered_sets.pop_front();
+            expired.push(f);
+        }
+        expired
+    }
+
+    /// The covered sets the marker lists now.
+    fn covered_list(&self) -> Vec<Listed> {
+        let until_ms = self.inherited_until.map(|(_, ms)| ms);
+        self.inherited_sets
+            .iter()
+            .map(|f| (*f, until_ms))
+            .chain(self.covered_sets.iter().map(|(_, f)| (*f, None)))
+            .collect()
+    }
 }
 
 /// Late rows written to the dead-letter object not yet completed: their batch's handle, their
@@ -465,6 +507,7 @@ impl WindowAggregateExec {
         let run = Arc::new(Run {
             state: Mutex::new(RunState {
                 seen: SeenMessages::new(query.source.recovery_hold),
+                keep_covered: query.source.recovery_hold,
                 ..RunState::default()
             }),
             changed: Notify::new(),
@@ -665,6 +708,7 @@ impl ExecutionPlan for WindowAggregateExec {
             started_at: Instant::now(),
             closed: i64::MIN,
             covered_through: None,
+            covered_by_frontier: false,
             pending: VecDeque::new(),
             last: None,
             inputs_done: false,
@@ -734,6 +778,9 @@ struct Driver {
     /// What the marker said when the run started: rows of windows at or before it were
     /// counted by an earlier run.
     covered_through: Option<i64>,
+    /// The marker predates covered sets: every row at or before `covered_through` is taken
+    /// as covered (a late row among them cannot be told apart).
+    covered_by_frontier: bool,
     pending: VecDeque<(RecordBatch, Arc<WindowTicket>)>,
     last: Option<Arc<WindowTicket>>,
     inputs_done: bool,
@@ -849,6 +896,41 @@ impl Driver {
             }
         }
         self.previous_late = progress.late.iter().map(|(id, _)| id.clone()).collect();
+        // The messages the previous runs let go of lately: a copy of one is covered, any
+        // other row of a recorded window is late.
+        let listed = progress.covered.clone().unwrap_or_default();
+        self.covered_by_frontier = progress.covered.is_none();
+        let mut sets = Vec::with_capacity(listed.len());
+        for (f, _) in &listed {
+            sets.push(marker.read_covered(*f).await?);
+        }
+        let inherited: Vec<Listed> = if listed.is_empty() {
+            Vec::new()
+        } else {
+            // Kept until the latest time a listed set gives, a set this run is the first to
+            // inherit for `max_lease_duration` from now, and at least for the hold.
+            let now_ms = chrono::Utc::now().timestamp_millis();
+            let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+            let keep = self
+                .source
+                .max_lease_duration
+                .max(self.source.recovery_hold);
+            let until_ms = listed
+                .iter()
+                .map(|(_, until)| until.unwrap_or(now_ms.saturating_add(ms(keep))))
+                .max()
+                .unwrap_or(now_ms)
+                .max(now_ms.saturating_add(ms(self.source.recovery_hold)));
+            let until = Instant::now()
+                + Duration::from_millis(u64::try_from(until_ms - now_ms).unwrap_or(0));
+            let mut s = self.run.lock();
+            for set in sets {
+                s.seen.inherit(until, set);
+            }
+            s.inherited_sets = listed.iter().map(|(f, _)| *f).collect();
+            s.inherited_until = Some((until, until_ms));
+            s.covered_list()
+        };
         let open_before = match (progress.watermark_ns, progress.frontier_ns) {
             (Some(w), Some(f)) => w > f,
             (Some(_), None) => true,
@@ -875,12 +957,21 @@ impl Driver {
             );
         }
         marker
-            .claim(progress.frontier_ns, progress.watermark_ns, &progress.late)
+            .claim(
+                progress.frontier_ns,
+                progress.watermark_ns,
+                &progress.late,
+                &inherited,
+            )
             .await?;
         // A second run of the pipeline that started at the same moment has written its own
         // marker by now: the run whose marker is not there gives way, before it reads.
         tokio::time::sleep(super::progress::CONFIRM_AFTER).await;
         marker.confirm().await?;
+        let swept = marker.sweep_covered(&inherited).await?;
+        if swept > 0 {
+            tracing::info!(marker = %marker.url(), swept, "covered sets the marker does not list were deleted");
+        }
         if let Some(f) = progress.frontier_ns {
             self.closed = f;
             self.covered_through = Some(f);
@@ -998,10 +1089,21 @@ impl Driver {
                         covered_rows.push(i as u32);
                         continue;
                     }
+                    Some(Seen::Covered) => {
+                        // Counted (or dead-lettered) by an earlier run that recorded its
+                        // windows: acknowledged with the batch, as the marker covers it.
+                        covered += 1;
+                        continue;
+                    }
                     Some(Seen::New) | None => {}
                 }
                 if release <= self.closed {
-                    if self.covered_through.is_some_and(|c| release <= c) {
+                    // A copy of a message an earlier run let go of was found above (its
+                    // covered set); without a message id, or under a marker without covered
+                    // sets, the frontier alone says it.
+                    if self.covered_through.is_some_and(|c| release <= c)
+                        && (self.covered_by_frontier || print.is_none())
+                    {
                         covered += 1;
                     } else {
                         late.push((i, "late: its windows were already emitted", Some(release)));
@@ -1481,6 +1583,42 @@ fn row_json(batch: &RecordBatch, row: usize) -> Result<serde_json::Map<String, s
 /// Keeps the progress marker: records each delivered frontier that has held rows to release,
 /// then settles those rows (their messages may then be acknowledged). Ends once the node's
 /// stream ended and every emitted batch was settled or dropped.
+/// Stores the covered set of `frontier`: the messages held under releases at or before it,
+/// and the late rows whose letters are stored that its record lets the marker forget. Listed
+/// from the next marker on. A frontier that lets go of nothing stores no set. Returns the late
+/// rows the set names, which are the ones the record may forget (a row settled meanwhile is
+/// forgotten with a later frontier, whose set names it); `None` when no sets are kept.
+async fn store_covered(
+    run: &Run,
+    marker: &Marker,
+    frontier: i64,
+) -> Result<Option<BTreeSet<String>>> {
+    let (set, late) = {
+        let s = run.lock();
+        if s.keep_covered.is_zero() {
+            return Ok(None);
+        }
+        let mut set: CoveredSet = s.seen.held_through(frontier);
+        let mut late = BTreeSet::new();
+        for (id, row) in &s.late {
+            if row.settled && row.release <= frontier {
+                set.push((row.release, vec![seen::fingerprint(id)]));
+                late.insert(id.clone());
+            }
+        }
+        (set, late)
+    };
+    if set.iter().all(|(_, ids)| ids.is_empty()) {
+        return Ok(Some(late));
+    }
+    marker.write_covered(frontier, &set).await?;
+    let mut s = run.lock();
+    if s.covered_sets.back().is_none_or(|(_, f)| *f != frontier) {
+        s.covered_sets.push_back((Instant::now(), frontier));
+    }
+    Ok(Some(late))
+}
+
 async fn keep(run: Arc<Run>, marker: Marker) {
     let mut last_write: Option<Instant> = None;
     loop {
@@ -1528,14 +1666,35 @@ async fn keep(run: Arc<Run>, marker: Marker) {
         }
         if target.is_some() || late_due || (!done && (watermark_only.is_some() || refresh)) {
             let frontier = target.or(run.lock().recorded);
+            // The messages this frontier lets go of are stored first, so that the next run
+            // after a kill acknowledges exactly them as covered (ADR 0068).
+            let mut stored_late = None;
+            if let Some(f) = target {
+                match store_covered(&run, &marker, f).await {
+                    Ok(late) => stored_late = late,
+                    Err(e) => {
+                        tracing::error!(marker = %marker.url(), "{e}");
+                        run.lock().error = Some(e.to_string());
+                        run.ungate();
+                        run.changed.notify_waiters();
+                        return;
+                    }
+                }
+            }
+            let expired = run.lock().expire_covered(Instant::now());
             let mut attempt = 0;
             let written = loop {
                 attempt += 1;
-                let (watermark, late, late_version) = {
+                let (watermark, late, late_version, covered) = {
                     let s = run.lock();
-                    (s.watermark, s.late_for_marker(), s.late_version)
+                    (
+                        s.watermark,
+                        s.late_for_marker(),
+                        s.late_version,
+                        s.covered_list(),
+                    )
                 };
-                match marker.record(frontier, watermark, &late).await {
+                match marker.record(frontier, watermark, &late, &covered).await {
                     Ok(()) => {
                         {
                             let mut s = run.lock();
@@ -1564,6 +1723,10 @@ async fn keep(run: Arc<Run>, marker: Marker) {
                 }
             };
             run.watermark_recorded(watermark);
+            if let Err(e) = marker.delete_covered(&expired).await {
+                // Left behind, a set is swept by the next run's start.
+                tracing::warn!(marker = %marker.url(), "{e}");
+            }
             let Some(frontier) = target else {
                 continue;
             };
@@ -1571,15 +1734,20 @@ async fn keep(run: Arc<Run>, marker: Marker) {
                 let mut s = run.lock();
                 s.recorded = Some(frontier);
                 // A settled late row whose windows are recorded comes back covered: forgotten
-                // (a copy within the run is recognised for a while, as a counted row's is).
+                // (a copy within the run is recognised for a while, as a counted row's is),
+                // once the covered set of this frontier names it.
+                let forget = |id: &String, row: &LateRow| {
+                    row.settled
+                        && row.release <= frontier
+                        && stored_late.as_ref().is_none_or(|ids| ids.contains(id))
+                };
                 let forgotten: Vec<(i64, u128)> = s
                     .late
                     .iter()
-                    .filter(|(_, row)| row.settled && row.release <= frontier)
+                    .filter(|(id, row)| forget(id, row))
                     .map(|(id, row)| (row.release, seen::fingerprint(id)))
                     .collect();
-                s.late
-                    .retain(|_, row| !(row.settled && row.release <= frontier));
+                s.late.retain(|id, row| !forget(id, row));
                 s.seen.release_through(frontier, Instant::now(), forgotten);
                 let later = s.held.split_off(&(frontier.saturating_add(1)));
                 std::mem::replace(&mut s.held, later)
@@ -1590,13 +1758,25 @@ async fn keep(run: Arc<Run>, marker: Marker) {
             continue;
         }
         if done {
-            let (graceful, recorded, watermark) = {
-                let s = run.lock();
-                (s.graceful, s.recorded, s.watermark)
+            let (graceful, recorded, watermark, covered) = {
+                let mut s = run.lock();
+                let expired = s.expire_covered(Instant::now());
+                (
+                    s.graceful,
+                    s.recorded,
+                    s.watermark,
+                    (s.covered_list(), expired),
+                )
             };
             if graceful {
-                match marker.close(recorded, watermark).await {
-                    Ok(()) => run.watermark_recorded(watermark),
+                let (covered, expired) = covered;
+                match marker.close(recorded, watermark, &covered).await {
+                    Ok(()) => {
+                        run.watermark_recorded(watermark);
+                        if let Err(e) = marker.delete_covered(&expired).await {
+                            tracing::warn!(marker = %marker.url(), "{e}");
+                        }
+                    }
                     Err(e) => {
                         tracing::warn!(marker = %marker.url(), "the progress marker could not say the run ended gracefully (the next run waits for redeliveries): {e}");
                     }

@@ -7,6 +7,11 @@
 //!
 //! It is written whole each time (an object store's put replaces an object atomically), only
 //! after the windows it covers were delivered, and before any of their messages is settled.
+//!
+//! Beside it, in `<pipeline>.covered/`, are the **covered sets**: for each recent frontier, the
+//! fingerprints of the messages its record let go of ([`CoveredSet`]). The marker lists the
+//! frontiers whose sets are kept (`covered`); a set is written before the marker that lists it
+//! and deleted after the marker that no longer does, so a listed set always exists.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +54,18 @@ pub struct Progress {
     /// acknowledged yet, as (message id, release ns): a message named here is late in any
     /// later run too, even one that recomputes its window (ADR 0068). Usually empty.
     pub late: Vec<(String, i64)>,
+    /// The covered sets kept beside the marker, by frontier: a message in one was counted in
+    /// a recorded window (or dead-lettered) and may come back because a kill interrupted its
+    /// acknowledgement. A set a run inherited carries the wall-clock time (ms since the epoch)
+    /// until which runs keep it ([`Listed`]). `None` in markers written before covered sets
+    /// were kept: then every message of a window at or before the frontier is taken as
+    /// covered.
+    pub covered: Option<Vec<Listed>>,
 }
+
+/// A covered set the marker lists: its frontier (ns), and for a set inherited from an earlier
+/// run, until when (ms since the epoch) it is kept. Written as `F` or `[F, until]`.
+pub type Listed = (i64, Option<i64>);
 
 impl Progress {
     fn to_json(&self) -> Vec<u8> {
@@ -62,6 +78,14 @@ impl Progress {
             "watermark_ns": self.watermark_ns,
             "run": self.run,
             "late": self.late.iter().map(|(id, r)| serde_json::json!([id, r])).collect::<Vec<_>>(),
+            "covered": self.covered.as_ref().map(|c| {
+                c.iter()
+                    .map(|(f, until)| match until {
+                        None => serde_json::json!(f),
+                        Some(u) => serde_json::json!([f, u]),
+                    })
+                    .collect::<Vec<_>>()
+            }),
         })
         .to_string()
         .into_bytes()
@@ -117,6 +141,25 @@ impl Progress {
                     })
                     .collect::<std::result::Result<_, _>>()?,
             },
+            covered: match value.get("covered") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(v) => Some(
+                    v.as_array()
+                        .ok_or("'covered' is not a list")?
+                        .iter()
+                        .map(|e| match (e.as_i64(), e.get(0), e.get(1)) {
+                            (Some(f), _, _) => Ok((f, None)),
+                            (None, Some(f), Some(u)) => match (f.as_i64(), u.as_i64()) {
+                                (Some(f), Some(u)) => Ok((f, Some(u))),
+                                _ => Err("an entry of 'covered' is not [frontier, until]"),
+                            },
+                            _ => Err(
+                                "an entry of 'covered' is neither a frontier nor [frontier, until]",
+                            ),
+                        })
+                        .collect::<std::result::Result<_, _>>()?,
+                ),
+            },
         })
     }
 
@@ -132,11 +175,59 @@ impl Progress {
     }
 }
 
+/// The fingerprints of the messages one frontier's record let go of, by release: what a run
+/// that restarts after a kill acknowledges as covered, and nothing else (ADR 0068).
+///
+/// Stored as `GSQLCOV1`, then per release its value (i64), its count (u32) and that many
+/// fingerprints (u128), all little-endian: 16 bytes a message.
+pub type CoveredSet = Vec<(i64, Vec<u128>)>;
+
+const COVERED_MAGIC: &[u8; 8] = b"GSQLCOV1";
+
+fn encode_covered(set: &CoveredSet) -> Vec<u8> {
+    let n: usize = set.iter().map(|(_, ids)| 12 + 16 * ids.len()).sum();
+    let mut out = Vec::with_capacity(8 + n);
+    out.extend_from_slice(COVERED_MAGIC);
+    for (release, ids) in set {
+        out.extend_from_slice(&release.to_le_bytes());
+        out.extend_from_slice(&u32::try_from(ids.len()).unwrap_or(u32::MAX).to_le_bytes());
+        for id in ids.iter().take(u32::MAX as usize) {
+            out.extend_from_slice(&id.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn decode_covered(bytes: &[u8]) -> std::result::Result<CoveredSet, String> {
+    let rest = bytes
+        .strip_prefix(COVERED_MAGIC.as_slice())
+        .ok_or("it does not start with GSQLCOV1")?;
+    let mut set = Vec::new();
+    let mut at = 0usize;
+    let short = || format!("it ends early ({} bytes)", bytes.len());
+    while at < rest.len() {
+        let head = rest.get(at..at + 12).ok_or_else(short)?;
+        let release = i64::from_le_bytes(head[..8].try_into().unwrap_or_default());
+        let count = u32::from_le_bytes(head[8..].try_into().unwrap_or_default()) as usize;
+        at += 12;
+        let body = rest.get(at..at + 16 * count).ok_or_else(short)?;
+        let ids = body
+            .chunks_exact(16)
+            .map(|c| u128::from_le_bytes(c.try_into().unwrap_or_default()))
+            .collect();
+        at += 16 * count;
+        set.push((release, ids));
+    }
+    Ok(set)
+}
+
 /// Where one pipeline's marker is, and the store that holds it.
 #[derive(Debug, Clone)]
 pub struct Marker {
     store: Arc<dyn ObjectStore>,
     location: StorePath,
+    /// The folder of its covered sets.
+    covered: StorePath,
     /// The marker's URL, for messages.
     url: String,
     pipeline: String,
@@ -185,6 +276,11 @@ impl Marker {
         }
         let path = format!("{}/{pipeline}.json", folder.path().trim_end_matches('/'));
         let location = StorePath::from_url_path(&path).map_err(|e| fail(e.to_string()))?;
+        let covered = StorePath::from_url_path(format!(
+            "{}/{pipeline}.covered",
+            folder.path().trim_end_matches('/')
+        ))
+        .map_err(|e| fail(e.to_string()))?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
@@ -192,6 +288,7 @@ impl Marker {
         Ok(Marker {
             store,
             location,
+            covered,
             url,
             pipeline: pipeline.to_string(),
             may_create: at.may_create,
@@ -256,7 +353,7 @@ impl Marker {
     pub async fn start(&self) -> Result<Progress> {
         let Some(mut progress) = self.read().await? else {
             if self.may_create {
-                let progress = self.progress(None, None, true, &[]);
+                let progress = self.progress(None, None, true, &[], &[]);
                 self.write(&progress).await?;
                 return Ok(progress);
             }
@@ -330,6 +427,7 @@ impl Marker {
         watermark_ns: Option<i64>,
         clean: bool,
         late: &[(String, i64)],
+        covered: &[Listed],
     ) -> Progress {
         Progress {
             version: VERSION,
@@ -339,6 +437,7 @@ impl Marker {
             clean,
             run: Some(self.run.clone()),
             late: late.to_vec(),
+            covered: Some(covered.to_vec()),
             recorded_at: chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now())
                 .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         }
@@ -347,15 +446,17 @@ impl Marker {
     /// Records that every window ending at or before `frontier_ns` was delivered, by a run
     /// still going. Refused when another run of the pipeline wrote the marker since this one
     /// last did ([`confirm`](Self::confirm)).
-    /// `late` are the late rows whose messages may still come back ([`Progress::late`]).
+    /// `late` are the late rows whose messages may still come back ([`Progress::late`]);
+    /// `covered` the frontiers whose covered sets are kept ([`Progress::covered`]).
     pub async fn record(
         &self,
         frontier_ns: Option<i64>,
         watermark_ns: Option<i64>,
         late: &[(String, i64)],
+        covered: &[Listed],
     ) -> Result<()> {
         self.confirm().await?;
-        self.write(&self.progress(frontier_ns, watermark_ns, false, late))
+        self.write(&self.progress(frontier_ns, watermark_ns, false, late, covered))
             .await
     }
 
@@ -367,17 +468,115 @@ impl Marker {
         frontier_ns: Option<i64>,
         watermark_ns: Option<i64>,
         late: &[(String, i64)],
+        covered: &[Listed],
     ) -> Result<()> {
-        self.write(&self.progress(frontier_ns, watermark_ns, false, late))
+        self.write(&self.progress(frontier_ns, watermark_ns, false, late, covered))
             .await
     }
 
     /// Records that the run ended gracefully, every window ending at or before
-    /// `frontier_ns` delivered.
-    pub async fn close(&self, frontier_ns: Option<i64>, watermark_ns: Option<i64>) -> Result<()> {
+    /// `frontier_ns` delivered. The covered sets still kept stay listed: the next run may
+    /// start within their time.
+    pub async fn close(
+        &self,
+        frontier_ns: Option<i64>,
+        watermark_ns: Option<i64>,
+        covered: &[Listed],
+    ) -> Result<()> {
         self.confirm().await?;
-        self.write(&self.progress(frontier_ns, watermark_ns, true, &[]))
+        self.write(&self.progress(frontier_ns, watermark_ns, true, &[], covered))
             .await
+    }
+
+    fn covered_location(&self, frontier_ns: i64) -> StorePath {
+        self.covered.clone().join(format!("{frontier_ns}.bin"))
+    }
+
+    fn covered_url(&self, frontier_ns: i64) -> String {
+        format!(
+            "{}.covered/{frontier_ns}.bin",
+            self.url.trim_end_matches(".json")
+        )
+    }
+
+    /// Stores the covered set of `frontier_ns`, before the marker that records the frontier
+    /// (and lists the set) is written.
+    pub async fn write_covered(&self, frontier_ns: i64, set: &CoveredSet) -> Result<()> {
+        self.store
+            .put(
+                &self.covered_location(frontier_ns),
+                PutPayload::from(encode_covered(set)),
+            )
+            .await
+            .map_err(|e| {
+                self.fail(format!(
+                    "the covered set {} cannot be written: {e}",
+                    self.covered_url(frontier_ns)
+                ))
+            })?;
+        Ok(())
+    }
+
+    /// Reads a covered set the marker lists: an error when it is missing or unreadable (the
+    /// messages it names would otherwise be taken as late).
+    pub async fn read_covered(&self, frontier_ns: i64) -> Result<CoveredSet> {
+        let url = self.covered_url(frontier_ns);
+        let bytes = match self.store.get(&self.covered_location(frontier_ns)).await {
+            Ok(found) => found.bytes().await,
+            Err(e) => Err(e),
+        }
+        .map_err(|e| match e {
+            datafusion::object_store::Error::NotFound { .. } => self.fail(format!(
+                "the covered set {url} it lists is missing: the messages of windows it recorded \
+                 whose acknowledgements a kill interrupted cannot be told from late ones. \
+                 Restore the set, or seek the subscription past the recorded windows"
+            )),
+            e => self.fail(format!("the covered set {url} cannot be read: {e}")),
+        })?;
+        decode_covered(&bytes)
+            .map_err(|e| self.fail(format!("the covered set {url} is not one: {e}")))
+    }
+
+    /// Deletes the covered sets of these frontiers (after a marker that no longer lists them
+    /// was written). A set already gone is no error.
+    pub async fn delete_covered(&self, frontiers: &[i64]) -> Result<()> {
+        for f in frontiers {
+            match self.store.delete(&self.covered_location(*f)).await {
+                Ok(()) | Err(datafusion::object_store::Error::NotFound { .. }) => {}
+                Err(e) => {
+                    return Err(self.fail(format!(
+                        "the covered set {} cannot be deleted: {e}",
+                        self.covered_url(*f)
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the covered sets the marker does not list (left by a run killed between a
+    /// set's write and its marker's); returns how many.
+    pub async fn sweep_covered(&self, listed: &[Listed]) -> Result<usize> {
+        use futures::TryStreamExt as _;
+        let found: Vec<_> = self
+            .store
+            .list(Some(&self.covered))
+            .try_collect()
+            .await
+            .map_err(|e| self.fail(format!("its covered sets cannot be listed: {e}")))?;
+        let mut stale = Vec::new();
+        for object in found {
+            let frontier = object
+                .location
+                .filename()
+                .and_then(|n| n.strip_suffix(".bin"))
+                .and_then(|n| n.parse::<i64>().ok());
+            if let Some(f) = frontier.filter(|f| !listed.iter().any(|(l, _)| l == f)) {
+                stale.push(f);
+            }
+        }
+        self.delete_covered(&stale).await?;
+        Ok(stale.len())
     }
 
     async fn write(&self, progress: &Progress) -> Result<()> {
@@ -410,9 +609,14 @@ mod tests {
 
         let new = Marker::open(&at(dir.path(), true), "p--t--1", None).unwrap();
         assert_eq!(new.start().await.unwrap().frontier_ns, None);
-        new.record(Some(42), Some(50), &[("m-1".into(), 40)])
-            .await
-            .unwrap();
+        new.record(
+            Some(42),
+            Some(50),
+            &[("m-1".into(), 40)],
+            &[(42, None), (30, Some(1_700_000_000_000))],
+        )
+        .await
+        .unwrap();
         // Read as a marker (starting from it would wait for the run that wrote it to go).
         let read = strict.read().await.unwrap().unwrap();
         assert_eq!(
@@ -420,9 +624,14 @@ mod tests {
             (Some(42), Some(50), false)
         );
         assert_eq!(read.late, vec![("m-1".to_string(), 40)]);
+        assert_eq!(
+            read.covered,
+            Some(vec![(42, None), (30, Some(1_700_000_000_000))])
+        );
         let raw = std::fs::read_to_string(dir.path().join("p--t--1.json")).unwrap();
         assert!(raw.contains("\"frontier_ns\":42"), "{raw}");
         assert!(raw.contains("\"late\":[[\"m-1\",40]]"), "{raw}");
+        assert!(raw.contains("\"covered\":[42,[30,1700000000000]]"), "{raw}");
     }
 
     #[tokio::test]
@@ -430,13 +639,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let first = Marker::open(&at(dir.path(), true), "p", None).unwrap();
         first.start().await.unwrap();
-        first.claim(None, None, &[]).await.unwrap();
+        first.claim(None, None, &[], &[]).await.unwrap();
         let second = Marker::open(&at(dir.path(), true), "p", None).unwrap();
         assert_ne!(first.run(), second.run());
         let starting = tokio::spawn(async move { second.start().await });
         // The first run refreshes its marker, as its keeper does while it goes.
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        first.record(Some(7), Some(9), &[]).await.unwrap();
+        first.record(Some(7), Some(9), &[], &[]).await.unwrap();
         let refused = starting.await.unwrap().unwrap_err().to_string();
         assert!(
             refused.contains("another run of this pipeline"),
@@ -461,19 +670,21 @@ mod tests {
         let next = Marker::open(&at(dir.path(), false), "p", None).unwrap();
         let progress = next.start().await.unwrap();
         assert_eq!((progress.frontier_ns, progress.clean), (Some(5), false));
+        // Written before covered sets were kept: every message at or before 5 is covered.
+        assert_eq!(progress.covered, None);
         assert_eq!(progress.run.as_deref(), Some("killed"));
-        next.claim(Some(5), Some(6), &[]).await.unwrap();
+        next.claim(Some(5), Some(6), &[], &[]).await.unwrap();
         next.confirm().await.unwrap();
 
         // Two runs that claimed it at the same moment: the one whose claim was overwritten
         // gives way, and cannot write it again.
         let other = Marker::open(&at(dir.path(), false), "p", None).unwrap();
-        other.claim(Some(5), Some(6), &[]).await.unwrap();
+        other.claim(Some(5), Some(6), &[], &[]).await.unwrap();
         let e = next.confirm().await.unwrap_err().to_string();
         assert!(e.contains(other.run()), "{e}");
-        assert!(next.record(Some(8), None, &[]).await.is_err());
+        assert!(next.record(Some(8), None, &[], &[]).await.is_err());
         other.confirm().await.unwrap();
-        other.record(Some(8), None, &[]).await.unwrap();
+        other.record(Some(8), None, &[], &[]).await.unwrap();
     }
 
     #[tokio::test]
@@ -490,5 +701,42 @@ mod tests {
         std::fs::write(dir.path().join("a.json"), "not json").unwrap();
         let e = m.start().await.unwrap_err().to_string();
         assert!(e.contains("not a progress marker"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn covered_sets_round_trip_and_the_marker_lists_the_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Marker::open(&at(dir.path(), true), "p", None).unwrap();
+        m.start().await.unwrap();
+        let set: CoveredSet = vec![
+            (60, vec![1, u128::MAX, 7 << 100]),
+            (120, vec![]),
+            (-5, vec![3]),
+        ];
+        m.write_covered(120, &set).await.unwrap();
+        assert_eq!(m.read_covered(120).await.unwrap(), set);
+        let raw = std::fs::read(dir.path().join("p.covered/120.bin")).unwrap();
+        assert_eq!(raw.len(), 8 + 3 * 12 + 4 * 16, "16 bytes a message");
+
+        // A set the marker does not list (a run killed between the two writes) is swept; a
+        // listed one stays.
+        m.write_covered(180, &vec![(180, vec![9])]).await.unwrap();
+        assert_eq!(m.sweep_covered(&[(120, None)]).await.unwrap(), 1);
+        assert!(m.read_covered(120).await.is_ok());
+        let gone = m.read_covered(180).await.unwrap_err().to_string();
+        assert!(
+            gone.contains("p.covered/180.bin") && gone.contains("missing"),
+            "{gone}"
+        );
+
+        m.delete_covered(&[120, 999]).await.unwrap();
+        assert!(m.read_covered(120).await.is_err());
+
+        std::fs::write(dir.path().join("p.covered/5.bin"), b"GSQLCOV1\x01\x00").unwrap();
+        let broken = m.read_covered(5).await.unwrap_err().to_string();
+        assert!(broken.contains("ends early"), "{broken}");
+        std::fs::write(dir.path().join("p.covered/6.bin"), b"nothing").unwrap();
+        let broken = m.read_covered(6).await.unwrap_err().to_string();
+        assert!(broken.contains("GSQLCOV1"), "{broken}");
     }
 }

@@ -18,20 +18,22 @@
 //! per held message (docs/benchmarks.md, "Memory per held message in open windows").
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::hash::{DefaultHasher, Hasher};
+use std::hash::Hasher as _;
 use std::time::Duration;
+
+use siphasher::sip128::{Hasher128 as _, SipHasher13};
 
 use tokio::time::Instant;
 
-/// A message id's fingerprint: two independent 64-bit SipHashes. Two of the ids a run holds at
-/// once collide with a probability of about n² / 2¹²⁹ (1e-27 for a million held messages).
+/// A message id's fingerprint: SipHash-1-3 with its 128-bit output and fixed keys. Two of the
+/// ids a run holds at once collide with a probability of about n² / 2¹²⁹ (1e-27 for a million
+/// held messages). The function is fixed (not the standard library's `DefaultHasher`, whose
+/// output may change between Rust releases): the covered sets a run stores beside its marker
+/// are read by the next run, maybe of a newer build.
 pub fn fingerprint(id: &str) -> u128 {
-    let mut a = DefaultHasher::new();
-    a.write(id.as_bytes());
-    let mut b = DefaultHasher::new();
-    b.write_u8(0x5b);
-    b.write(id.as_bytes());
-    (u128::from(a.finish()) << 64) | u128::from(b.finish())
+    let mut h = SipHasher13::new_with_keys(0x6763_702d_7371_6c2d, 0x7365_656e_2d69_6473);
+    h.write(id.as_bytes());
+    h.finish128().into()
 }
 
 /// What a message id is to the run.
@@ -44,6 +46,10 @@ pub enum Seen {
     /// Counted, and its windows were recorded (its acknowledgement went out) within
     /// `keep_released`: the copy is covered.
     Released,
+    /// In a covered set an earlier run stored (its windows were recorded, its acknowledgement
+    /// may have been interrupted by a kill), within `keep_released` of this run's start: the
+    /// message is covered.
+    Covered,
 }
 
 /// The fingerprints of the messages counted, by release, while held and for a while after.
@@ -52,6 +58,9 @@ pub struct SeenMessages {
     held: BTreeMap<i64, HashSet<u128>>,
     /// Released sets, oldest first: when they were released, their release, the ids.
     released: VecDeque<(Instant, i64, HashSet<u128>)>,
+    /// What earlier runs let go of (their covered sets), by release, until `inherited_until`.
+    inherited: BTreeMap<i64, HashSet<u128>>,
+    inherited_until: Option<Instant>,
     keep_released: Duration,
 }
 
@@ -67,6 +76,8 @@ impl SeenMessages {
         SeenMessages {
             held: BTreeMap::new(),
             released: VecDeque::new(),
+            inherited: BTreeMap::new(),
+            inherited_until: None,
             keep_released,
         }
     }
@@ -84,6 +95,13 @@ impl SeenMessages {
             .any(|(_, r, ids)| *r == release && ids.contains(&id))
         {
             return Seen::Released;
+        }
+        if self
+            .inherited
+            .get(&release)
+            .is_some_and(|s| s.contains(&id))
+        {
+            return Seen::Covered;
         }
         Seen::New
     }
@@ -116,10 +134,29 @@ impl SeenMessages {
         }
     }
 
+    /// The messages held under releases at or before `frontier`, by release: what
+    /// [`Self::release_through`] will let go of when that frontier is recorded.
+    pub fn held_through(&self, frontier: i64) -> Vec<(i64, Vec<u128>)> {
+        self.held
+            .range(..=frontier)
+            .map(|(release, ids)| (*release, ids.iter().copied().collect()))
+            .collect()
+    }
+
+    /// Messages earlier runs counted and let go of (their covered sets, ADR 0068): a copy of
+    /// one is [`Seen::Covered`] until `until`.
+    pub fn inherit(&mut self, until: Instant, sets: impl IntoIterator<Item = (i64, Vec<u128>)>) {
+        for (release, ids) in sets {
+            self.inherited.entry(release).or_default().extend(ids);
+        }
+        self.inherited_until = Some(self.inherited_until.map_or(until, |u| u.max(until)));
+    }
+
     /// Nothing is held any more (the run stopped and handed its messages back).
     pub fn clear(&mut self) {
         self.held.clear();
         self.released.clear();
+        self.inherited.clear();
     }
 
     /// Messages held now.
@@ -134,6 +171,10 @@ impl SeenMessages {
             .is_some_and(|(at, _, _)| now.saturating_duration_since(*at) >= self.keep_released)
         {
             self.released.pop_front();
+        }
+        if self.inherited_until.is_some_and(|until| now >= until) {
+            self.inherited = BTreeMap::new();
+            self.inherited_until = None;
         }
     }
 }
@@ -180,6 +221,36 @@ mod tests {
         assert_eq!(seen.held(), 0);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn an_earlier_runs_covered_set_covers_exactly_its_messages_for_a_while() {
+        let mut seen = SeenMessages::new(Duration::from_secs(25));
+        let (a, b, late) = (fingerprint("a"), fingerprint("b"), fingerprint("late"));
+        seen.hold(60, a);
+        seen.hold(120, b);
+        let stored = seen.held_through(60);
+        assert_eq!(stored, vec![(60, vec![a])]);
+
+        // The next run, after a kill: only the stored messages are covered.
+        let mut next = SeenMessages::new(Duration::from_secs(25));
+        next.inherit(Instant::now() + Duration::from_secs(3600), stored);
+        assert_eq!(next.check(60, a, Instant::now()), Seen::Covered);
+        assert_eq!(next.check(60, late, Instant::now()), Seen::New);
+        assert_eq!(next.check(120, b, Instant::now()), Seen::New);
+        // Kept past the run's own retention, until the time it was given.
+        tokio::time::advance(Duration::from_secs(3599)).await;
+        assert_eq!(next.check(60, a, Instant::now()), Seen::Covered);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(next.check(60, a, Instant::now()), Seen::New);
+    }
+
+    #[test]
+    fn fingerprints_are_fixed_across_builds() {
+        // Covered sets outlive the process: the function must not change with the toolchain.
+        assert_eq!(fingerprint("17"), fingerprint("17"));
+        assert_eq!(format!("{:032x}", fingerprint("")), PINNED_EMPTY);
+        assert_eq!(format!("{:032x}", fingerprint("4242")), PINNED_4242);
+    }
+
     #[test]
     fn without_a_retention_released_messages_are_forgotten_at_once() {
         let mut seen = SeenMessages::default();
@@ -189,4 +260,8 @@ mod tests {
         seen.release_through(10, now, []);
         assert_eq!(seen.check(5, a, now), Seen::New);
     }
+
+    /// SipHash-1-3-128 of "" and "4242" with the keys of [`fingerprint`].
+    const PINNED_EMPTY: &str = "9dd012fe910c49eb5453aa00e755e520";
+    const PINNED_4242: &str = "349f706371b572f038086106e1dcb7ff";
 }
