@@ -36,7 +36,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::progress::{CoveredSet, Listed, Marker};
+use super::progress::{CoveredBytes, Listed, Marker};
 use super::seen::{self, Seen, SeenMessages};
 use super::state::{Aggregation, Emitted, OpenWindows, WindowShape};
 use crate::connectors::dead_letter::{self, DeadLetterContext};
@@ -1598,20 +1598,26 @@ async fn store_covered(
         if s.keep_covered.is_zero() {
             return Ok(None);
         }
-        let mut set: CoveredSet = s.seen.held_through(frontier);
-        let mut late = BTreeSet::new();
-        for (id, row) in &s.late {
-            if row.settled && row.release <= frontier {
-                set.push((row.release, vec![seen::fingerprint(id)]));
-                late.insert(id.clone());
-            }
+        let settled: Vec<(&String, i64)> = s
+            .late
+            .iter()
+            .filter(|(_, row)| row.settled && row.release <= frontier)
+            .map(|(id, row)| (id, row.release))
+            .collect();
+        let (releases, messages) = s.seen.held_through_count(frontier);
+        let mut set =
+            CoveredBytes::with_capacity(releases + settled.len(), messages + settled.len());
+        s.seen.store_through(frontier, &mut set);
+        for (id, release) in &settled {
+            set.push(*release, std::iter::once(seen::fingerprint(id)));
         }
+        let late: BTreeSet<String> = settled.into_iter().map(|(id, _)| id.clone()).collect();
         (set, late)
     };
-    if set.iter().all(|(_, ids)| ids.is_empty()) {
+    if set.messages() == 0 {
         return Ok(Some(late));
     }
-    marker.write_covered(frontier, &set).await?;
+    marker.write_covered(frontier, set).await?;
     let mut s = run.lock();
     if s.covered_sets.back().is_none_or(|(_, f)| *f != frontier) {
         s.covered_sets.push_back((Instant::now(), frontier));

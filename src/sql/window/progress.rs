@@ -184,18 +184,48 @@ pub type CoveredSet = Vec<(i64, Vec<u128>)>;
 
 const COVERED_MAGIC: &[u8; 8] = b"GSQLCOV1";
 
-fn encode_covered(set: &CoveredSet) -> Vec<u8> {
-    let n: usize = set.iter().map(|(_, ids)| 12 + 16 * ids.len()).sum();
-    let mut out = Vec::with_capacity(8 + n);
-    out.extend_from_slice(COVERED_MAGIC);
-    for (release, ids) in set {
-        out.extend_from_slice(&release.to_le_bytes());
-        out.extend_from_slice(&u32::try_from(ids.len()).unwrap_or(u32::MAX).to_le_bytes());
-        for id in ids.iter().take(u32::MAX as usize) {
-            out.extend_from_slice(&id.to_le_bytes());
-        }
+/// A covered set being written: encoded as it is gathered, so that storing one costs its 16
+/// bytes a message once, not a copy of the fingerprints as well.
+#[derive(Debug, Clone)]
+pub struct CoveredBytes {
+    bytes: Vec<u8>,
+    messages: usize,
+}
+
+impl CoveredBytes {
+    /// An empty set, with room for `messages` fingerprints under `releases` releases.
+    pub fn with_capacity(releases: usize, messages: usize) -> Self {
+        let mut bytes = Vec::with_capacity(8 + 12 * releases + 16 * messages);
+        bytes.extend_from_slice(COVERED_MAGIC);
+        CoveredBytes { bytes, messages: 0 }
     }
-    out
+
+    /// Adds the messages `ids` under `release` (at most `u32::MAX` of them per call).
+    pub fn push(&mut self, release: i64, ids: impl ExactSizeIterator<Item = u128>) {
+        let n = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+        self.bytes.extend_from_slice(&release.to_le_bytes());
+        self.bytes.extend_from_slice(&n.to_le_bytes());
+        for id in ids.take(n as usize) {
+            self.bytes.extend_from_slice(&id.to_le_bytes());
+        }
+        self.messages += n as usize;
+    }
+
+    /// How many messages it names.
+    pub fn messages(&self) -> usize {
+        self.messages
+    }
+}
+
+impl From<&CoveredSet> for CoveredBytes {
+    fn from(set: &CoveredSet) -> Self {
+        let n = set.iter().map(|(_, ids)| ids.len()).sum();
+        let mut out = CoveredBytes::with_capacity(set.len(), n);
+        for (release, ids) in set {
+            out.push(*release, ids.iter().copied());
+        }
+        out
+    }
 }
 
 fn decode_covered(bytes: &[u8]) -> std::result::Result<CoveredSet, String> {
@@ -501,11 +531,11 @@ impl Marker {
 
     /// Stores the covered set of `frontier_ns`, before the marker that records the frontier
     /// (and lists the set) is written.
-    pub async fn write_covered(&self, frontier_ns: i64, set: &CoveredSet) -> Result<()> {
+    pub async fn write_covered(&self, frontier_ns: i64, set: CoveredBytes) -> Result<()> {
         self.store
             .put(
                 &self.covered_location(frontier_ns),
-                PutPayload::from(encode_covered(set)),
+                PutPayload::from(set.bytes),
             )
             .await
             .map_err(|e| {
@@ -713,14 +743,18 @@ mod tests {
             (120, vec![]),
             (-5, vec![3]),
         ];
-        m.write_covered(120, &set).await.unwrap();
+        m.write_covered(120, CoveredBytes::from(&set))
+            .await
+            .unwrap();
         assert_eq!(m.read_covered(120).await.unwrap(), set);
         let raw = std::fs::read(dir.path().join("p.covered/120.bin")).unwrap();
         assert_eq!(raw.len(), 8 + 3 * 12 + 4 * 16, "16 bytes a message");
 
         // A set the marker does not list (a run killed between the two writes) is swept; a
         // listed one stays.
-        m.write_covered(180, &vec![(180, vec![9])]).await.unwrap();
+        m.write_covered(180, CoveredBytes::from(&vec![(180, vec![9])]))
+            .await
+            .unwrap();
         assert_eq!(m.sweep_covered(&[(120, None)]).await.unwrap(), 1);
         assert!(m.read_covered(120).await.is_ok());
         let gone = m.read_covered(180).await.unwrap_err().to_string();

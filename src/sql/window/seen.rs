@@ -143,6 +143,21 @@ impl SeenMessages {
             .collect()
     }
 
+    /// Writes the messages held under releases at or before `frontier` into `out`, by release
+    /// (a covered set, ADR 0068), sized once.
+    pub fn store_through(&self, frontier: i64, out: &mut super::progress::CoveredBytes) {
+        for (release, ids) in self.held.range(..=frontier) {
+            out.push(*release, ids.iter().copied());
+        }
+    }
+
+    /// How many releases at or before `frontier` hold messages, and how many messages.
+    pub fn held_through_count(&self, frontier: i64) -> (usize, usize) {
+        self.held
+            .range(..=frontier)
+            .fold((0, 0), |(r, n), (_, ids)| (r + 1, n + ids.len()))
+    }
+
     /// Messages earlier runs counted and let go of (their covered sets, ADR 0068): a copy of
     /// one is [`Seen::Covered`] until `until`.
     pub fn inherit(&mut self, until: Instant, sets: impl IntoIterator<Item = (i64, Vec<u128>)>) {
