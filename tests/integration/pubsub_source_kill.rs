@@ -51,22 +51,40 @@ fn pipeline_sql(
     )
 }
 
-/// The tool on `file`; `quiet` leaves out the summaries.
+/// The tool on `file`; `quiet` leaves out the summaries. A quiet run is one the test kills and
+/// never waits for: its stderr goes to `killed-N.log` in `home` ([`killed_logs`]), not to a
+/// pipe nobody reads, where a run that logs more than the pipe holds would block.
 pub(crate) fn spawn(home: &std::path::Path, file: &std::path::Path, quiet: bool) -> Child {
+    static KILLED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let mut command = tool(home);
     // The kill tests' children log what this names (a RUST_LOG filter), to trace a failure.
     if let Some(filter) = std::env::var_os("KILL_TESTS_RUST_LOG") {
         command.env("RUST_LOG", filter);
     }
+    command.arg("-f").arg(file);
     if quiet {
-        command.arg("-q");
+        let n = KILLED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = std::fs::File::create(home.join(format!("killed-{n}.log"))).unwrap();
+        command.arg("-q").stdout(Stdio::null()).stderr(log);
+    } else {
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
-    command
-        .arg("-f")
-        .arg(file)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
     command.spawn().expect("the gcp-sql binary runs")
+}
+
+/// The stderr of every killed run under `home`, by file name.
+pub(crate) fn killed_logs(home: &std::path::Path) -> Vec<(String, String)> {
+    let mut logs: Vec<(String, String)> = std::fs::read_dir(home)
+        .unwrap()
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let name = path.file_name()?.to_string_lossy().to_string();
+            name.starts_with("killed-")
+                .then(|| (name, std::fs::read_to_string(&path).unwrap_or_default()))
+        })
+        .collect();
+    logs.sort();
+    logs
 }
 
 /// Every row of the pipeline's table, read in 20 key ranges of 1,000 (`000000`-`000999`, ...).

@@ -25,7 +25,7 @@ use gcp_sql::bench::null_server::{
     FeedOptions, NullServer, NullServerOptions, NullService, Payload,
 };
 
-use crate::a_pubsub_source_kill::{in_memory_stats, kill, spawn};
+use crate::a_pubsub_source_kill::{in_memory_stats, kill, killed_logs, spawn};
 use crate::support::bigtable::Bigtable;
 use crate::support::{text, unique};
 
@@ -408,6 +408,23 @@ async fn windows_survive_kills(
     for w in &when {
         eprintln!("{w}");
     }
+    // What the killed runs logged (warnings and errors only, by default): a run that stalls
+    // usually says why.
+    let keep_logs = std::env::var_os("WINDOWS_KILL_LOGS_TO");
+    for (name, log) in killed_logs(home.path()) {
+        if let Some(dir) = &keep_logs {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(Path::new(dir).join(&name), &log).unwrap();
+        }
+        let lines: Vec<&str> = log.lines().collect();
+        if lines.len() > 2 && keep_logs.is_none() {
+            eprintln!(
+                "{name}: {} line(s) on stderr, the last: {}",
+                lines.len(),
+                lines.last().copied().unwrap_or_default()
+            );
+        }
+    }
 
     let expected = recompute(total).await;
     for run in 1..=4 {
@@ -451,6 +468,21 @@ async fn windows_survive_kills(
         bt.read(&table).await,
         "Google's Python Bigtable client reads the table as the test's client does"
     );
+    if let Some(dir) = std::env::var_os("WINDOWS_KILL_LOGS_TO") {
+        for side in &sides {
+            for (what, from) in [
+                ("progress", side.progress.path()),
+                ("dead", side.dead.path()),
+            ] {
+                let to = Path::new(&dir).join(format!("{}-{what}", side.kind));
+                let _ = std::process::Command::new("cp")
+                    .arg("-r")
+                    .arg(from)
+                    .arg(&to)
+                    .status();
+            }
+        }
+    }
     for side in &sides {
         let stats = in_memory_stats(&server, &side.subscription);
         assert_eq!(

@@ -1053,6 +1053,8 @@ impl Driver {
         let mut covered_rows: Vec<u32> = Vec::new();
         // Copies of late rows whose letters are not stored yet: settled with them.
         let mut letter_copies: Vec<u32> = Vec::new();
+        // Rows an earlier run's covered set names: acknowledged, not counted.
+        let mut marker_covered: Vec<u32> = Vec::new();
         let copied = {
             let mut s = self.run.lock();
             for (i, t) in times.iter().enumerate() {
@@ -1091,8 +1093,11 @@ impl Driver {
                     }
                     Some(Seen::Covered) => {
                         // Counted (or dead-lettered) by an earlier run that recorded its
-                        // windows: acknowledged with the batch, as the marker covers it.
+                        // windows: acknowledged as soon as the batch is sealed, row by row,
+                        // not when the batch's other rows are (a late row of the same batch
+                        // can wait for its letter's flush point, a held one for its window).
                         covered += 1;
+                        marker_covered.push(i as u32);
                         continue;
                     }
                     Some(Seen::New) | None => {}
@@ -1149,6 +1154,12 @@ impl Driver {
             // rows: a copy waiting minutes would lapse and come back again and again.
             handle.retain(copies_covered)?;
             self.covered_copies.push((handle.clone(), covered_rows));
+        }
+        if let Some(handle) = &handle
+            && !marker_covered.is_empty()
+        {
+            handle.retain(marker_covered.len() as u64)?;
+            self.covered_copies.push((handle.clone(), marker_covered));
         }
         if copied + copies_covered + letter_copied > 0 {
             self.run
