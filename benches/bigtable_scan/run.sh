@@ -23,7 +23,11 @@
 # is checked against the rows written (count and sum), so a fast wrong scan fails the run.
 #
 #   benches/bigtable_scan/run.sh [--server null|emulator] [--rows N] [--rounds R] [--no-build]
-#                                [--python PATH]
+#                                [--python PATH] [--partitions P]
+#
+# --partitions P runs gcp-sql's scan with `datafusion.execution.target_partitions = P` (up to P
+# streams) and the ceiling reader with P streams; without it both use 2, the scan's default on
+# this two-core machine.
 #
 # Defaults: the null server, 1,000,000 rows, 3 rounds, release builds in
 # ${CARGO_TARGET_DIR:-target}/release (--no-build uses the ones already there). Logs go to
@@ -36,6 +40,7 @@ rows=1000000
 rounds=3
 skip_build=0
 python=""
+partitions=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --server) server="$2"; shift ;;
@@ -43,6 +48,7 @@ while [ $# -gt 0 ]; do
         --rounds) rounds="$2"; shift ;;
         --no-build) skip_build=1 ;;
         --python) python="$2"; shift ;;
+        --partitions) partitions="$2"; shift ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -94,14 +100,16 @@ if [ "$server" = emulator ]; then
     tail -n 2 "$logs/write.log"
 fi
 expected_sum=$(( 10 * rows * (rows - 1) / 2 ))
+set_partitions=""
+[ -n "$partitions" ] && set_partitions="SET datafusion.execution.target_partitions = $partitions; "
 
 run_ceiling() {
-    "$ceiling" "$host" "$table" 2 bytes | tee -a "$logs/ceiling.log" \
+    "$ceiling" "$host" "$table" "${partitions:-2}" bytes | tee -a "$logs/ceiling.log" \
         | awk -v n="$rows" '{ for (i = 1; i <= NF; i++) if ($i ~ /^seconds=/) { split($i, s, "="); printf "%.0f\n", n / s[2] } }'
 }
 run_gcp_sql() {
     local out
-    out="$("$gcp_sql" -c "$declare_sql SELECT count(*) AS n, sum(visits) AS s, count(name) AS names FROM big" 2>&1)"
+    out="$("$gcp_sql" -c "$set_partitions$declare_sql SELECT count(*) AS n, sum(visits) AS s, count(name) AS names FROM big" 2>&1)"
     echo "$out" >>"$logs/gcp-sql.log"
     if ! echo "$out" | grep -q "| $rows *| $expected_sum *| $rows *|"; then
         echo "gcp-sql did not read $rows rows with sum $expected_sum:" >&2
@@ -119,7 +127,7 @@ run_python() {
 readers=(ceiling gcp_sql)
 [ -n "$python" ] && readers+=(python)
 declare -A results
-echo "server=$server rows=$rows rounds=$rounds load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "server=$server rows=$rows rounds=$rounds partitions=${partitions:-default} load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq "$rounds"); do
     n=${#readers[@]}
     for i in $(seq 0 $((n - 1))); do
