@@ -246,6 +246,15 @@ impl Run {
         }
     }
 
+    /// The marker (or a covered set) could not be written: the node's stream fails with
+    /// `e`, and the clocks let go of what they hold.
+    fn keeper_failed(&self, marker: &Marker, e: &Error) {
+        tracing::error!(marker = %marker.url(), "{e}");
+        self.lock().error = Some(e.to_string());
+        self.ungate();
+        self.changed.notify_waiters();
+    }
+
     /// The marker is no longer kept: the clocks let go of what they hold.
     fn ungate(&self) {
         for clock in &self.clocks {
@@ -1689,13 +1698,7 @@ async fn keep(run: Arc<Run>, marker: Marker) {
             if let Some(f) = target {
                 match store_covered(&run, &marker, f).await {
                     Ok(late) => stored_late = late,
-                    Err(e) => {
-                        tracing::error!(marker = %marker.url(), "{e}");
-                        run.lock().error = Some(e.to_string());
-                        run.ungate();
-                        run.changed.notify_waiters();
-                        return;
-                    }
+                    Err(e) => return run.keeper_failed(&marker, &e),
                 }
             }
             let expired = run.lock().expire_covered(Instant::now());
@@ -1731,13 +1734,7 @@ async fn keep(run: Arc<Run>, marker: Marker) {
             last_write = Some(Instant::now());
             let watermark = match written {
                 Ok(watermark) => watermark,
-                Err(e) => {
-                    tracing::error!(marker = %marker.url(), "{e}");
-                    run.lock().error = Some(e.to_string());
-                    run.ungate();
-                    run.changed.notify_waiters();
-                    return;
-                }
+                Err(e) => return run.keeper_failed(&marker, &e),
             };
             run.watermark_recorded(watermark);
             if let Err(e) = marker.delete_covered(&expired).await {
