@@ -733,6 +733,24 @@ mod tests {
         assert!(e.contains("not a progress marker"), "{e}");
     }
 
+    #[test]
+    fn a_malformed_covered_list_is_refused_naming_the_field() {
+        let base = r#"{"version":1,"pipeline":"p","frontier_ns":1,"recorded_at":"x","clean":true"#;
+        for (covered, says) in [
+            (r#""covered":5"#, "'covered' is not a list"),
+            (
+                r#""covered":["x"]"#,
+                "neither a frontier nor [frontier, until]",
+            ),
+            (r#""covered":[[5,"x"]]"#, "not [frontier, until]"),
+        ] {
+            let e = Progress::from_json(format!("{base},{covered}}}").as_bytes()).unwrap_err();
+            assert!(e.contains(says), "{covered}: {e}");
+        }
+        let ok = Progress::from_json(format!("{base},\"covered\":[5,[6,7]]}}").as_bytes()).unwrap();
+        assert_eq!(ok.covered, Some(vec![(5, None), (6, Some(7))]));
+    }
+
     #[tokio::test]
     async fn covered_sets_round_trip_and_the_marker_lists_the_ones_kept() {
         let dir = tempfile::tempdir().unwrap();
