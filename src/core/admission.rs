@@ -66,7 +66,8 @@ impl Gate {
         self: &Arc<Self>,
         sizes: impl IntoIterator<Item = u64>,
     ) -> Vec<Permit> {
-        let mut permits = Vec::new();
+        let sizes = sizes.into_iter();
+        let mut permits = Vec::with_capacity(sizes.size_hint().0);
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         for bytes in sizes {
             if !self.fits(&c, bytes) {

@@ -925,14 +925,16 @@ impl PartitionReader {
         let mut bad = decoded.bad.iter().peekable();
         let policy = self.config.options.failure_policy;
         let mut outcome: crate::Result<()> = Ok(());
-        for (i, (m, id)) in messages.iter().zip(&ids).enumerate() {
+        // A row's message is not read again once decoded, so its id moves into the ticket.
+        let mut messages = messages;
+        for (i, (m, id)) in messages.iter_mut().zip(&ids).enumerate() {
             let this_bad = bad.next_if(|b| b.index == i);
             let Some(b) = this_bad else {
                 ack_ids.push(id.clone());
                 row_keys.push(
                     m.message
-                        .as_ref()
-                        .map(|m| m.message_id.clone())
+                        .as_mut()
+                        .map(|m| std::mem::take(&mut m.message_id))
                         .unwrap_or_default(),
                 );
                 continue;
