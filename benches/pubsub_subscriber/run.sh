@@ -20,7 +20,10 @@
 # Each round runs the readers one after the other (the order rotates from round to round), each
 # under /usr/bin/time -v. Every reader stops after --idle-ms without a message; its time is its
 # wall time less that idle wait (see the docs). One RUN line per reader and round (messages/s,
-# client CPU per message, peak RSS, the server's CPU), then one MEDIAN line per reader.
+# client CPU per message, peak RSS, peak anonymous RSS, the server's CPU), then one MEDIAN line per
+# reader. The peak RSS counts the pages of the program's own file the kernel mapped; the peak
+# anonymous RSS (`RssAnon` of /proc/PID/status, sampled every 50 ms) is its heap, stacks and
+# relocated data alone.
 #
 #   benches/pubsub_subscriber/run.sh [--server null|emulator] [--debug] [--no-build] [--messages N]
 #                                    [--rounds R] [--idle-ms MS] [--streams "1 2 8"]
@@ -114,6 +117,25 @@ else
     [ -n "$emu" ] || { echo "the subscription server did not start: $logs/serve-subscribe.log" >&2; exit 1; }
 fi
 
+# The peak of `RssAnon` (KiB) of the program /usr/bin/time (PID $1) runs, sampled every 50 ms
+# until it exits. Pure shell reads, so the sampling costs the measured machine little.
+anon_peak() {
+    local parent=$1 child="" peak=0 key value _
+    while kill -0 "$parent" 2>/dev/null; do
+        [ -n "$child" ] || child="$(pgrep -P "$parent" | head -1 || true)"
+        if [ -n "$child" ] && [ -r "/proc/$child/status" ]; then
+            while read -r key value _; do
+                if [ "$key" = RssAnon: ]; then
+                    [ "$value" -gt "$peak" ] && peak=$value
+                    break
+                fi
+            done <"/proc/$child/status" 2>/dev/null || true
+        fi
+        sleep 0.05
+    done
+    echo "$peak"
+}
+
 # CPU seconds (user + system) of a process so far.
 cpu_of() {
     awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"
@@ -181,7 +203,9 @@ CREATE TABLE t (data BYTEA) WITH (
   format = 'raw');
 INSERT INTO t SELECT data FROM src;
 SQL
-                /usr/bin/time -v "$gcp_sql" -f "$logs/$reader.sql" >"$log" 2>&1
+                /usr/bin/time -v "$gcp_sql" -f "$logs/$reader.sql" >"$log" 2>&1 &
+                anon_kb="$(anon_peak $!)"
+                wait $!
                 read_n="$(sed -n 's/^Source: \([0-9]*\) message(s) read, \([0-9]*\) acknowledged, \([0-9]*\) nacked.*/\1 \2 \3/p' "$log")"
                 acked="$(echo "$read_n" | awk '{ print $2 }')"
                 wall="$(grep 'row(s) fetched' "$log" | tail -1 | sed 's/.*Elapsed \([0-9.]*\) seconds.*/\1/')"
@@ -189,7 +213,9 @@ SQL
             google-*)
                 n_streams="${reader#google-}"
                 /usr/bin/time -v "$google" --host "$emu" --subscription "$sub" --streams "$n_streams" \
-                    --stop-after-idle "$idle_ms" >"$log" 2>&1
+                    --stop-after-idle "$idle_ms" >"$log" 2>&1 &
+                anon_kb="$(anon_peak $!)"
+                wait $!
                 read_n="$(sed -n 's/^RESULT .* messages=\([0-9]*\) .*/\1 \1 0/p' "$log")"
                 acked="$(echo "$read_n" | awk '{ print $2 }')"
                 wall="$(sed -n 's/^RESULT .* wall_s=\([0-9.]*\) .*/\1/p' "$log")"
@@ -200,11 +226,11 @@ SQL
         user="$(sed -n 's/.*User time (seconds): \([0-9.]*\).*/\1/p' "$log")"
         sys="$(sed -n 's/.*System time (seconds): \([0-9.]*\).*/\1/p' "$log")"
         awk -v reader="$reader" -v round="$round" -v rn="$read_n" -v acked="$acked" -v wall="$wall" \
-            -v idle="$idle_s" -v rss="$rss_kb" -v user="$user" -v sys="$sys" -v emu_cpu="$emu_cpu" 'BEGIN {
+            -v idle="$idle_s" -v rss="$rss_kb" -v anon="$anon_kb" -v user="$user" -v sys="$sys" -v emu_cpu="$emu_cpu" 'BEGIN {
             secs = wall - idle
             split(rn, n, " ")
-            printf "RUN reader=%s round=%d read=%s acked=%s nacked=%s seconds=%.3f messages_per_s=%.0f peak_rss_mib=%.1f client_cpu_s=%.2f cpu_us_per_message=%.2f server_cpu_s=%s\n",
-                reader, round, n[1], n[2], n[3], secs, acked / secs, rss / 1024, user + sys, (user + sys) * 1e6 / (acked > 0 ? acked : 1), emu_cpu
+            printf "RUN reader=%s round=%d read=%s acked=%s nacked=%s seconds=%.3f messages_per_s=%.0f peak_rss_mib=%.1f peak_anon_mib=%.1f client_cpu_s=%.2f cpu_us_per_message=%.2f server_cpu_s=%s\n",
+                reader, round, n[1], n[2], n[3], secs, acked / secs, rss / 1024, anon / 1024, user + sys, (user + sys) * 1e6 / (acked > 0 ? acked : 1), emu_cpu
         }' | tee -a "$results"
         [ "$acked" = "$messages" ] || echo "WARNING: $reader acknowledged $acked of $messages messages (see $log)" | tee -a "$results"
         [ "$server" = emulator ] && { rest DELETE "$sub" || true; }
@@ -220,6 +246,7 @@ for reader in "${readers[@]}"; do
     rate="$(grep "^RUN reader=$reader " "$results" | sed 's/.*messages_per_s=\([0-9]*\).*/\1/' | median)"
     rss="$(grep "^RUN reader=$reader " "$results" | sed 's/.*peak_rss_mib=\([0-9.]*\).*/\1/' | median)"
     cpu="$(grep "^RUN reader=$reader " "$results" | sed 's/.*cpu_us_per_message=\([0-9.]*\).*/\1/' | median)"
+    anon="$(grep "^RUN reader=$reader " "$results" | sed 's/.*peak_anon_mib=\([0-9.]*\).*/\1/' | median)"
     spread="$(grep "^RUN reader=$reader " "$results" | sed 's/.*messages_per_s=\([0-9]*\).*/\1/' | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print lo "-" hi }')"
-    echo "MEDIAN reader=$reader runs=$runs messages_per_s=$rate range=$spread cpu_us_per_message=$cpu peak_rss_mib=$rss" | tee -a "$results"
+    echo "MEDIAN reader=$reader runs=$runs messages_per_s=$rate range=$spread cpu_us_per_message=$cpu peak_rss_mib=$rss peak_anon_mib=$anon" | tee -a "$results"
 done
