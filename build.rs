@@ -7,7 +7,7 @@
 //! does anything. `-z pack-relative-relocs` (GNU ld 2.38 and later, lld) stores the same
 //! relocations as a bitmap of a few kilobytes (`DT_RELR`), which glibc 2.36 and later apply.
 //! The binary stays position-independent, so address space layout randomisation is unchanged.
-//! Measured in docs/benchmarks.md ("Footprint").
+//! Measured in docs/benchmarks.md ("Where the tool's resident memory goes") and ADR 0079.
 //!
 //! An older glibc would fail to load such a binary, so the flag is passed only when the C
 //! library that the link will use declares the `GLIBC_ABI_DT_RELR` version. Setting
