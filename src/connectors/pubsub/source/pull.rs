@@ -133,18 +133,15 @@ impl Puller {
     /// acknowledgement will say.
     async fn confirm_receipt(
         &self,
-        messages: Vec<ReceivedMessage>,
+        messages: Vec<Received>,
         counters: &DeliveryCounters,
-    ) -> Vec<ReceivedMessage> {
+    ) -> Vec<Received> {
         let client = AckClient::new(
             self.channel.clone(),
             self.subscription.clone(),
             self.ack_deadline,
         );
-        let ids: Vec<AckId> = messages
-            .iter()
-            .map(|m| AckId::from(m.ack_id.as_str()))
-            .collect();
+        let ids: Vec<AckId> = messages.iter().map(|m| m.id.clone()).collect();
         let (result, _) = retry(
             &ACK_RETRY,
             |status: &tonic::Status| client.retryable(status),
@@ -168,9 +165,10 @@ impl Puller {
         );
         DeliveryCounters::add(&counters.read, refused.len() as u64);
         DeliveryCounters::add(&counters.ack_refused, refused.len() as u64);
+        let refused: std::collections::HashSet<&str> = refused.iter().map(|id| &**id).collect();
         messages
             .into_iter()
-            .filter(|m| !refused.iter().any(|id| **id == *m.ack_id))
+            .filter(|m| !refused.contains(&*m.id))
             .collect()
     }
 
@@ -282,18 +280,21 @@ impl Puller {
                                         std::sync::atomic::Ordering::Release,
                                     );
                                 }
-                                let mut messages = response.received_messages;
-                                if messages.is_empty() {
+                                if response.received_messages.is_empty() {
                                     continue;
                                 }
+                                // Each ack id is made once, here, and shared from then on.
+                                let mut messages: Vec<Received> = response
+                                    .received_messages
+                                    .into_iter()
+                                    .map(Received::from)
+                                    .collect();
                                 if self.exactly_once.load(std::sync::atomic::Ordering::Acquire) {
                                     messages = self.confirm_receipt(messages, &counters).await;
                                     if messages.is_empty() {
                                         continue;
                                     }
                                 }
-                                let messages: Vec<Received> =
-                                    messages.into_iter().map(Received::from).collect();
                                 for m in &messages {
                                     outstanding.add_published(
                                         m.id.clone(),
