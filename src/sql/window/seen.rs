@@ -214,8 +214,7 @@ mod tests {
     }
 
     /// Released sets are sorted slices searched by halves: every id of a large release is
-    /// found under its release, ids next to them are not, and an id of a later release that
-    /// is also held still answers held.
+    /// found under its own release and under no other, and the values next to it are not.
     #[tokio::test(start_paused = true)]
     async fn every_id_of_a_large_release_is_found_and_no_other() {
         let mut seen = SeenMessages::new(Duration::from_secs(25));

@@ -11,6 +11,9 @@ use tonic::transport::Channel;
 
 use super::unique;
 
+/// Rows a page of [`Bigtable::read`] asks for.
+const READ_PAGE_ROWS: i64 = 1_000;
+
 /// The instance every test table is created in.
 pub const INSTANCE: &str = "projects/sinktest/instances/main";
 
@@ -103,9 +106,30 @@ impl Bigtable {
     }
 
     /// Every cell of every row (all versions), assembled from the `ReadRows` chunks; cells of a
-    /// row sorted.
+    /// row sorted. Read in pages of [`READ_PAGE_ROWS`] rows (`rows_limit`, each page starting
+    /// after the last key of the one before): one stream of a whole large table, sent by the
+    /// emulator in many small frames to a test process slowed by a loaded machine, can leave
+    /// enough of them unread to trip the client's HTTP/2 flood protection (a GOAWAY with
+    /// `too_many_data_frames`, which failed a CI run).
     pub async fn read(&self, table: &str) -> Rows {
-        self.read_rows(table, None).await
+        let mut all = Rows::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let rows = after.take().map(|last| RowSet {
+                row_keys: vec![],
+                row_ranges: vec![RowRange {
+                    start_key: Some(row_range::StartKey::StartKeyOpen(last)),
+                    end_key: None,
+                }],
+            });
+            let page = self.read_rows_limited(table, rows, READ_PAGE_ROWS).await;
+            let full = page.len() as i64 >= READ_PAGE_ROWS;
+            after = page.keys().next_back().cloned();
+            all.extend(page);
+            if !full || after.is_none() {
+                return all;
+            }
+        }
     }
 
     /// The rows whose keys are in `[start, end)`, as [`Bigtable::read`] reads them: for tables
@@ -124,10 +148,16 @@ impl Bigtable {
     }
 
     async fn read_rows(&self, table: &str, rows: Option<RowSet>) -> Rows {
+        self.read_rows_limited(table, rows, 0).await
+    }
+
+    /// At most `limit` rows (0: all) of `rows`.
+    async fn read_rows_limited(&self, table: &str, rows: Option<RowSet>, limit: i64) -> Rows {
         let mut stream = BigtableClient::new(self.channel.clone())
             .read_rows(ReadRowsRequest {
                 table_name: table.into(),
                 rows,
+                rows_limit: limit,
                 ..Default::default()
             })
             .await
